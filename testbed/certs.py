@@ -1,0 +1,156 @@
+"""One throwaway CA per testbed run and the certificates signed by it.
+
+The same serving certificate (SANs localhost and 127.0.0.1) serves the API server and every
+webhook, because nothing in the testbed is reachable by a Service name: all traffic is loopback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+VALIDITY = dt.timedelta(days=7)
+
+
+@dataclass(frozen=True)
+class CertPaths:
+    ca_crt: Path
+    ca_key: Path
+    serving_crt: Path
+    serving_key: Path
+    admin_crt: Path
+    admin_key: Path
+    sa_key: Path
+    sa_pub: Path
+
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    path.write_bytes(pem)
+    path.chmod(0o600)
+
+
+def _write_cert(cert: x509.Certificate, path: Path) -> None:
+    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey
+) -> x509.CertificateBuilder:
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))  # tolerate small clock skew
+        .not_valid_after(now + VALIDITY)
+    )
+
+
+def _leaf(
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName] | None = None,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = _key()
+    builder = _builder(subject, ca.subject, key).add_extension(
+        x509.ExtendedKeyUsage([usage]), critical=False
+    )
+    builder = builder.add_extension(
+        x509.BasicConstraints(ca=False, path_length=None), critical=True
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def generate(directory: Path) -> CertPaths:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(
+        ca_crt=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        serving_crt=directory / "serving.crt",
+        serving_key=directory / "serving.key",
+        admin_crt=directory / "admin.crt",
+        admin_key=directory / "admin.key",
+        sa_key=directory / "sa.key",
+        sa_pub=directory / "sa.pub",
+    )
+    ca_key = _key()
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gpustack-testbed-ca")])
+    ca = (
+        _builder(ca_name, ca_name, ca_key)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    _write_cert(ca, paths.ca_crt)
+    _write_key(ca_key, paths.ca_key)
+
+    # Go ignores the CN: the IP SAN is what lets clients dial https://127.0.0.1.
+    serving, serving_key = _leaf(
+        ca,
+        ca_key,
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
+    _write_cert(serving, paths.serving_crt)
+    _write_key(serving_key, paths.serving_key)
+
+    admin, admin_key = _leaf(
+        ca,
+        ca_key,
+        x509.Name(
+            [
+                x509.NameAttribute(NameOID.COMMON_NAME, "admin"),
+                x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters"),
+            ]
+        ),
+        ExtendedKeyUsageOID.CLIENT_AUTH,
+    )
+    _write_cert(admin, paths.admin_crt)
+    _write_key(admin_key, paths.admin_key)
+
+    # Service-account tokens are signed with a bare key (no certificate); the API server
+    # verifies them with its public half.
+    sa_key = _key()
+    _write_key(sa_key, paths.sa_key)
+    paths.sa_pub.write_bytes(
+        sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
+    return paths

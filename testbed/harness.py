@@ -1,0 +1,665 @@
+"""Start and stop the real control plane the e2e tests run on.
+
+One `Testbed` is one run folder: certificates, a kubeconfig, each component's log and a state
+file. Components are plain child processes, each in its own session, on free loopback ports, so
+several testbeds can live on one machine and `down` can always find what it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from testbed import build, certs
+from testbed.kube import Kube, KubeError, Obj, load_yaml_documents, wait_for
+
+STATE_FILE = "state.json"
+KUEUE_NAMESPACE = "kueue-system"
+# Kueue reads its metrics certificate from this fixed path when internal cert management is off.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+# Kueue CRDs that carry a conversion webhook upstream (config/components/crd/patches).
+KUEUE_CONVERTED = (
+    "workloads",
+    "localqueues",
+    "clusterqueues",
+    "cohorts",
+    "multikueueclusters",
+    "resourceflavors",
+)
+# Kueue webhooks we install: its own API and the job framework the testbed enables. The
+# others would answer 404 for frameworks that are off and, being failurePolicy Fail, block
+# creating Deployments or Pods for no reason.
+KUEUE_WEBHOOK_GROUPS = ("kueue.x-k8s.io", "batch")
+COMPONENT_ORDER = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kueue",
+    "metacontroller",
+    "nfd-master",
+)
+LOG_TAIL_LINES = 80
+
+
+class ComponentDied(RuntimeError):
+    def __init__(self, name: str, code: int | None, log_tail: str) -> None:
+        super().__init__(
+            f"testbed component {name} is not running (exit code {code})\n"
+            f"--- last lines of {name}.log ---\n{log_tail}"
+        )
+        self.name = name
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child not yet reaped) counts as dead.
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in status
+
+
+@dataclass
+class Process:
+    name: str
+    argv: list[str]
+    log: str
+    pid: int = 0
+    started: float = 0.0
+
+
+@dataclass
+class State:
+    root: str
+    ports: dict[str, int] = field(default_factory=dict)
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    def save(self) -> None:
+        Path(self.root, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+
+    @classmethod
+    def load(cls, root: Path) -> State:
+        raw = json.loads((root / STATE_FILE).read_text())
+        procs = {k: Process(**v) for k, v in raw.pop("processes").items()}
+        return cls(processes=procs, **raw)
+
+
+class Testbed:
+    """A control plane in `root`. `up()` starts it; `down()` stops it and removes `root`."""
+
+    def __init__(self, root: Path, nfd_extra_label_ns: tuple[str, ...] = ()) -> None:
+        self.root = root
+        self.state = State(str(root))
+        self.nfd_extra_label_ns = nfd_extra_label_ns
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._kube: Kube | None = None
+
+    # -- paths ----------------------------------------------------------------------------
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def certs(self) -> certs.CertPaths:
+        d = self.root / "certs"
+        return certs.CertPaths(
+            d / "ca.crt",
+            d / "ca.key",
+            d / "serving.crt",
+            d / "serving.key",
+            d / "admin.crt",
+            d / "admin.key",
+            d / "sa.key",
+            d / "sa.pub",
+        )
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.state.ports['apiserver']}"
+
+    @property
+    def kube(self) -> Kube:
+        if self._kube is None:
+            self._kube = Kube.from_kubeconfig(self.kubeconfig)
+        return self._kube
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, root: Path) -> Testbed:
+        """A handle on a testbed that another process started (the CLI's `status`/`down`)."""
+        bed = cls(root)
+        bed.state = State.load(root)
+        return bed
+
+    def up(self, timeout: float = 120.0, components: tuple[str, ...] = COMPONENT_ORDER) -> None:
+        """Start `components` (a prefix of COMPONENT_ORDER: each needs the ones before it)."""
+        if components != COMPONENT_ORDER[: len(components)]:
+            raise ValueError(f"components must be a prefix of {COMPONENT_ORDER}")
+        binaries = {name: build.binary(name) for name in components}
+        missing = [str(p) for p in binaries.values() if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(
+                f"testbed binaries missing (run `python -m testbed build`): {missing}"
+            )
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(exist_ok=True)
+        for port in (
+            "etcd",
+            "etcd_peer",
+            "apiserver",
+            "kcm",
+            "kueue_webhook",
+            "kueue_health",
+            "kueue_metrics",
+            "metacontroller",
+            "nfd",
+        ):
+            self.state.ports[port] = free_port()
+        certs.generate(self.root / "certs")
+        self.state.save()
+        steps = {
+            "etcd": self._start_etcd,
+            "kube-apiserver": self._start_apiserver,
+            "kube-controller-manager": self._start_kcm,
+            "kueue": self._start_kueue,
+            "metacontroller": self._start_metacontroller,
+            "nfd-master": self._start_nfd,
+        }
+        try:
+            for name in components:
+                if name == "kueue":
+                    self._install_crds(timeout)
+                steps[name](binaries[name], timeout)
+                if name == "kube-apiserver":
+                    self._write_kubeconfig()
+        except BaseException:
+            self.down(keep_root=True)
+            raise
+
+    def down(self, keep_root: bool = False) -> None:
+        """Stop every component (TERM, then KILL) and remove the run folder."""
+        for proc in reversed(list(self.state.processes.values())):
+            if proc.pid:
+                self._stop(proc)
+        for child in self._children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=1)
+        self._children.clear()
+        if not keep_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def stop(self, name: str) -> None:
+        """Stop one process (a hook server, say) and forget it."""
+        proc = self.state.processes.pop(name, None)
+        if proc is not None:
+            self._stop(proc)
+            self._children.pop(name, None)
+            self.state.save()
+
+    def serve(
+        self,
+        name: str,
+        app: str,
+        tls: bool = False,
+        env: dict[str, str] | None = None,
+        workers: int = 1,
+    ) -> str:
+        """Serve a WSGI app (`module:attr`) with gunicorn on a free loopback port.
+
+        The server is a testbed process like the others: its log is kept, attached to failing
+        tests and checked for liveness. Returns its base URL.
+        """
+        import sys
+
+        port = free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            f"--bind=127.0.0.1:{port}",
+            f"--workers={workers}",
+            "--access-logfile=-",
+            "--graceful-timeout=2",
+            app,
+        ]
+        scheme = "http"
+        if tls:
+            argv[3:3] = [
+                f"--certfile={self.certs.serving_crt}",
+                f"--keyfile={self.certs.serving_key}",
+            ]
+            scheme = "https"
+        self._spawn(name, argv, env={"PYTHONPATH": str(Path.cwd()), **(env or {})})
+        url = f"{scheme}://127.0.0.1:{port}"
+
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        self._wait_ready(name, listening, 30)
+        return url
+
+    def _stop(self, proc: Process) -> None:
+        if not pid_alive(proc.pid) or not self._owns(proc):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and pid_alive(proc.pid):
+            child = self._children.get(proc.name)
+            if child is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout=0.1)
+            else:
+                time.sleep(0.1)
+        if pid_alive(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    @staticmethod
+    def _owns(proc: Process) -> bool:
+        """Guard against a recycled pid: only signal the binary we started."""
+        try:
+            cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            return False
+        return cmdline.decode(errors="replace") == proc.argv[0]
+
+    # -- health ---------------------------------------------------------------------------
+
+    def dead(self) -> list[str]:
+        return [n for n, p in self.state.processes.items() if not pid_alive(p.pid)]
+
+    def check_alive(self) -> None:
+        """Raise `ComponentDied` (with the component's log) if any component has exited."""
+        for name in self.dead():
+            child = self._children.get(name)
+            code = child.poll() if child else None
+            raise ComponentDied(name, code, self.log_tail(name))
+
+    def log_tail(self, name: str, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            text = (self.logs / f"{name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def status(self) -> dict[str, str]:
+        out = {}
+        for name in dict.fromkeys([*COMPONENT_ORDER, *self.state.processes]):
+            proc = self.state.processes.get(name)
+            if proc is None:
+                out[name] = "not started"
+            else:
+                out[name] = f"running (pid {proc.pid})" if pid_alive(proc.pid) else "exited"
+        return out
+
+    # -- components -----------------------------------------------------------------------
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
+        log = self.logs / f"{name}.log"
+        with log.open("ab") as fh:
+            child = subprocess.Popen(
+                argv,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.root,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # its own process group: `down` kills the whole tree
+            )
+        self._children[name] = child
+        proc = Process(name, argv, str(log), child.pid, time.time())
+        self.state.processes[name] = proc
+        self.state.save()
+        return proc
+
+    def _wait_ready(self, name: str, probe: Any, timeout: float) -> None:
+        def ready() -> bool:
+            self.check_alive()
+            return bool(probe())
+
+        try:
+            wait_for(ready, timeout, f"{name} to become ready")
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}\n--- {name}.log ---\n{self.log_tail(name)}") from None
+
+    def _https_ok(self, url: str) -> bool:
+        c = self.certs
+        try:
+            resp = requests.get(
+                url, verify=str(c.ca_crt), cert=(str(c.admin_crt), str(c.admin_key)), timeout=2
+            )
+        except requests.RequestException:
+            return False
+        return resp.status_code == 200
+
+    def _start_etcd(self, binary: Path, timeout: float) -> None:
+        port = self.state.ports["etcd"]
+        url = f"http://127.0.0.1:{port}"
+        self._spawn(
+            "etcd",
+            [
+                str(binary),
+                f"--data-dir={self.root / 'etcd'}",
+                f"--listen-client-urls={url}",
+                f"--advertise-client-urls={url}",
+                f"--listen-peer-urls=http://127.0.0.1:{self.state.ports['etcd_peer']}",
+                "--unsafe-no-fsync=true",  # test data: durability buys nothing, fsync costs a lot
+                "--quota-backend-bytes=4294967296",
+            ],
+        )
+
+        def healthy() -> bool:
+            try:
+                return bool(requests.get(f"{url}/health", timeout=2).json().get("health") == "true")
+            except (requests.RequestException, ValueError):
+                return False
+
+        self._wait_ready("etcd", healthy, timeout)
+
+    def _start_apiserver(self, binary: Path, timeout: float) -> None:
+        c = self.certs
+        port = self.state.ports["apiserver"]
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                # No default route on these machines: without this the server refuses to start.
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={c.serving_crt}",
+                f"--tls-private-key-file={c.serving_key}",
+                f"--client-ca-file={c.ca_crt}",
+                "--authorization-mode=Node,RBAC",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                f"--service-account-issuer=https://127.0.0.1:{port}",
+                f"--service-account-key-file={c.sa_pub}",
+                f"--service-account-signing-key-file={c.sa_key}",
+                "--endpoint-reconciler-type=none",
+                "--max-requests-inflight=2000",
+                "--max-mutating-requests-inflight=1000",
+            ],
+        )
+        self._wait_ready("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout)
+
+    def _write_kubeconfig(self) -> None:
+        c = self.certs
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "testbed",
+                    "cluster": {"server": self.server, "certificate-authority": str(c.ca_crt)},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate": str(c.admin_crt),
+                        "client-key": str(c.admin_key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
+            "current-context": "testbed",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+
+    def _start_kcm(self, binary: Path, timeout: float) -> None:
+        c = self.certs
+        port = self.state.ports["kcm"]
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token",
+                f"--root-ca-file={c.ca_crt}",
+                f"--service-account-private-key-file={c.sa_key}",
+                "--use-service-account-credentials=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={c.serving_crt}",
+                f"--tls-private-key-file={c.serving_key}",
+            ],
+        )
+        self._wait_ready(
+            "kube-controller-manager",
+            lambda: self._https_ok(f"https://127.0.0.1:{port}/healthz"),
+            timeout,
+        )
+        # The service-account controller creating `default` proves the controllers run.
+        self._wait_ready(
+            "kube-controller-manager",
+            lambda: self.kube.get("v1", "ServiceAccount", "default", "default"),
+            timeout,
+        )
+
+    # -- CRDs -----------------------------------------------------------------------------
+
+    def _ca_bundle(self) -> str:
+        import base64
+
+        return base64.b64encode(self.certs.ca_crt.read_bytes()).decode()
+
+    def kueue_crds(self) -> list[Obj]:
+        base = build.module_dir("kueue") / "config/components/crd/bases"
+        crds = [doc for f in sorted(base.glob("*.yaml")) for doc in load_yaml_documents(f)]
+        url = f"https://127.0.0.1:{self.state.ports['kueue_webhook']}/convert"
+        for crd in crds:
+            if crd["spec"]["names"]["plural"] in KUEUE_CONVERTED:
+                crd["spec"]["conversion"] = {
+                    "strategy": "Webhook",
+                    "webhook": {
+                        "clientConfig": {"url": url, "caBundle": self._ca_bundle()},
+                        "conversionReviewVersions": ["v1"],
+                    },
+                }
+        return crds
+
+    def kueue_webhooks(self) -> list[Obj]:
+        src = build.module_dir("kueue") / "config/components/webhook/manifests.yaml"
+        out = []
+        for doc in load_yaml_documents(src):
+            doc = copy.deepcopy(doc)
+            doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
+            hooks = []
+            for hook in doc["webhooks"]:
+                groups = {g for rule in hook["rules"] for g in rule["apiGroups"]}
+                if not groups & set(KUEUE_WEBHOOK_GROUPS):
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {
+                    "url": f"https://127.0.0.1:{self.state.ports['kueue_webhook']}{path}",
+                    "caBundle": self._ca_bundle(),
+                }
+                hooks.append(hook)
+            doc["webhooks"] = hooks
+            out.append(doc)
+        return out
+
+    def metacontroller_crds(self) -> list[Obj]:
+        src = (
+            build.module_dir("metacontroller") / "manifests/production/metacontroller-crds-v1.yaml"
+        )
+        return load_yaml_documents(src)
+
+    def nfd_crds(self) -> list[Obj]:
+        src = build.module_dir("nfd") / "deployment/base/nfd-crds/nfd-api-crds.yaml"
+        return load_yaml_documents(src)
+
+    def _install_crds(self, timeout: float) -> None:
+        crds = self.kueue_crds() + self.metacontroller_crds() + self.nfd_crds()
+        for crd in crds:
+            self.kube.apply(crd)
+        for crd in crds:
+            name = crd["metadata"]["name"]
+            wait_for(partial(self._established, name), timeout, f"CRD {name} to be established")
+        self.kube.forget_discovery()
+
+    def _established(self, name: str) -> bool:
+        crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
+        conds = (crd or {}).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
+    # -- controllers ----------------------------------------------------------------------
+
+    def kueue_config(self) -> Obj:
+        p = self.state.ports
+        return {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": KUEUE_NAMESPACE,
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {
+                "port": p["kueue_webhook"],
+                "host": "127.0.0.1",
+                "certDir": str(self.root / "kueue-webhook-certs"),
+            },
+            "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
+            "integrations": {"frameworks": ["batch/job"]},
+            "featureGates": {"VisibilityOnDemand": False},
+            # No kubelet runs Pods here: an admitted Workload never becomes PodsReady, so the
+            # default 30-minute eviction would fire in long sessions.
+            "waitForPodsReady": {"enable": False},
+        }
+
+    def _start_kueue(self, binary: Path, timeout: float) -> None:
+        c = self.certs
+        certdir = self.root / "kueue-webhook-certs"
+        certdir.mkdir(exist_ok=True)
+        shutil.copy(c.serving_crt, certdir / "tls.crt")
+        shutil.copy(c.serving_key, certdir / "tls.key")
+        KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+        for src, dst in ((c.serving_crt, "tls.crt"), (c.serving_key, "tls.key")):
+            shutil.copy(src, KUEUE_METRICS_CERTS / dst)
+        config = self.root / "kueue-config.yaml"
+        config.write_text(yaml.safe_dump(self.kueue_config()))
+        self.kube.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}}
+        )
+        self._spawn(
+            "kueue",
+            [
+                str(binary),
+                f"--config={config}",
+                f"--kubeconfig={self.kubeconfig}",
+                "--zap-log-level=2",
+            ],
+        )
+        health = f"http://127.0.0.1:{self.state.ports['kueue_health']}/readyz"
+        self._wait_ready("kueue", lambda: _http_ok(health), timeout)
+        for hook_config in self.kueue_webhooks():
+            self.kube.apply(hook_config)
+
+    def _start_metacontroller(self, binary: Path, timeout: float) -> None:
+        port = self.state.ports["metacontroller"]
+        self._spawn(
+            "metacontroller",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--debug-addr=127.0.0.1:{port}",
+                # New CRDs (ours) are picked up on the next discovery; the default 30 s is slow.
+                "--discovery-interval=2s",
+                "--client-go-qps=100",
+                "--client-go-burst=200",
+                "-v=4",
+            ],
+        )
+        self._wait_ready(
+            "metacontroller", lambda: _http_ok(f"http://127.0.0.1:{port}/metrics"), timeout
+        )
+
+    def _start_nfd(self, binary: Path, timeout: float) -> None:
+        port = self.state.ports["nfd"]
+        argv = [
+            str(binary),
+            f"-kubeconfig={self.kubeconfig}",
+            f"-port={port}",
+            "-enable-leader-election=false",
+            f"-config={self.root / 'nfd-master.conf'}",
+        ]
+        if self.nfd_extra_label_ns:
+            argv.append(f"-extra-label-ns={','.join(self.nfd_extra_label_ns)}")
+        (self.root / "nfd-master.conf").write_text("{}\n")
+        self._spawn(
+            "nfd-master",
+            argv,
+            env={"POD_NAMESPACE": "node-feature-discovery", "NODE_NAME": "testbed"},
+        )
+        self.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "node-feature-discovery"},
+            }
+        )
+        self._wait_ready(
+            "nfd-master", lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout
+        )
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+@contextlib.contextmanager
+def running(root: Path, **kwargs: Any) -> Iterator[Testbed]:
+    bed = Testbed(root, **kwargs)
+    bed.up()
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+__all__ = ["ComponentDied", "KubeError", "Testbed", "running"]

@@ -1,0 +1,70 @@
+"""pytest wiring for the testbed: a session fixture, liveness checks and logs on failure.
+
+Every test under tests/e2e is marked `e2e`. While a testbed is up, a test that fails gets the tail
+of each component's log attached to its report, and a component that has died fails the test
+that was running with that component's log, instead of every later test timing out.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed.harness import ComponentDied, Testbed
+
+_CURRENT: list[Testbed] = []
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "/e2e/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    root = Path(tempfile.mkdtemp(prefix="gpustack-testbed-"))
+    bed = Testbed(root)
+    try:
+        bed.up()
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    _CURRENT.append(bed)
+    try:
+        yield bed
+    finally:
+        _CURRENT.remove(bed)
+        bed.down()
+
+
+@pytest.fixture(autouse=True)
+def _components_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the running test, with the dead component's log, if a component exits."""
+    if "testbed" not in request.fixturenames:
+        yield
+        return
+    bed: Testbed = request.getfixturevalue("testbed")
+    bed.check_alive()
+    yield
+    bed.check_alive()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, None]:
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not _CURRENT:
+        return
+    for bed in _CURRENT:
+        for name in bed.state.processes:
+            report.sections.append((f"testbed log: {name}", bed.log_tail(name)))
+
+
+__all__ = ["ComponentDied", "testbed"]
