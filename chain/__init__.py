@@ -1,0 +1,18 @@
+"""The chain's shared vocabulary: pure functions and frozen values, no I/O.
+
+Hooks and the node agent agree on names, keys, labels and units only by computing them here.
+
+- `units`: M and the unit/credit conversions.
+- `manufacturers`: the manufacturer table and its `GPUSTACK_<MFR>_*` overrides.
+- `families`: resource families, their keys, classification, credits resources.
+- `partitions`: partition profile spelling and per-profile keys.
+- `normalize`: `normalize_name`, the id rule behind every key.
+- `keys`: the CPU key and accelerator keys of a node.
+- `labels`: label/annotation keys, value sanitizing, node label sets.
+- `names`: FNV-1a 64 and the names of flavors, pools, LocalQueues, Topologies.
+- `pools`: flavor and pool identities, schedule labels, the pool flavor selector.
+- `memory`, `quantity`: memory spellings and exact quantity parsing.
+- `presets`: unit resources of derived InstanceTypes.
+- `settings`: the online settings object and the startup environment.
+- `validation`: Kubernetes' syntax rules for names, keys and values.
+"""

@@ -1,0 +1,119 @@
+"""Object names of the chain: ResourceFlavors, InstanceTypes (= ClusterQueues), their catalog
+entries, LocalQueues and Topologies.
+
+Names are identities: a hook finds the object it owns by recomputing its name, so every format
+here must stay byte-for-byte stable. `gpustack--` (double dash) marks chain objects, and a `--`
+inside a name separates the CPU key from the accelerator key; neither key can contain `--`
+because `normalize_name` never keeps two separators in a row.
+
+Judgment call: control-plane §8 item 8 fixes one hostname-level Topology for every pool, so
+flavor names carry no `-fnv64-<profile>` suffix; `flavor_count` still reads names that have one,
+since the format is inferred upstream and tolerating it costs nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from chain.labels import HOSTNAME
+
+CHAIN_PREFIX = "gpustack--"
+GENERIC = "generic"
+"""General group of the collapsed CPU pool, and the CPU key of a node with no CPU identity."""
+
+LOCAL_QUEUE_PREFIX = "gpustack-fnv64-"
+TOPOLOGY_PREFIX = "gpustack-"
+
+_FNV64_OFFSET = 0xCBF29CE484222325
+_FNV64_PRIME = 0x100000001B3
+_MASK64 = (1 << 64) - 1
+
+_PROFILE_MARK = "-fnv64-"
+_COUNT_SEGMENT = re.compile(r"([0-9]+)[cd]")
+
+
+def fnv64a(text: str) -> str:
+    """FNV-1a 64 of the UTF-8 bytes of `text`, as 16 lowercase hex digits."""
+    digest = _FNV64_OFFSET
+    for byte in text.encode("utf-8"):
+        digest = ((digest ^ byte) * _FNV64_PRIME) & _MASK64
+    return f"{digest:016x}"
+
+
+def cpu_flavor_name(general_key: str, os: str, arch: str, cores: int) -> str:
+    """`gpustack--<gKey>-<os>-<arch>-<N>c`, N = the node's whole CPU count."""
+    return f"{CHAIN_PREFIX}{general_key}-{os}-{arch}-{cores}c"
+
+
+def device_flavor_name(
+    general_key: str, accelerator_key: str, os: str, arch: str, cards: int
+) -> str:
+    """`gpustack--<gKey>--<aKey>-<os>-<arch>-<N>d`, N = cards of that model per node."""
+    return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}-{os}-{arch}-{cards}d"
+
+
+def flavor_count(name: str) -> int | None:
+    """The per-node count a flavor name ends with (`...-8c`, `...-2d`), or None.
+
+    Scans `-` segments from the end so a key that itself ends in digits cannot be misread.
+    """
+    head = name.split(_PROFILE_MARK, 1)[0]
+    for segment in reversed(head.split("-")):
+        match = _COUNT_SEGMENT.fullmatch(segment)
+        if match:
+            return int(match[1])
+    return None
+
+
+def instance_type_name(
+    acceleratable: bool, aware: bool, general_key: str, accelerator_key: str, os: str, arch: str
+) -> str:
+    """Name of the InstanceType (and its ClusterQueue) a flavor rolls up into.
+
+    With `instance-type-aware-cpu-manufacturer` off every CPU collapses: CPU flavors meet in
+    one `generic` pool and accelerated flavors are pooled by accelerator alone.
+    """
+    if not acceleratable:
+        return f"{CHAIN_PREFIX}{general_key if aware else GENERIC}-{os}-{arch}"
+    if aware:
+        return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}-{os}-{arch}"
+    return f"{CHAIN_PREFIX}{accelerator_key}-{os}-{arch}"
+
+
+def instance_type_flavor_name(
+    acceleratable: bool, aware: bool, general_key: str, accelerator_key: str
+) -> str:
+    """Name of the read-only InstanceTypeFlavor catalog entry: the pool name without os/arch."""
+    if not acceleratable:
+        return f"{CHAIN_PREFIX}{general_key if aware else GENERIC}"
+    if aware:
+        return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}"
+    return f"{CHAIN_PREFIX}{accelerator_key}"
+
+
+def local_queue_name(cluster_queue: str) -> str:
+    """`gpustack-fnv64-<16 hex>`: always 31 characters, so it fits the queue-name label value
+    however long the ClusterQueue name is."""
+    return LOCAL_QUEUE_PREFIX + fnv64a(cluster_queue)
+
+
+def is_local_queue_name(name: str) -> bool:
+    """True for a name `local_queue_name` could have produced."""
+    tail = name.removeprefix(LOCAL_QUEUE_PREFIX)
+    return tail != name and len(tail) == 16 and all(c in "0123456789abcdef" for c in tail)
+
+
+def topology_profile(levels: Sequence[str]) -> str:
+    """`fnv64-<hash>` of the ordered level keys; NUL cannot occur in a label key, so the join
+    is unambiguous."""
+    return "fnv64-" + fnv64a("\x00".join(levels))
+
+
+def topology_name(profile: str) -> str:
+    """Name of the Kueue Topology of a profile: `gpustack-<profile>`."""
+    return TOPOLOGY_PREFIX + profile
+
+
+HOSTNAME_PROFILE = topology_profile((HOSTNAME,))
+"""The profile every pool shares while only the hostname level exists (§8 item 8)."""

@@ -1,0 +1,157 @@
+"""Chain settings: the online settings object and the startup environment.
+
+Online settings live in one cluster-scoped singleton object; hooks receive it as a related object
+and read `spec`, keyed by the upstream setting names. Values may be JSON booleans or the strings
+`"true"`/`"false"` (upstream stores every setting as a string, and a migrated object may still
+hold strings). A missing key takes the upstream default.
+
+Judgment call: an unknown key is an error, not ignored. A typo (`workload-fit-afinity: false`)
+would otherwise leave the default silently in force, and the hook's error answer names the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+ENV_PREFIX = "GPUSTACK_"
+_STRING_BOOLS = {"true": True, "false": False}
+# strconv.ParseBool's spellings, which upstream's environment readers accept.
+_ENV_BOOLS = {
+    **dict.fromkeys(("1", "t", "T", "TRUE", "true", "True"), True),
+    **dict.fromkeys(("0", "f", "F", "FALSE", "false", "False"), False),
+}
+
+
+def _setting(default: bool, name: str) -> bool:
+    return field(default=default, metadata={"name": name})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The online settings (control-plane §6), with upstream defaults."""
+
+    node_management_manual: bool = _setting(False, "node-management-manual")
+    """Nodes join only when an admin labels them `gpustack.ai/managed=true`."""
+    instance_type_mixed_on_node: bool = _setting(True, "instance-type-mixed-on-node")
+    """Accelerated nodes also feed CPU flavors; off pins CPU flavors to non-accelerated nodes."""
+    instance_type_derived_from_node: bool = _setting(True, "instance-type-derived-from-node")
+    """Flavors author their InstanceTypes; also gates the node-devices check on queues."""
+    instance_type_drain_when_no_flavors: bool = _setting(
+        True, "instance-type-drain-when-no-flavors"
+    )
+    """Drain a queue that lost all flavors instead of waiting for its reservations to end."""
+    instance_type_aware_cpu_manufacturer: bool = _setting(
+        False, "instance-type-aware-cpu-manufacturer"
+    )
+    """Split pools by CPU key as well as by accelerator."""
+    workload_fit_affinity: bool = _setting(True, "workload-fit-affinity")
+    """The Workload webhook pins Workloads to nodes whose fit labels show room."""
+    instance_general_resources_overcommit: bool = _setting(
+        True, "instance-general-resources-overcommit"
+    )
+    instance_privileged_allowed: bool = _setting(False, "instance-privileged-allowed")
+    instance_host_path_volume_allowed: bool = _setting(False, "instance-host-path-volume-allowed")
+    instance_persistent_volume_placement: bool = _setting(
+        True, "instance-persistent-volume-placement"
+    )
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        """The upstream setting names, in table order."""
+        return tuple(entry.metadata["name"] for entry in fields(Settings))
+
+    @classmethod
+    def from_spec(cls, spec: object) -> Settings:
+        """Parse the settings object's `spec`; ValueError naming the field on bad input."""
+        if spec is None:
+            return cls()
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"spec: expected an object, got {type(spec).__name__}")
+        by_name = {entry.metadata["name"]: entry.name for entry in fields(cls)}
+        unknown = sorted(str(key) for key in spec if key not in by_name)
+        if unknown:
+            raise ValueError(f"spec.{unknown[0]}: unknown setting; known: {', '.join(by_name)}")
+        values = {by_name[name]: _spec_bool(name, value) for name, value in spec.items()}
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Seed values from `GPUSTACK_<UPPER_SNAKE>` (first deploy only; later edits win)."""
+        values = {}
+        for entry in fields(cls):
+            variable = env_name(entry.metadata["name"])
+            raw = env.get(variable, "")
+            if raw != "":
+                values[entry.name] = _env_bool(variable, raw)
+        return cls(**values)
+
+    def to_spec(self) -> dict[str, bool]:
+        """The `spec` that parses back into these settings."""
+        return {entry.metadata["name"]: getattr(self, entry.name) for entry in fields(self)}
+
+
+def env_name(setting: str) -> str:
+    """`node-management-manual` -> `GPUSTACK_NODE_MANAGEMENT_MANUAL`."""
+    return ENV_PREFIX + setting.upper().replace("-", "_")
+
+
+def _spec_bool(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _STRING_BOOLS:
+        return _STRING_BOOLS[value.lower()]
+    raise ValueError(f"spec.{name}: expected true or false, got {value!r}")
+
+
+def _env_bool(variable: str, raw: str) -> bool:
+    if raw.strip() in _ENV_BOOLS:
+        return _ENV_BOOLS[raw.strip()]
+    raise ValueError(f"{variable}: expected a boolean, got {raw!r}")
+
+
+SYSTEM_NAMESPACE_DEFAULT = "gpustack-system"
+PCI_CLASS_PREFIXES_DEFAULT = ("02", "03", "0b", "12")
+
+
+@dataclass(frozen=True)
+class StartupEnv:
+    """Environment read once at start by the hooks and the node agent (control-plane §6)."""
+
+    devices_group_id_with_memory: bool = False
+    """`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`: group ids get a `-<mem>` suffix."""
+    ledger_release_terminated_pods: bool = True
+    """`GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS`: finished Pods stop charging whole, shared and
+    sliced cards."""
+    device_plugin_sliced_allocate_gate: bool = True
+    """`GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE`: Allocate refuses a slice without room."""
+    system_namespace: str = SYSTEM_NAMESPACE_DEFAULT
+    """`KUBERNETES_POD_NAMESPACE`."""
+    pci_class_prefixes: tuple[str, ...] = PCI_CLASS_PREFIXES_DEFAULT
+    """`GPUSTACK_PCI_CLASS_PREFIXES`, comma separated."""
+
+    @property
+    def reserved_namespaces(self) -> frozenset[str]:
+        """Namespaces that get no LocalQueue."""
+        return frozenset((self.system_namespace, "kube-system"))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> StartupEnv:
+        def flag(variable: str, default: bool) -> bool:
+            raw = env.get(variable, "")
+            return default if raw == "" else _env_bool(variable, raw)
+
+        prefixes = tuple(
+            part.strip().lower()
+            for part in env.get("GPUSTACK_PCI_CLASS_PREFIXES", "").split(",")
+            if part.strip()
+        )
+        return cls(
+            devices_group_id_with_memory=flag("GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY", False),
+            ledger_release_terminated_pods=flag("GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS", True),
+            device_plugin_sliced_allocate_gate=flag(
+                "GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE", True
+            ),
+            system_namespace=env.get("KUBERNETES_POD_NAMESPACE", "") or SYSTEM_NAMESPACE_DEFAULT,
+            pci_class_prefixes=prefixes or PCI_CLASS_PREFIXES_DEFAULT,
+        )

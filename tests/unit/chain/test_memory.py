@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chain.memory import format_group_memory, format_memory_label, memory_mib
+from chain.quantity import parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("mib", "expected"),
+    [
+        # vectors.md "formatMemory" and node-agent §3.2.
+        (0, "0g"),
+        (1, "1g"),
+        (1024, "1g"),
+        (1025, "1g"),
+        (44280, "43g"),
+        (15360, "15g"),
+        (16384, "16g"),
+        (143771, "140g"),
+        (1023, "1g"),
+        (1024 * 1024, "1t"),
+        (1024 * 1024 * 3 - 1, "2t"),
+    ],
+)
+def test_format_group_memory(mib: int, expected: str) -> None:
+    assert format_group_memory(mib) == expected
+
+
+@pytest.mark.parametrize(
+    ("mib", "expected"),
+    [
+        # control-plane §1.4 / node-agent §3 `.memory` label.
+        (15360, "15Gi"),
+        (81920, "80Gi"),
+        (196608, "192Gi"),
+        (44280, "44280Mi"),
+        (512, "512Mi"),
+        (1024 * 1024, "1Ti"),
+        (0, "0"),
+    ],
+)
+def test_format_memory_label(mib: int, expected: str) -> None:
+    assert format_memory_label(mib) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [("15Gi", 15360), ("44280Mi", 44280), ("0", 0), ("1Ti", 1048576), ("1G", 953), ("1.5Gi", 1536)],
+)
+def test_memory_mib(text: str, mib: int) -> None:
+    assert memory_mib(text) == mib
+
+
+def test_memory_mib_rejects() -> None:
+    with pytest.raises(ValueError):
+        memory_mib("-1Gi")
+    with pytest.raises(ValueError):
+        memory_mib("lots")
+
+
+@given(st.integers(min_value=0, max_value=2**40))
+def test_label_round_trips(mib: int) -> None:
+    assert memory_mib(format_memory_label(mib)) == mib
+
+
+@given(st.integers(min_value=1024, max_value=2**40))
+def test_group_memory_never_overstates(mib: int) -> None:
+    text = format_group_memory(mib)
+    assert memory_mib(text.upper() + "i") <= mib
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1", Fraction(1)),
+        ("500m", Fraction(1, 2)),
+        ("1.5", Fraction(3, 2)),
+        (".5", Fraction(1, 2)),
+        ("2k", Fraction(2000)),
+        ("1Ki", Fraction(1024)),
+        ("1e3", Fraction(1000)),
+        ("1E-3", Fraction(1, 1000)),
+        ("+4", Fraction(4)),
+        ("-4", Fraction(-4)),
+        ("100n", Fraction(1, 10**7)),
+        ("3u", Fraction(3, 10**6)),
+        ("2M", Fraction(2 * 10**6)),
+        ("1Ei", Fraction(2**60)),
+    ],
+)
+def test_parse_quantity(text: str, value: Fraction) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "1gi", "1KiB", "1.2.3", "1 Gi", "0x10", "1\n", " 16 "])
+def test_parse_quantity_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_quantity(text)

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from chain.settings import Settings, StartupEnv, env_name
+
+DEFAULTS = {
+    "node-management-manual": False,
+    "instance-type-mixed-on-node": True,
+    "instance-type-derived-from-node": True,
+    "instance-type-drain-when-no-flavors": True,
+    "instance-type-aware-cpu-manufacturer": False,
+    "workload-fit-affinity": True,
+    "instance-general-resources-overcommit": True,
+    "instance-privileged-allowed": False,
+    "instance-host-path-volume-allowed": False,
+    "instance-persistent-volume-placement": True,
+}
+
+
+def test_defaults_and_names() -> None:
+    assert Settings().to_spec() == DEFAULTS
+    assert Settings.names() == tuple(DEFAULTS)
+    assert Settings.from_spec(None) == Settings()
+    assert Settings.from_spec({}) == Settings()
+
+
+def test_from_spec() -> None:
+    got = Settings.from_spec(
+        {
+            "instance-type-aware-cpu-manufacturer": True,
+            "node-management-manual": "true",
+            "workload-fit-affinity": "False",
+        }
+    )
+    assert got.instance_type_aware_cpu_manufacturer
+    assert got.node_management_manual
+    assert not got.workload_fit_affinity
+    assert got.instance_type_mixed_on_node
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"workload-fit-afinity": False}, "spec.workload-fit-afinity"),
+        ({"node-management-manual": "yes"}, "spec.node-management-manual"),
+        ({"node-management-manual": 1}, "spec.node-management-manual"),
+        ({"instance-type-mixed-on-node": None}, "spec.instance-type-mixed-on-node"),
+        (["node-management-manual"], "spec"),
+    ],
+)
+def test_bad_spec_names_the_field(spec: object, field: str) -> None:
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        Settings.from_spec(spec)
+
+
+def test_frozen() -> None:
+    with pytest.raises(AttributeError):
+        Settings().workload_fit_affinity = False  # type: ignore[misc]
+
+
+@given(st.fixed_dictionaries({}, optional=dict.fromkeys(DEFAULTS, st.booleans())))
+def test_round_trip(spec: dict[str, bool]) -> None:
+    settings = Settings.from_spec(spec)
+    assert Settings.from_spec(settings.to_spec()) == settings
+    assert settings.to_spec() == {**DEFAULTS, **spec}
+
+
+def test_seed_from_env() -> None:
+    assert env_name("node-management-manual") == "GPUSTACK_NODE_MANAGEMENT_MANUAL"
+    env = {
+        "GPUSTACK_NODE_MANAGEMENT_MANUAL": "true",
+        "GPUSTACK_WORKLOAD_FIT_AFFINITY": "0",
+        "GPUSTACK_INSTANCE_TYPE_MIXED_ON_NODE": "",
+    }
+    got = Settings.from_env(env)
+    assert got.node_management_manual
+    assert not got.workload_fit_affinity
+    assert got.instance_type_mixed_on_node
+    with pytest.raises(ValueError, match="GPUSTACK_INSTANCE_PRIVILEGED_ALLOWED"):
+        Settings.from_env({"GPUSTACK_INSTANCE_PRIVILEGED_ALLOWED": "maybe"})
+
+
+def test_startup_env() -> None:
+    default = StartupEnv.from_env({})
+    assert default == StartupEnv()
+    assert not default.devices_group_id_with_memory
+    assert default.ledger_release_terminated_pods
+    assert default.device_plugin_sliced_allocate_gate
+    assert default.system_namespace == "gpustack-system"
+    assert default.pci_class_prefixes == ("02", "03", "0b", "12")
+    assert default.reserved_namespaces == {"gpustack-system", "kube-system"}
+
+    got = StartupEnv.from_env(
+        {
+            "GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY": "true",
+            "GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS": "false",
+            "GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE": "F",
+            "KUBERNETES_POD_NAMESPACE": "chain",
+            "GPUSTACK_PCI_CLASS_PREFIXES": "03, 12,",
+        }
+    )
+    assert got == StartupEnv(True, False, False, "chain", ("03", "12"))
+    with pytest.raises(ValueError, match="GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS"):
+        StartupEnv.from_env({"GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS": "on"})
