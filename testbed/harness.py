@@ -11,6 +11,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -27,20 +28,12 @@ import yaml
 
 from testbed import build, certs
 from testbed.kube import Kube, KubeError, Obj, load_yaml_documents, wait_for
+from testbed.nodes import node_object, register_node
 
 STATE_FILE = "state.json"
 KUEUE_NAMESPACE = "kueue-system"
 # Kueue reads its metrics certificate from this fixed path when internal cert management is off.
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
-# Kueue CRDs that carry a conversion webhook upstream (config/components/crd/patches).
-KUEUE_CONVERTED = (
-    "workloads",
-    "localqueues",
-    "clusterqueues",
-    "cohorts",
-    "multikueueclusters",
-    "resourceflavors",
-)
 # Kueue webhooks we install: its own API and the job framework the testbed enables. The
 # others would answer 404 for frameworks that are off and, being failurePolicy Fail, block
 # creating Deployments or Pods for no reason.
@@ -54,6 +47,7 @@ COMPONENT_ORDER = (
     "nfd-master",
 )
 LOG_TAIL_LINES = 80
+CONTROL_PLANE_NODE = "testbed-control-plane"
 
 
 class ComponentDied(RuntimeError):
@@ -114,6 +108,8 @@ class State:
 
 class Testbed:
     """A control plane in `root`. `up()` starts it; `down()` stops it and removes `root`."""
+
+    __test__ = False  # not a pytest test class, despite the name
 
     def __init__(self, root: Path, nfd_extra_label_ns: tuple[str, ...] = ()) -> None:
         self.root = root
@@ -486,11 +482,23 @@ class Testbed:
         return base64.b64encode(self.certs.ca_crt.read_bytes()).decode()
 
     def kueue_crds(self) -> list[Obj]:
-        base = build.module_dir("kueue") / "config/components/crd/bases"
-        crds = [doc for f in sorted(base.glob("*.yaml")) for doc in load_yaml_documents(f)]
+        crd_dir = build.module_dir("kueue") / "config/components/crd"
+        crds = [
+            doc
+            for f in sorted((crd_dir / "bases").glob("*.yaml"))
+            for doc in load_yaml_documents(f)
+        ]
+        # Upstream's kustomization names the CRDs that get a conversion webhook, one patch each
+        # (patches/webhook_in_<plural>.yaml); a patch file it does not list is not applied.
+        kustomization = load_yaml_documents(crd_dir / "kustomization.yaml")[0]
+        converted = {
+            m.group(1)
+            for patch in kustomization.get("patches") or []
+            if (m := re.fullmatch(r"patches/webhook_in_(.+)\.yaml", patch.get("path", "")))
+        }
         url = f"https://127.0.0.1:{self.state.ports['kueue_webhook']}/convert"
         for crd in crds:
-            if crd["spec"]["names"]["plural"] in KUEUE_CONVERTED:
+            if crd["spec"]["names"]["plural"] in converted:
                 crd["spec"]["conversion"] = {
                     "strategy": "Webhook",
                     "webhook": {
@@ -542,7 +550,7 @@ class Testbed:
 
     def _established(self, name: str) -> bool:
         crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
-        conds = (crd or {}).get("status", {}).get("conditions", [])
+        conds = ((crd or {}).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
 
     # -- controllers ----------------------------------------------------------------------
@@ -563,10 +571,9 @@ class Testbed:
             "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
             "integrations": {"frameworks": ["batch/job"]},
-            "featureGates": {"VisibilityOnDemand": False},
-            # No kubelet runs Pods here: an admitted Workload never becomes PodsReady, so the
-            # default 30-minute eviction would fire in long sessions.
-            "waitForPodsReady": {"enable": False},
+            # No kubelet runs Pods here: an admitted Workload never becomes PodsReady, and
+            # waitForPodsReady (on by default since 0.19) would evict it after 30 minutes.
+            "featureGates": {"VisibilityOnDemand": False, "DisableWaitForPodsReady": True},
         }
 
     def _start_kueue(self, binary: Path, timeout: float) -> None:
@@ -603,7 +610,8 @@ class Testbed:
             "metacontroller",
             [
                 str(binary),
-                f"--kubeconfig={self.kubeconfig}",
+                # v1.5.20 reads --client-config-path (or $KUBECONFIG), not --kubeconfig.
+                f"--client-config-path={self.kubeconfig}",
                 f"--debug-addr=127.0.0.1:{port}",
                 # New CRDs (ours) are picked up on the next discovery; the default 30 s is slow.
                 "--discovery-interval=2s",
@@ -624,14 +632,29 @@ class Testbed:
             f"-port={port}",
             "-enable-leader-election=false",
             f"-config={self.root / 'nfd-master.conf'}",
+            "-v=2",
         ]
         if self.nfd_extra_label_ns:
             argv.append(f"-extra-label-ns={','.join(self.nfd_extra_label_ns)}")
         (self.root / "nfd-master.conf").write_text("{}\n")
+        # nfd-master annotates the Node it runs on and exits if that Node does not exist. This
+        # Node hosts no workload; the chain is told to leave it alone.
+        if self.kube.get("v1", "Node", CONTROL_PLANE_NODE) is None:
+            node = node_object(
+                CONTROL_PLANE_NODE,
+                labels={
+                    "node-role.kubernetes.io/control-plane": "",
+                    "gpustack.ai/managed": "false",
+                },
+            )
+            node["spec"] = {
+                "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+            }
+            register_node(self.kube, node)
         self._spawn(
             "nfd-master",
             argv,
-            env={"POD_NAMESPACE": "node-feature-discovery", "NODE_NAME": "testbed"},
+            env={"KUBERNETES_NAMESPACE": "node-feature-discovery", "NODE_NAME": CONTROL_PLANE_NODE},
         )
         self.kube.apply(
             {
@@ -643,6 +666,23 @@ class Testbed:
         self._wait_ready(
             "nfd-master", lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout
         )
+
+
+def metacontroller_compat(obj: Obj) -> Obj:
+    """Adapt a Metacontroller controller object to the Metacontroller the testbed runs.
+
+    Hook `version` arrived in Metacontroller v4; the v1.5.20 CRD schema does not declare it and
+    server-side apply refuses undeclared fields. Without the field v1.5.20 speaks hook version
+    v1, whose requests differ from v2 only in map keys that our hooks never read.
+    """
+    major = int(build.versions()["metacontroller"]["version"].lstrip("v").split(".")[0])
+    if major >= 4 or obj.get("apiVersion") != "metacontroller.k8s.io/v1alpha1":
+        return obj
+    adapted = copy.deepcopy(obj)
+    for hook in (adapted.get("spec", {}).get("hooks") or {}).values():
+        if isinstance(hook, dict):
+            hook.pop("version", None)
+    return adapted
 
 
 def _http_ok(url: str) -> bool:

@@ -16,7 +16,7 @@ import pytest
 
 from testbed.harness import ComponentDied, Testbed
 
-_CURRENT: list[Testbed] = []
+_LOGS = pytest.StashKey[list[tuple[str, str]]]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,11 +34,9 @@ def testbed() -> Iterator[Testbed]:
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
-    _CURRENT.append(bed)
     try:
         yield bed
     finally:
-        _CURRENT.remove(bed)
         bed.down()
 
 
@@ -49,9 +47,23 @@ def _components_alive(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     bed: Testbed = request.getfixturevalue("testbed")
-    bed.check_alive()
+    _check(bed, request.node)
     yield
-    bed.check_alive()
+    _check(bed, request.node)
+
+
+def _check(bed: Testbed, item: pytest.Item) -> None:
+    try:
+        bed.check_alive()
+    except ComponentDied:
+        # Keep the logs now: when the last test fails at teardown, the session fixture has
+        # already removed the run folder by the time its report is made.
+        item.stash[_LOGS] = _log_sections(bed)
+        raise
+
+
+def _log_sections(bed: Testbed) -> list[tuple[str, str]]:
+    return [(f"testbed log: {name}", bed.log_tail(name)) for name in bed.state.processes]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -60,11 +72,13 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, None]:
     outcome = yield
     report = outcome.get_result()
-    if not report.failed or not _CURRENT:
+    if not report.failed:
         return
-    for bed in _CURRENT:
-        for name in bed.state.processes:
-            report.sections.append((f"testbed log: {name}", bed.log_tail(name)))
+    sections = item.stash.get(_LOGS, None)
+    bed = getattr(item, "funcargs", {}).get("testbed")
+    if sections is None and isinstance(bed, Testbed):
+        sections = _log_sections(bed)
+    report.sections.extend(sections or [])
 
 
 __all__ = ["ComponentDied", "testbed"]

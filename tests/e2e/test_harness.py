@@ -54,7 +54,6 @@ def test_failing_run_shows_the_dead_components_log(tmp_path: Path) -> None:
         from pathlib import Path
         import pytest
         from testbed.harness import Testbed
-        from testbed import pytest_plugin
 
         pytest_plugins = ["testbed.pytest_plugin"]
 
@@ -62,9 +61,7 @@ def test_failing_run_shows_the_dead_components_log(tmp_path: Path) -> None:
         def testbed():
             bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-testbed-inner-")))
             bed.up(components=("etcd",))
-            pytest_plugin._CURRENT.append(bed)
             yield bed
-            pytest_plugin._CURRENT.remove(bed)
             bed.down()
     """)
     )

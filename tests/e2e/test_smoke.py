@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.harness import Testbed
+from testbed.harness import Testbed, metacontroller_compat
 from testbed.kube import Kube, Obj, wait_for
+from testbed.nodes import node_object, register_node
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 CHECK_MANAGER = "gpustack-smoke-check"
@@ -56,7 +57,7 @@ def test_metacontroller_decorator_calls_gunicorn_hook(testbed: Testbed, namespac
             "resyncPeriodSeconds": 5,
         },
     }
-    kube.apply(controller)
+    kube.apply(metacontroller_compat(controller))
     try:
         parent: Obj = {
             "apiVersion": "v1",
@@ -320,7 +321,7 @@ def test_kueue_admission_check_retry_then_ready(testbed: Testbed, namespace: str
 def test_nfd_master_labels_node_from_nodefeature(testbed: Testbed) -> None:
     kube = testbed.kube
     node = f"smoke-node-{uuid.uuid4().hex[:6]}"
-    kube.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    register_node(kube, node_object(node))
     try:
         kube.apply(
             {

@@ -1,0 +1,183 @@
+"""The thin shell every hook shares: decode, validate, call the pure function, encode.
+
+A Metacontroller hook must never answer 200 to a request it did not understand: a 200 without
+`attachments`/`children` makes Metacontroller delete every object the hook owns. So a malformed
+request gets a 400 whose JSON names the offending field, and an unexpected failure gets a 500;
+either way Metacontroller keeps what exists and retries.
+
+Hooks read only the objects inside the `attachments`/`children`/`related` maps, never the map
+keys: hook versions v1 and v2 differ only in those keys, so one hook serves both.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+from flask import Flask, Response, jsonify, request
+
+Obj = dict[str, Any]
+Handler = Callable[[Obj], Obj]
+
+log = logging.getLogger("hooks")
+
+_OBJECT_MAP = {
+    # "<Kind>.<apiVersion>" -> {"<name> or <ns>/<name>": object}
+    "type": "object",
+    "additionalProperties": {
+        "type": ["object", "null"],
+        "additionalProperties": {"$ref": "#/$defs/kubeObject"},
+    },
+}
+
+DECORATOR_REQUEST_SCHEMA: Obj = {
+    "type": "object",
+    "required": ["object"],
+    "properties": {
+        "controller": {"type": "object"},
+        "object": {"$ref": "#/$defs/kubeObject"},
+        "attachments": _OBJECT_MAP,
+        "related": _OBJECT_MAP,
+        "finalizing": {"type": "boolean"},
+    },
+    "$defs": {
+        "kubeObject": {
+            "type": "object",
+            "required": ["apiVersion", "kind", "metadata"],
+            "properties": {
+                "apiVersion": {"type": "string", "minLength": 1},
+                "kind": {"type": "string", "minLength": 1},
+                "metadata": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "namespace": {"type": "string"},
+                        "labels": {
+                            "type": ["object", "null"],
+                            "additionalProperties": {"type": "string"},
+                        },
+                        "annotations": {
+                            "type": ["object", "null"],
+                            "additionalProperties": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        }
+    },
+}
+
+CUSTOMIZE_REQUEST_SCHEMA: Obj = {
+    "type": "object",
+    "required": ["parent"],
+    "properties": {
+        "controller": {"type": "object"},
+        "parent": {"$ref": "#/$defs/kubeObject"},
+    },
+    "$defs": DECORATOR_REQUEST_SCHEMA["$defs"],
+}
+
+
+class BadRequest(Exception):
+    """The request does not have the shape the hook needs; `field` is a JSON path into it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def validate(body: Any, schema: Obj) -> Obj:
+    """Check `body` against `schema`; raise BadRequest naming the first bad field."""
+    if not isinstance(body, dict):
+        raise BadRequest("$", "the request body must be a JSON object")
+    validator = jsonschema.Draft202012Validator(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(body))
+    if error is not None:
+        raise BadRequest(error.json_path, error.message)
+    return body
+
+
+def _group_key(obj: Obj) -> str:
+    return f"{obj.get('kind', '')}.{obj.get('apiVersion', '')}"
+
+
+@dataclass(frozen=True)
+class ObjectMap:
+    """The objects of one request map, grouped by `<Kind>.<apiVersion>`, keys forgotten."""
+
+    groups: Mapping[str, tuple[Obj, ...]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> ObjectMap:
+        groups: dict[str, tuple[Obj, ...]] = {}
+        for group, objects in (raw or {}).items():
+            groups[group] = tuple((objects or {}).values())
+        return cls(groups)
+
+    def of(self, kind: str, api_version: str) -> tuple[Obj, ...]:
+        return self.groups.get(f"{kind}.{api_version}", ())
+
+    def __iter__(self) -> Iterator[Obj]:
+        for objects in self.groups.values():
+            yield from objects
+
+
+@dataclass(frozen=True)
+class DecoratorRequest:
+    object: Obj
+    attachments: ObjectMap
+    related: ObjectMap
+    finalizing: bool
+
+    @classmethod
+    def parse(cls, body: Any) -> DecoratorRequest:
+        valid = validate(body, DECORATOR_REQUEST_SCHEMA)
+        return cls(
+            object=valid["object"],
+            attachments=ObjectMap.parse(valid.get("attachments")),
+            related=ObjectMap.parse(valid.get("related")),
+            finalizing=bool(valid.get("finalizing", False)),
+        )
+
+
+def _error(status: int, message: str, field: str | None = None) -> tuple[Response, int]:
+    payload: Obj = {"error": message}
+    if field is not None:
+        payload["field"] = field
+    return jsonify(payload), status
+
+
+def make_app(name: str, routes: Mapping[str, Handler]) -> Flask:
+    """A Flask app serving each route as POST JSON -> JSON, plus GET /healthz."""
+    app = Flask(name)
+
+    def endpoint(handler: Handler) -> Callable[[], tuple[Response, int]]:
+        def serve() -> tuple[Response, int]:
+            body = request.get_json(silent=True)
+            if body is None:
+                return _error(400, "the request body must be JSON (Content-Type: application/json)")
+            try:
+                return jsonify(handler(body)), 200
+            except BadRequest as err:
+                log.warning("%s %s: bad request: %s", name, request.path, err)
+                return _error(400, err.message, err.field)
+            except Exception as err:  # a 5xx keeps Metacontroller from deleting anything
+                log.exception("%s %s failed", name, request.path)
+                return _error(500, f"{type(err).__name__}: {err}")
+
+        return serve
+
+    for path, handler in routes.items():
+        app.add_url_rule(path, endpoint=path, view_func=endpoint(handler), methods=["POST"])
+    app.add_url_rule("/healthz", endpoint="healthz", view_func=lambda: ("ok", 200))
+    return app
+
+
+def group_key(obj: Obj) -> str:
+    """`<Kind>.<apiVersion>` of an object, the key Metacontroller groups it under."""
+    return _group_key(obj)
