@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 ENV_PREFIX = "GPUSTACK_"
 _STRING_BOOLS = {"true": True, "false": False}
@@ -55,6 +56,11 @@ class Settings:
     instance_persistent_volume_placement: bool = _setting(
         True, "instance-persistent-volume-placement"
     )
+    entrance_excluded_namespaces: tuple[str, ...] = field(
+        default=(), metadata={"name": "entrance-excluded-namespaces"}
+    )
+    """Namespaces that get no LocalQueue, beyond kube-system and the chain's own (a chain
+    setting, not an upstream one)."""
 
     @staticmethod
     def names() -> tuple[str, ...]:
@@ -72,28 +78,59 @@ class Settings:
         unknown = sorted(str(key) for key in spec if key not in by_name)
         if unknown:
             raise ValueError(f"spec.{unknown[0]}: unknown setting; known: {', '.join(by_name)}")
-        values = {by_name[name]: _spec_bool(name, value) for name, value in spec.items()}
+        values: dict[str, Any] = {
+            by_name[name]: _spec_value(name, value) for name, value in spec.items()
+        }
         return cls(**values)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Seed values from `GPUSTACK_<UPPER_SNAKE>` (first deploy only; later edits win)."""
-        values = {}
+        values: dict[str, Any] = {}
         for entry in fields(cls):
             variable = env_name(entry.metadata["name"])
             raw = env.get(variable, "")
             if raw != "":
-                values[entry.name] = _env_bool(variable, raw)
+                values[entry.name] = (
+                    _names(variable, raw)
+                    if entry.name in _LIST_FIELDS
+                    else _env_bool(variable, raw)
+                )
         return cls(**values)
 
-    def to_spec(self) -> dict[str, bool]:
+    def to_spec(self) -> dict[str, bool | list[str]]:
         """The `spec` that parses back into these settings."""
-        return {entry.metadata["name"]: getattr(self, entry.name) for entry in fields(self)}
+        spec: dict[str, bool | list[str]] = {}
+        for entry in fields(self):
+            value = getattr(self, entry.name)
+            spec[entry.metadata["name"]] = list(value) if isinstance(value, tuple) else value
+        return spec
 
 
 def env_name(setting: str) -> str:
     """`node-management-manual` -> `GPUSTACK_NODE_MANAGEMENT_MANUAL`."""
     return ENV_PREFIX + setting.upper().replace("-", "_")
+
+
+_LIST_FIELDS = frozenset({"entrance_excluded_namespaces"})
+_LIST_SETTINGS = frozenset({"entrance-excluded-namespaces"})
+
+
+def _spec_value(name: str, value: object) -> bool | tuple[str, ...]:
+    return _names(f"spec.{name}", value) if name in _LIST_SETTINGS else _spec_bool(name, value)
+
+
+def _names(where: str, value: object) -> tuple[str, ...]:
+    """A list of names: a JSON list of strings, or one comma-separated string."""
+    if isinstance(value, str):
+        items: list[object] = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list):
+        items = list(value)
+    else:
+        raise ValueError(f"{where}: expected a list of names, got {value!r}")
+    if not all(isinstance(item, str) and item for item in items):
+        raise ValueError(f"{where}: expected a list of non-empty names, got {value!r}")
+    return tuple(str(item) for item in items)
 
 
 def _spec_bool(name: str, value: object) -> bool:

@@ -19,6 +19,9 @@ from typing import Any
 import jsonschema
 from flask import Flask, Response, jsonify, request
 
+from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
+from chain.settings import Settings
+
 Obj = dict[str, Any]
 Handler = Callable[[Obj], Obj]
 
@@ -143,6 +146,39 @@ class DecoratorRequest:
             related=ObjectMap.parse(valid.get("related")),
             finalizing=bool(valid.get("finalizing", False)),
         )
+
+
+def object_path(map_name: str, obj: Obj) -> str:
+    """JSON path of an object inside a request map, built from the object itself.
+
+    The map keys differ between hook versions v1 and v2 (`name` vs `ns/name`); naming the
+    object by its group key and name reads the same under both.
+    """
+    meta = obj.get("metadata") or {}
+    return f"$.{map_name}['{_group_key(obj)}']['{meta.get('name', '')}']"
+
+
+def read_settings(obj: Obj | None, path: str) -> Settings:
+    """Settings from a Settings object's spec (defaults when there is no object).
+
+    `Settings.from_spec` names the bad field as `spec.<name>: ...`; that becomes a BadRequest
+    whose field is the full path into the request, so the 400 says exactly what to fix.
+    """
+    if obj is None:
+        return Settings()
+    try:
+        return Settings.from_spec(obj.get("spec"))
+    except ValueError as err:
+        field, _, message = str(err).partition(": ")
+        raise BadRequest(f"{path}.{field}", message) from err
+
+
+def related_settings(request: DecoratorRequest) -> Settings:
+    """The chain settings among the related objects; defaults when the singleton is absent."""
+    for obj in request.related.of(SETTINGS, CHAIN_API):
+        if obj["metadata"]["name"] == SETTINGS_NAME:
+            return read_settings(obj, object_path("related", obj))
+    return Settings()
 
 
 def _error(status: int, message: str, field: str | None = None) -> tuple[Response, int]:

@@ -17,7 +17,9 @@ DEFAULTS = {
     "instance-privileged-allowed": False,
     "instance-host-path-volume-allowed": False,
     "instance-persistent-volume-placement": True,
+    "entrance-excluded-namespaces": [],
 }
+BOOLEAN_SETTINGS = [name for name, value in DEFAULTS.items() if isinstance(value, bool)]
 
 
 def test_defaults_and_names() -> None:
@@ -56,12 +58,30 @@ def test_bad_spec_names_the_field(spec: object, field: str) -> None:
         Settings.from_spec(spec)
 
 
+def test_excluded_namespaces() -> None:
+    assert Settings().entrance_excluded_namespaces == ()
+    got = Settings.from_spec({"entrance-excluded-namespaces": ["kueue-system", "monitoring"]})
+    assert got.entrance_excluded_namespaces == ("kueue-system", "monitoring")
+    assert Settings.from_spec(
+        {"entrance-excluded-namespaces": "a, b"}
+    ).entrance_excluded_namespaces == (
+        "a",
+        "b",
+    )
+    env = {"GPUSTACK_ENTRANCE_EXCLUDED_NAMESPACES": "x,y"}
+    assert Settings.from_env(env).entrance_excluded_namespaces == ("x", "y")
+    with pytest.raises(ValueError, match="^spec.entrance-excluded-namespaces:"):
+        Settings.from_spec({"entrance-excluded-namespaces": [1]})
+    with pytest.raises(ValueError, match="^spec.entrance-excluded-namespaces:"):
+        Settings.from_spec({"entrance-excluded-namespaces": True})
+
+
 def test_frozen() -> None:
     with pytest.raises(AttributeError):
         Settings().workload_fit_affinity = False  # type: ignore[misc]
 
 
-@given(st.fixed_dictionaries({}, optional=dict.fromkeys(DEFAULTS, st.booleans())))
+@given(st.fixed_dictionaries({}, optional=dict.fromkeys(BOOLEAN_SETTINGS, st.booleans())))
 def test_round_trip(spec: dict[str, bool]) -> None:
     settings = Settings.from_spec(spec)
     assert Settings.from_spec(settings.to_spec()) == settings
