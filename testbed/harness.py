@@ -545,10 +545,10 @@ class Testbed:
             self.kube.apply(crd)
         for crd in crds:
             name = crd["metadata"]["name"]
-            wait_for(partial(self._established, name), timeout, f"CRD {name} to be established")
+            wait_for(partial(self.crd_established, name), timeout, f"CRD {name} to be established")
         self.kube.forget_discovery()
 
-    def _established(self, name: str) -> bool:
+    def crd_established(self, name: str) -> bool:
         crd = self.kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
         conds = ((crd or {}).get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)

@@ -1,0 +1,221 @@
+"""The offline planner: the chain's hooks run in chain order over a cluster snapshot.
+
+Input is a Kubernetes List (what `kubectl get nodes,namespaces -o json` prints; Settings,
+InstanceTypes and ClusterQueues in it are used too). Each hook is called with the request body
+Metacontroller would send, through the same pure functions the Flask apps serve, so the plan is
+what the cluster would converge to, without a cluster:
+
+1. the Node decorator on every Node (labels, NodeFlavors summary);
+2. the pools decorator on the Settings singleton, relating the summaries;
+3. the entrance decorator on every Namespace, relating the chain's ClusterQueues.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chain.apis import (
+    CHAIN_API,
+    CLUSTER_QUEUE,
+    INSTANCE_TYPE,
+    KUEUE_API,
+    LOCAL_QUEUE,
+    NODE_FLAVORS,
+    RESOURCE_FLAVOR,
+    SETTINGS,
+    SETTINGS_NAME,
+    TOPOLOGY,
+    WORKER_API,
+)
+from chain.settings import Settings, StartupEnv
+from hooks.entrance import sync as entrance
+from hooks.flavor import node as node_hook
+from hooks.flavor import pools as pools_hook
+from hooks.shell import Obj
+
+# Metacontroller always sends one (possibly empty) map per declared attachment/related type.
+NODE_ATTACHMENTS = (f"{NODE_FLAVORS}.{CHAIN_API}",)
+POOL_ATTACHMENTS = (
+    f"{RESOURCE_FLAVOR}.{KUEUE_API}",
+    f"{TOPOLOGY}.{KUEUE_API}",
+    f"{INSTANCE_TYPE}.{WORKER_API}",
+)
+
+
+def _key(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+def _object_map(groups: Iterable[str], objects: Iterable[Obj]) -> dict[str, dict[str, Obj]]:
+    out: dict[str, dict[str, Obj]] = {group: {} for group in groups}
+    for obj in objects:
+        out.setdefault(f"{obj['kind']}.{obj['apiVersion']}", {})[_key(obj)] = obj
+    return out
+
+
+def _of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def settings_object(objects: Iterable[Obj], overrides: Mapping[str, str]) -> Obj:
+    """The snapshot's Settings singleton (or an empty one) with `--setting` overrides applied."""
+    found = next(
+        (o for o in _of_kind(objects, SETTINGS) if o["metadata"]["name"] == SETTINGS_NAME),
+        None,
+    )
+    empty: Obj = {"apiVersion": CHAIN_API, "kind": SETTINGS, "metadata": {"name": SETTINGS_NAME}}
+    obj: Obj = copy.deepcopy(found) if found else empty
+    obj["spec"] = {**(obj.get("spec") or {}), **overrides}
+    Settings.from_spec(obj["spec"])  # a bad override is reported before anything runs
+    return obj
+
+
+def _labelled(node: Obj, labels: Mapping[str, str | None]) -> Obj:
+    """The Node as it reads once Metacontroller applied the decorator's labels."""
+    out = copy.deepcopy(node)
+    current = out["metadata"].setdefault("labels", {})
+    for key, value in labels.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    return out
+
+
+def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> list[Obj]:
+    settings = settings_object(objects, overrides)
+    related_settings = _object_map((f"{SETTINGS}.{CHAIN_API}",), [settings])
+
+    nodes: list[Obj] = []
+    summaries: list[Obj] = []
+    for node in _of_kind(objects, "Node"):
+        # Metacontroller resyncs a Node after labelling it; two rounds reach the fixed point.
+        for _ in range(2):
+            answer = node_hook.sync(
+                {
+                    "object": node,
+                    "attachments": _object_map(NODE_ATTACHMENTS, []),
+                    "related": related_settings,
+                }
+            )
+            node = _labelled(node, answer.get("labels") or {})
+        nodes.append(node)
+        summaries += answer.get("attachments") or []
+
+    observed_types = _of_kind(objects, INSTANCE_TYPE)
+    pools = (
+        pools_hook.sync(
+            {
+                "object": settings,
+                "attachments": _object_map(POOL_ATTACHMENTS, observed_types),
+                "related": _object_map((f"{NODE_FLAVORS}.{CHAIN_API}",), summaries),
+            }
+        ).get("attachments")
+        or []
+    )
+
+    cluster_queues = _of_kind(objects, CLUSTER_QUEUE)
+    local_queues: list[Obj] = []
+    for namespace in _of_kind(objects, "Namespace"):
+        related = _object_map(
+            (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
+            [*cluster_queues, settings],
+        )
+        answer = entrance.sync(
+            {
+                "object": namespace,
+                "attachments": _object_map((f"{LOCAL_QUEUE}.{KUEUE_API}",), []),
+                "related": related,
+            },
+            env,
+        )
+        local_queues += answer.get("attachments") or []
+    return [settings, *nodes, *summaries, *pools, *local_queues]
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    labels: dict[str, str] = obj["metadata"].get("labels") or {}
+    return labels
+
+
+def table(objects: list[Obj]) -> str:
+    """A human summary: nodes, pools (flavors with capacity), InstanceTypes, LocalQueues."""
+    lines: list[str] = []
+
+    def section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+        if not rows:
+            return
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines.append(f"\n{title}")
+        for row in [header, *rows]:
+            cells = (c.ljust(w) for c, w in zip(row, widths, strict=True))
+            lines.append(("  " + "  ".join(cells)).rstrip())
+
+    node_rows = []
+    for node in _of_kind(objects, "Node"):
+        labels = _labels(node)
+        node_rows.append((node["metadata"]["name"], labels.get("gpustack.ai/managed", "-")))
+    summaries = {s["metadata"]["name"]: s for s in _of_kind(objects, NODE_FLAVORS)}
+    section(
+        "Nodes",
+        ("NODE", "MANAGED", "FLAVORS"),
+        [
+            (
+                name,
+                managed,
+                ", ".join(
+                    f["name"] for f in summaries.get(name, {}).get("spec", {}).get("flavors", [])
+                )
+                or "-",
+            )
+            for name, managed in node_rows
+        ],
+    )
+
+    def capacity(flavor: Obj) -> str:
+        return next((v for k, v in _labels(flavor).items() if k.endswith(".capacity")), "?")
+
+    section(
+        "ResourceFlavors (pools)",
+        ("FLAVOR", "CAPACITY", "TOPOLOGY"),
+        [
+            (f["metadata"]["name"], capacity(f), f["spec"].get("topologyName", "-"))
+            for f in _of_kind(objects, RESOURCE_FLAVOR)
+        ],
+    )
+    section(
+        "InstanceTypes",
+        ("NAME", "DISPLAY", "UNITS (cpu/ram)", "GROUPS"),
+        [
+            (
+                t["metadata"]["name"],
+                t["spec"].get("displayName", ""),
+                "{cpu}/{ram}".format(**t["spec"].get("unitResources", {"cpu": "?", "ram": "?"})),
+                _groups(t["spec"]),
+            )
+            for t in _of_kind(objects, INSTANCE_TYPE)
+        ],
+    )
+    section(
+        "LocalQueues",
+        ("NAMESPACE", "NAME", "CLUSTERQUEUE"),
+        [
+            (q["metadata"]["namespace"], q["metadata"]["name"], q["spec"]["clusterQueue"])
+            for q in _of_kind(objects, LOCAL_QUEUE)
+        ],
+    )
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _groups(spec: Obj) -> str:
+    return f"{spec.get('generalGroup', '')} {spec.get('acceleratorGroup', '')}".strip()
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--setting {text!r}: expected NAME=VALUE")
+    return name, value

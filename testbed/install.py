@@ -1,0 +1,133 @@
+"""Install the shipped `manifests/` on a testbed, the way `kubectl apply -k` would.
+
+The testbed has no kubelet, so nothing the manifests deploy as Pods can run there. The overlay
+therefore changes only how the hooks are reached, never what is installed:
+
+- each hook Deployment's own gunicorn command line (`... hooks.<name>.app:app`) is served
+  locally by the testbed, and its Service is mapped to that local URL;
+- Metacontroller hooks and admission webhooks that name a Service are pointed at the URL (and
+  the testbed CA for https);
+- Deployments, Services and DaemonSets are then not applied (they would never start).
+
+Everything else (CRDs, the settings singleton, controllers, NFD rules, RBAC, webhook
+configurations) is applied as shipped, with server-side apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from testbed.harness import Testbed, metacontroller_compat
+from testbed.kube import Obj, load_yaml_documents, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+MANIFESTS = REPO / "manifests"
+NOT_APPLIED = {"Deployment", "Service", "DaemonSet"}
+FIELD_MANAGER = "gpustack-chain-install"
+
+
+def kustomize(directory: Path) -> list[Obj]:
+    """The objects a kustomization lists (resources: files or folders), in order.
+
+    Only `resources` is read: the shipped kustomization uses nothing else, and a test fails if
+    that changes (see tests/unit/test_manifests.py).
+    """
+    kustomization = load_yaml_documents(directory / "kustomization.yaml")[0]
+    objects: list[Obj] = []
+    for entry in kustomization.get("resources") or []:
+        path = directory / entry
+        objects += kustomize(path) if path.is_dir() else load_yaml_documents(path)
+    return objects
+
+
+def _gunicorn_app(deployment: Obj) -> tuple[str, list[str]] | None:
+    """`(module:attr, extra gunicorn args)` when the Deployment runs a hook app with gunicorn."""
+    for container in deployment["spec"]["template"]["spec"]["containers"]:
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        if argv and argv[0].endswith("gunicorn"):
+            app = next((a for a in argv[1:] if not a.startswith("-")), None)
+            if app is not None:
+                tls = [a for a in argv if a.startswith(("--certfile", "--keyfile"))]
+                return app, tls
+    return None
+
+
+def _service_targets(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
+    """(namespace, service name) -> the Deployment whose Pods the Service selects."""
+    deployments = [o for o in objects if o["kind"] == "Deployment"]
+    targets: dict[tuple[str, str], Obj] = {}
+    for svc in (o for o in objects if o["kind"] == "Service"):
+        selector = svc["spec"].get("selector") or {}
+        for dep in deployments:
+            labels = dep["spec"]["template"]["metadata"].get("labels") or {}
+            same_ns = dep["metadata"].get("namespace") == svc["metadata"].get("namespace")
+            if same_ns and selector and all(labels.get(k) == v for k, v in selector.items()):
+                targets[(svc["metadata"].get("namespace", ""), svc["metadata"]["name"])] = dep
+    return targets
+
+
+@dataclass
+class Installed:
+    objects: list[Obj]
+    urls: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, service) -> the local base URL serving it."""
+
+
+def _point_hooks(obj: Obj, urls: dict[tuple[str, str], str]) -> Obj:
+    """Metacontroller hooks: `service` + `path` -> `url`."""
+    obj = metacontroller_compat(obj)
+    for hook in (obj["spec"].get("hooks") or {}).values():
+        webhook = hook.get("webhook") if isinstance(hook, dict) else None
+        if webhook and "service" in webhook:
+            svc = webhook.pop("service")
+            base = urls[(svc.get("namespace", ""), svc["name"])]
+            webhook["url"] = base + webhook.pop("path", "")
+    return obj
+
+
+def _point_webhooks(obj: Obj, urls: dict[tuple[str, str], str], ca_bundle: str) -> Obj:
+    """Admission webhook configurations: `service` -> `url`, with the testbed CA."""
+    for hook in obj.get("webhooks") or []:
+        config = hook["clientConfig"]
+        if "service" in config:
+            svc = config.pop("service")
+            config["url"] = urls[(svc["namespace"], svc["name"])] + svc.get("path", "")
+            config["caBundle"] = ca_bundle
+    return obj
+
+
+def install(bed: Testbed, manifests: Path = MANIFESTS, timeout: float = 60) -> Installed:
+    objects = [copy.deepcopy(o) for o in kustomize(manifests)]
+    installed = Installed(objects)
+    for (namespace, service), deployment in _service_targets(objects).items():
+        served = _gunicorn_app(deployment)
+        if served is None:
+            continue
+        app, tls = served
+        name = f"hook-{deployment['metadata']['name']}"
+        url = bed.serve(name, app, tls=bool(tls), env={"KUBERNETES_POD_NAMESPACE": namespace})
+        installed.urls[(namespace, service)] = url
+    ca_bundle = base64.b64encode(bed.certs.ca_crt.read_bytes()).decode()
+
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    namespaces = [o for o in objects if o["kind"] == "Namespace"]
+    for obj in namespaces + crds:
+        bed.kube.apply(obj, FIELD_MANAGER)
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        wait_for(partial(bed.crd_established, name), timeout, f"CRD {name} established")
+    bed.kube.forget_discovery()
+
+    for obj in objects:
+        if obj["kind"] in NOT_APPLIED or obj in crds or obj in namespaces:
+            continue
+        if obj["apiVersion"] == "metacontroller.k8s.io/v1alpha1":
+            obj = _point_hooks(obj, installed.urls)
+        elif obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+            obj = _point_webhooks(obj, installed.urls, ca_bundle)
+        bed.kube.apply(obj, FIELD_MANAGER)
+    return installed

@@ -1,0 +1,175 @@
+"""Nodes to pools on the real control plane, with the shipped manifests.
+
+Nodes are registered as a kubelet would; their hardware reaches them the real way: an
+nfd-worker-style NodeFeature (CPU identity) and a device-manager-style NodeFeature (accelerator
+labels) go through the real NFD master, which labels the Nodes; then the real Metacontroller
+calls the flavor and entrance hooks (served by gunicorn from the shipped Deployments' commands).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from testbed.harness import Testbed
+from testbed.install import Installed, install
+from testbed.kube import Kube, Obj, wait_for
+from testbed.nodes import node_object, register_node
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+WORKER = "worker.gpustack.ai/v1alpha1"
+NFD = "nfd.k8s-sigs.io/v1alpha1"
+NFD_NS = "node-feature-discovery"
+T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+CPU_FLAVOR = "gpustack--amd-25-1-linux-amd64-16c"
+T4_FLAVOR = "gpustack--amd-25-1--nvidia-tesla-t4-linux-amd64-2d"
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+CPU_POOL = "gpustack--generic-linux-amd64"
+
+
+def nfd_worker_feature(node: str) -> Obj:
+    """What nfd-worker publishes for an AMD family 25 model 1 CPU (labels and raw features)."""
+    return {
+        "apiVersion": NFD,
+        "kind": "NodeFeature",
+        "metadata": {"name": node, "namespace": NFD_NS,
+                     "labels": {"nfd.node.kubernetes.io/node-name": node}},
+        "spec": {
+            "features": {
+                "attributes": {"cpu.model": {"elements": {
+                    "vendor_id": "AMD", "family": "25", "id": "1"}}},
+            },
+            "labels": {
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+                "feature.node.kubernetes.io/cpu-model.family": "25",
+                "feature.node.kubernetes.io/cpu-model.id": "1",
+            },
+        },
+    }
+
+
+def device_manager_feature(node: str, cards: int) -> Obj:
+    """The node agent's NodeFeature for `cards` Tesla T4 (node-agent §3 label set)."""
+    return {
+        "apiVersion": NFD,
+        "kind": "NodeFeature",
+        "metadata": {"name": f"{node}-gpustack-device-manager", "namespace": NFD_NS,
+                     "labels": {"nfd.node.kubernetes.io/node-name": node}},
+        "spec": {"labels": {
+            "feature.gpustack.ai/acceleratable": "true",
+            "acceleratable.feature.gpustack.ai/nvidia": "true",
+            "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
+            "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
+            T4_KEY: "true",
+            f"{T4_KEY}.product": "Tesla-T4",
+            f"{T4_KEY}.memory": "15Gi",
+            f"{T4_KEY}.cores": "2560",
+            f"{T4_KEY}.family": "Turing",
+            f"{T4_KEY}.comcap": "7.5",
+            f"{T4_KEY}.count": str(cards),
+        }},
+    }
+
+
+@pytest.fixture(scope="module")
+def chain(testbed: Testbed) -> Iterator[Installed]:
+    yield install(testbed)
+
+
+def _add_node(kube: Kube, name: str, cards: int = 0) -> None:
+    register_node(kube, node_object(name, cpu="16"))
+    kube.apply(nfd_worker_feature(name))
+    if cards:
+        kube.apply(device_manager_feature(name, cards))
+
+
+def _remove_node(kube: Kube, name: str) -> None:
+    kube.delete(NFD, "NodeFeature", name, NFD_NS)
+    kube.delete(NFD, "NodeFeature", f"{name}-gpustack-device-manager", NFD_NS)
+    kube.delete("v1", "Node", name)
+
+
+def _label(kube: Kube, kind: str, name: str, key: str, api: str = KUEUE) -> str | None:
+    obj = kube.get(api, kind, name)
+    return ((obj or {}).get("metadata", {}).get("labels") or {}).get(key)
+
+
+def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
+    kube = testbed.kube
+    tag = uuid.uuid4().hex[:6]
+    gpu_nodes = [f"gpu-{tag}-{i}" for i in range(2)]
+    cpu_node = f"cpu-{tag}"
+    for node in gpu_nodes:
+        _add_node(kube, node, cards=2)
+    _add_node(kube, cpu_node)
+    try:
+        # NFD master turned the NodeFeatures into labels, the node decorator managed the Nodes.
+        for node in [*gpu_nodes, cpu_node]:
+            wait_for(lambda n=node: _label(kube, "Node", n, "gpustack.ai/managed", "v1") == "true",
+                     60, f"{node} to be managed")
+        wait_for(lambda: _label(kube, "Node", cpu_node,
+                                "general.feature.gpustack.ai/amd-25-1.count", "v1") == "16",
+                 60, "the CPU key count label")
+
+        # Pools: a device flavor over the two GPU nodes, a CPU flavor over all three (mixed on).
+        wait_for(lambda: _label(kube, "ResourceFlavor", T4_FLAVOR,
+                                f"{T4_KEY}.capacity") == "4", 90, "the T4 flavor with capacity 4")
+        wait_for(lambda: _label(kube, "ResourceFlavor", CPU_FLAVOR,
+                                "general.feature.gpustack.ai/amd-25-1.capacity") == "48",
+                 90, "the CPU flavor with capacity 48")
+        t4 = kube.get(KUEUE, "ResourceFlavor", T4_FLAVOR)
+        assert t4 is not None
+        assert t4["spec"]["tolerations"] == [{"operator": "Exists"}]
+        assert t4["spec"]["topologyName"] == "gpustack-fnv64-87bf574bea2a4f23"
+        assert t4["spec"]["nodeLabels"][T4_KEY] == "true"
+        assert kube.get(KUEUE, "Topology", "gpustack-fnv64-87bf574bea2a4f23") is not None
+
+        # One derived InstanceType per pool, with the product's preset units.
+        it = wait_for(lambda: kube.get(WORKER, "InstanceType", T4_POOL), 60, "the T4 type")
+        assert it["spec"]["unitResources"] == {"cpu": "8", "ram": "32Gi"}
+        assert it["metadata"]["labels"]["schedule.gpustack.ai/derived-from-node"] == "true"
+        wait_for(lambda: kube.get(WORKER, "InstanceType", CPU_POOL), 60, "the CPU type")
+
+        # Removing a node shrinks capacity.
+        _remove_node(kube, gpu_nodes[1])
+        wait_for(lambda: _label(kube, "ResourceFlavor", T4_FLAVOR,
+                                f"{T4_KEY}.capacity") == "2", 90, "T4 capacity to shrink to 2")
+
+        # A derived InstanceType deleted by hand comes back while its pool lives.
+        uid = it["metadata"]["uid"]
+        kube.delete(WORKER, "InstanceType", T4_POOL)
+        wait_for(lambda: (o := kube.get(WORKER, "InstanceType", T4_POOL))
+                 and o["metadata"]["uid"] != uid, 90, "the deleted InstanceType to come back")
+
+        # The last T4 node leaves: the flavor goes, the derived type stays (it drains later).
+        _remove_node(kube, gpu_nodes[0])
+        wait_for(lambda: kube.get(KUEUE, "ResourceFlavor", T4_FLAVOR) is None, 90,
+                 "the T4 flavor to be deleted")
+        assert kube.get(WORKER, "InstanceType", T4_POOL) is not None
+    finally:
+        for node in [*gpu_nodes, cpu_node]:
+            _remove_node(kube, node)
+
+
+def test_new_namespace_gets_local_queues(testbed: Testbed, chain: Installed) -> None:
+    kube = testbed.kube
+    # The queue hook (a later stage) authors the chain's ClusterQueues; here one stands in.
+    cq = f"gpustack--e2e-{uuid.uuid4().hex[:6]}-linux-amd64"
+    kube.apply({"apiVersion": KUEUE, "kind": "ClusterQueue",
+                "metadata": {"name": cq, "labels": {"resource.gpustack.ai/type": "instancetypes"}},
+                "spec": {"namespaceSelector": {}, "resourceGroups": []}})
+    ns = f"team-{uuid.uuid4().hex[:6]}"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        from chain.names import local_queue_name
+
+        lq = wait_for(lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(cq), ns), 60,
+                      "the new namespace's LocalQueue")
+        assert lq["spec"]["clusterQueue"] == cq
+        assert lq["metadata"]["annotations"]["schedule.gpustack.ai/queue"] == cq
+        assert kube.get(KUEUE, "LocalQueue", local_queue_name(cq), "kube-system") is None
+    finally:
+        kube.delete("v1", "Namespace", ns)
+        kube.delete(KUEUE, "ClusterQueue", cq)

@@ -1,0 +1,76 @@
+"""The shipped manifests: what `kubectl apply -k manifests/` installs, checked statically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testbed.install import MANIFESTS, kustomize
+
+OBJECTS = kustomize(MANIFESTS)
+
+
+def _of(kind: str) -> list[dict[str, Any]]:
+    return [o for o in OBJECTS if o["kind"] == kind]
+
+
+def test_kustomization_uses_only_resources() -> None:
+    # testbed.install reads `resources` alone; anything else would be silently skipped there.
+    for path in MANIFESTS.rglob("kustomization.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        allowed = {"apiVersion", "kind", "resources"}
+        assert set(doc) <= allowed, f"{path}: {set(doc) - allowed}"
+
+
+def test_every_manifest_file_is_installed_or_optional() -> None:
+    listed = set()
+    for path in MANIFESTS.rglob("kustomization.yaml"):
+        listed |= {
+            (path.parent / r).resolve() for r in yaml.safe_load(path.read_text())["resources"]
+        }
+    for path in MANIFESTS.rglob("*.yaml"):
+        if path.name == "kustomization.yaml" or path.resolve() in listed:
+            continue
+        pytest.fail(f"{path} is in no kustomization")
+
+
+@pytest.mark.parametrize("deployment", _of("Deployment"), ids=lambda d: d["metadata"]["name"])
+def test_hooks_have_no_credentials_and_are_probed(deployment: dict[str, Any]) -> None:
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for container in pod["containers"]:
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["resources"]["requests"] and container["resources"]["limits"]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_controller_hooks_point_at_shipped_services() -> None:
+    services = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in _of("Service")}
+    controllers = _of("DecoratorController") + _of("CompositeController")
+    assert controllers
+    for controller in controllers:
+        for name, hook in controller["spec"]["hooks"].items():
+            svc = hook["webhook"]["service"]
+            assert (svc["namespace"], svc["name"]) in services, (controller["metadata"], name)
+            assert hook["version"] == "v2"
+
+
+def test_crds_are_structural() -> None:
+    for crd in _of("CustomResourceDefinition"):
+        for version in crd["spec"]["versions"]:
+            schema = version["schema"]["openAPIV3Schema"]
+            assert schema["type"] == "object"
+            assert "$ref" not in yaml.safe_dump(schema)
+
+
+def test_every_hook_app_module_exists() -> None:
+    root = Path(MANIFESTS).parent
+    for deployment in _of("Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            app = [a for a in container["args"] if not a.startswith("-")][-1]
+            module = root / (app.split(":")[0].replace(".", "/") + ".py")
+            assert module.is_file(), app
