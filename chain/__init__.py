@@ -15,4 +15,5 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
 - `presets`: unit resources of derived InstanceTypes.
 - `settings`: the online settings object and the startup environment.
 - `validation`: Kubernetes' syntax rules for names, keys and values.
+- `apis`: API groups, kinds and the settings singleton's name.
 """

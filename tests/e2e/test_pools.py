@@ -34,12 +34,16 @@ def nfd_worker_feature(node: str) -> Obj:
     return {
         "apiVersion": NFD,
         "kind": "NodeFeature",
-        "metadata": {"name": node, "namespace": NFD_NS,
-                     "labels": {"nfd.node.kubernetes.io/node-name": node}},
+        "metadata": {
+            "name": node,
+            "namespace": NFD_NS,
+            "labels": {"nfd.node.kubernetes.io/node-name": node},
+        },
         "spec": {
             "features": {
-                "attributes": {"cpu.model": {"elements": {
-                    "vendor_id": "AMD", "family": "25", "id": "1"}}},
+                "attributes": {
+                    "cpu.model": {"elements": {"vendor_id": "AMD", "family": "25", "id": "1"}}
+                },
             },
             "labels": {
                 "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
@@ -55,21 +59,26 @@ def device_manager_feature(node: str, cards: int) -> Obj:
     return {
         "apiVersion": NFD,
         "kind": "NodeFeature",
-        "metadata": {"name": f"{node}-gpustack-device-manager", "namespace": NFD_NS,
-                     "labels": {"nfd.node.kubernetes.io/node-name": node}},
-        "spec": {"labels": {
-            "feature.gpustack.ai/acceleratable": "true",
-            "acceleratable.feature.gpustack.ai/nvidia": "true",
-            "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
-            "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
-            T4_KEY: "true",
-            f"{T4_KEY}.product": "Tesla-T4",
-            f"{T4_KEY}.memory": "15Gi",
-            f"{T4_KEY}.cores": "2560",
-            f"{T4_KEY}.family": "Turing",
-            f"{T4_KEY}.comcap": "7.5",
-            f"{T4_KEY}.count": str(cards),
-        }},
+        "metadata": {
+            "name": f"{node}-gpustack-device-manager",
+            "namespace": NFD_NS,
+            "labels": {"nfd.node.kubernetes.io/node-name": node},
+        },
+        "spec": {
+            "labels": {
+                "feature.gpustack.ai/acceleratable": "true",
+                "acceleratable.feature.gpustack.ai/nvidia": "true",
+                "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
+                "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
+                T4_KEY: "true",
+                f"{T4_KEY}.product": "Tesla-T4",
+                f"{T4_KEY}.memory": "15Gi",
+                f"{T4_KEY}.cores": "2560",
+                f"{T4_KEY}.family": "Turing",
+                f"{T4_KEY}.comcap": "7.5",
+                f"{T4_KEY}.count": str(cards),
+            }
+        },
     }
 
 
@@ -107,18 +116,39 @@ def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
     try:
         # NFD master turned the NodeFeatures into labels, the node decorator managed the Nodes.
         for node in [*gpu_nodes, cpu_node]:
-            wait_for(lambda n=node: _label(kube, "Node", n, "gpustack.ai/managed", "v1") == "true",
-                     60, f"{node} to be managed")
-        wait_for(lambda: _label(kube, "Node", cpu_node,
-                                "general.feature.gpustack.ai/amd-25-1.count", "v1") == "16",
-                 60, "the CPU key count label")
+            wait_for(
+                lambda n=node: _label(kube, "Node", n, "gpustack.ai/managed", "v1") == "true",
+                60,
+                f"{node} to be managed",
+            )
+        wait_for(
+            lambda: (
+                _label(kube, "Node", cpu_node, "general.feature.gpustack.ai/amd-25-1.count", "v1")
+                == "16"
+            ),
+            60,
+            "the CPU key count label",
+        )
 
         # Pools: a device flavor over the two GPU nodes, a CPU flavor over all three (mixed on).
-        wait_for(lambda: _label(kube, "ResourceFlavor", T4_FLAVOR,
-                                f"{T4_KEY}.capacity") == "4", 90, "the T4 flavor with capacity 4")
-        wait_for(lambda: _label(kube, "ResourceFlavor", CPU_FLAVOR,
-                                "general.feature.gpustack.ai/amd-25-1.capacity") == "48",
-                 90, "the CPU flavor with capacity 48")
+        wait_for(
+            lambda: _label(kube, "ResourceFlavor", T4_FLAVOR, f"{T4_KEY}.capacity") == "4",
+            90,
+            "the T4 flavor with capacity 4",
+        )
+        wait_for(
+            lambda: (
+                _label(
+                    kube,
+                    "ResourceFlavor",
+                    CPU_FLAVOR,
+                    "general.feature.gpustack.ai/amd-25-1.capacity",
+                )
+                == "48"
+            ),
+            90,
+            "the CPU flavor with capacity 48",
+        )
         t4 = kube.get(KUEUE, "ResourceFlavor", T4_FLAVOR)
         assert t4 is not None
         assert t4["spec"]["tolerations"] == [{"operator": "Exists"}]
@@ -134,19 +164,30 @@ def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
 
         # Removing a node shrinks capacity.
         _remove_node(kube, gpu_nodes[1])
-        wait_for(lambda: _label(kube, "ResourceFlavor", T4_FLAVOR,
-                                f"{T4_KEY}.capacity") == "2", 90, "T4 capacity to shrink to 2")
+        wait_for(
+            lambda: _label(kube, "ResourceFlavor", T4_FLAVOR, f"{T4_KEY}.capacity") == "2",
+            90,
+            "T4 capacity to shrink to 2",
+        )
 
         # A derived InstanceType deleted by hand comes back while its pool lives.
         uid = it["metadata"]["uid"]
         kube.delete(WORKER, "InstanceType", T4_POOL)
-        wait_for(lambda: (o := kube.get(WORKER, "InstanceType", T4_POOL))
-                 and o["metadata"]["uid"] != uid, 90, "the deleted InstanceType to come back")
+        wait_for(
+            lambda: (
+                (o := kube.get(WORKER, "InstanceType", T4_POOL)) and o["metadata"]["uid"] != uid
+            ),
+            90,
+            "the deleted InstanceType to come back",
+        )
 
         # The last T4 node leaves: the flavor goes, the derived type stays (it drains later).
         _remove_node(kube, gpu_nodes[0])
-        wait_for(lambda: kube.get(KUEUE, "ResourceFlavor", T4_FLAVOR) is None, 90,
-                 "the T4 flavor to be deleted")
+        wait_for(
+            lambda: kube.get(KUEUE, "ResourceFlavor", T4_FLAVOR) is None,
+            90,
+            "the T4 flavor to be deleted",
+        )
         assert kube.get(WORKER, "InstanceType", T4_POOL) is not None
     finally:
         for node in [*gpu_nodes, cpu_node]:
@@ -157,16 +198,24 @@ def test_new_namespace_gets_local_queues(testbed: Testbed, chain: Installed) -> 
     kube = testbed.kube
     # The queue hook (a later stage) authors the chain's ClusterQueues; here one stands in.
     cq = f"gpustack--e2e-{uuid.uuid4().hex[:6]}-linux-amd64"
-    kube.apply({"apiVersion": KUEUE, "kind": "ClusterQueue",
-                "metadata": {"name": cq, "labels": {"resource.gpustack.ai/type": "instancetypes"}},
-                "spec": {"namespaceSelector": {}, "resourceGroups": []}})
+    kube.apply(
+        {
+            "apiVersion": KUEUE,
+            "kind": "ClusterQueue",
+            "metadata": {"name": cq, "labels": {"resource.gpustack.ai/type": "instancetypes"}},
+            "spec": {"namespaceSelector": {}, "resourceGroups": []},
+        }
+    )
     ns = f"team-{uuid.uuid4().hex[:6]}"
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
         from chain.names import local_queue_name
 
-        lq = wait_for(lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(cq), ns), 60,
-                      "the new namespace's LocalQueue")
+        lq = wait_for(
+            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(cq), ns),
+            60,
+            "the new namespace's LocalQueue",
+        )
         assert lq["spec"]["clusterQueue"] == cq
         assert lq["metadata"]["annotations"]["schedule.gpustack.ai/queue"] == cq
         assert kube.get(KUEUE, "LocalQueue", local_queue_name(cq), "kube-system") is None

@@ -70,9 +70,9 @@ def test_excluded_namespaces() -> None:
     )
     env = {"GPUSTACK_ENTRANCE_EXCLUDED_NAMESPACES": "x,y"}
     assert Settings.from_env(env).entrance_excluded_namespaces == ("x", "y")
-    with pytest.raises(ValueError, match="^spec.entrance-excluded-namespaces:"):
+    with pytest.raises(ValueError, match=r"^spec\.entrance-excluded-namespaces:"):
         Settings.from_spec({"entrance-excluded-namespaces": [1]})
-    with pytest.raises(ValueError, match="^spec.entrance-excluded-namespaces:"):
+    with pytest.raises(ValueError, match=r"^spec\.entrance-excluded-namespaces:"):
         Settings.from_spec({"entrance-excluded-namespaces": True})
 
 

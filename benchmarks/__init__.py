@@ -1,0 +1,1 @@
+"""Benchmarks of the chain hooks on generated clusters (`python -m benchmarks.<name>`)."""

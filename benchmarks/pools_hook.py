@@ -1,0 +1,122 @@
+"""How the pools hook's cost compares with just decoding its request, at 1,000 and 5,000 nodes.
+
+    python -m benchmarks.pools_hook [--sizes 1000 5000] [--repeats 30]
+
+For each size: generate a cluster (8 CPU models, 6 card models), run the Node decorator on every
+node to get its labels and its NodeFlavors summary (as the API server would then serve them), and
+build the pools request Metacontroller sends in steady state (every summary related, last answer's
+objects attached). Then, interleaved in one run, time `json.loads` of the body alone and
+`json.loads` + `pools.sync` + `json.dumps(answer)`, and print p50/p95 of both and their ratio
+(goal: at most 3 at 5,000 nodes). Also print how large the body would be if the hook related the
+full Node objects instead of the summaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.cluster import (
+    Obj,
+    node_request,
+    pools_request,
+    random_cluster,
+    served,
+    settings_object,
+)
+from hooks.flavor import node, pools
+
+
+def _labelled(obj: Obj, labels: dict[str, str | None]) -> Obj:
+    """The Node after Metacontroller applied the decorator's labels."""
+    current = dict(obj["metadata"]["labels"])
+    for key, value in labels.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    return {**obj, "metadata": {**obj["metadata"], "labels": current}}
+
+
+def build(size: int) -> tuple[bytes, bytes, int, int]:
+    """(body with summaries, body with full Nodes, #summaries, #attachments)."""
+    settings = settings_object()
+    summaries: list[Obj] = []
+    nodes: list[Obj] = []
+    for obj in random_cluster(size):
+        answer = node.sync(node_request(obj))
+        labelled = _labelled(obj, answer["labels"])
+        nodes.append(labelled)
+        summaries.extend(served(summary, labelled) for summary in answer["attachments"])
+    # Steady state: the last answer's objects come back as observed attachments.
+    attached = pools.sync(pools_request(settings, summaries))["attachments"]
+    body = pools_request(settings, summaries, attached)
+    with_nodes = {**body, "related": {"Node.v1": {n["metadata"]["name"]: n for n in nodes}}}
+    return (
+        json.dumps(body).encode(),
+        json.dumps(with_nodes).encode(),
+        len(summaries),
+        len(attached),
+    )
+
+
+def _timed(action: Callable[[], Any]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def _percentile(samples: list[float], fraction: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def measure(raw: bytes, repeats: int) -> tuple[list[float], list[float]]:
+    """Interleaved samples of decode-only and decode + sync + encode (order alternating)."""
+
+    def decode() -> None:
+        json.loads(raw)
+
+    def serve() -> None:
+        json.dumps(pools.sync(json.loads(raw)))
+
+    serve()  # warm caches (manufacturer table, imports) outside the samples
+    decoded: list[float] = []
+    served_: list[float] = []
+    for index in range(repeats):
+        pair = [(decoded, decode), (served_, serve)]
+        for samples, action in pair if index % 2 == 0 else reversed(pair):
+            samples.append(_timed(action))
+    return decoded, served_
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+
+    print(
+        f"{'nodes':>6} {'summaries':>9} {'attached':>8} {'body':>9} {'with Nodes':>11}"
+        f" {'loads p50':>9} {'p95':>7} {'sync p50':>9} {'p95':>7} {'ratio p50':>9} {'p95':>5}"
+    )
+    for size in args.sizes:
+        raw, with_nodes, count, attached = build(size)
+        decoded, synced = measure(raw, args.repeats)
+        d50, d95 = statistics.median(decoded), _percentile(decoded, 0.95)
+        s50, s95 = statistics.median(synced), _percentile(synced, 0.95)
+        print(
+            f"{size:>6} {count:>9} {attached:>8} {len(raw) / 2**20:>7.2f}Mi"
+            f" {len(with_nodes) / 2**20:>9.2f}Mi {d50 * 1e3:>7.1f}ms {d95 * 1e3:>5.1f}ms"
+            f" {s50 * 1e3:>7.1f}ms {s95 * 1e3:>5.1f}ms {s50 / d50:>9.2f} {s95 / d95:>5.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""API groups, kinds and well-known object names the chain reads and writes.
+
+Hooks find objects in Metacontroller's maps by `<Kind>.<apiVersion>` and author objects by
+apiVersion and kind, so a version bump (Kueue v1beta1 -> v1beta2) is one edit here, not a hunt.
+"""
+
+from __future__ import annotations
+
+CORE_V1 = "v1"
+NODE = "Node"
+
+CHAIN_API = "gpustack.ai/v1alpha1"
+"""Our own CRDs: the settings singleton and the per-node flavor summaries."""
+SETTINGS = "Settings"
+SETTINGS_RESOURCE = "settings"
+SETTINGS_NAME = "default"
+"""The settings object is a singleton; only this name carries the chain's settings."""
+NODE_FLAVORS = "NodeFlavors"
+NODE_FLAVORS_RESOURCE = "nodeflavors"
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+RESOURCE_FLAVOR = "ResourceFlavor"
+TOPOLOGY = "Topology"
+CLUSTER_QUEUE = "ClusterQueue"
+LOCAL_QUEUE = "LocalQueue"
+ADMISSION_CHECK = "AdmissionCheck"
+WORKLOAD = "Workload"
+
+WORKER_API = "worker.gpustack.ai/v1alpha1"
+INSTANCE_TYPE = "InstanceType"
+
+
+def group_of(api_version: str) -> str:
+    """The API group of an apiVersion (`""` for the core group)."""
+    group, slash, _ = api_version.rpartition("/")
+    return group if slash else ""

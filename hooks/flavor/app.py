@@ -1,0 +1,20 @@
+"""The flavor hook's HTTP shell: `gunicorn hooks.flavor.app:app`.
+
+Routes: POST /node/sync, /node/customize (Node decorator), /flavors/sync, /flavors/customize
+(pools decorator on the Settings singleton); GET /healthz.
+"""
+
+from __future__ import annotations
+
+from hooks.flavor import node, pools
+from hooks.shell import make_app
+
+app = make_app(
+    "flavor",
+    {
+        "/node/sync": node.sync,
+        "/node/customize": node.customize,
+        "/flavors/sync": pools.sync,
+        "/flavors/customize": pools.customize,
+    },
+)

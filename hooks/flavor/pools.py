@@ -1,0 +1,137 @@
+"""The pools decorator: ResourceFlavors, the Topology and derived InstanceTypes from summaries.
+
+Target: the Settings singleton. Related: every NodeFlavors summary. Answer `attachments`:
+
+- one ResourceFlavor per flavor name some summary feeds; the contributors sorted by node name,
+  the first describes it, capacity = #contributors x per-node count. A flavor nobody feeds is
+  not returned, so Metacontroller deletes it.
+- the hostname-level Topology, while at least one flavor exists (a Topology no flavor names
+  would only be clutter, and the next flavor brings it back).
+- with `instance-type-derived-from-node`: one InstanceType per pool, described by the pool's
+  first flavor by name.
+
+InstanceTypes are create-only (update strategy OnDelete), but an attachment left out of the
+answer is deleted. So every InstanceType already attached is returned as observed, whatever its
+pool's fate: a derived type outlives its pool (the queue hook drains it), and an admin's later
+edits stand. Pools whose type is missing get a fresh one, so a type deleted by hand comes back
+while its pool lives. A type is never rewritten.
+
+`instance-type-mixed-on-node=false` is applied here as well as in the Node decorator: right
+after a flip the summaries still reflect the old value, and a CPU flavor counting an accelerated
+node while its nodeLabels exclude such nodes would promise capacity that cannot be scheduled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chain.apis import (
+    CHAIN_API,
+    INSTANCE_TYPE,
+    NODE_FLAVORS,
+    NODE_FLAVORS_RESOURCE,
+    SETTINGS,
+    SETTINGS_NAME,
+    WORKER_API,
+)
+from chain.settings import Settings
+from hooks.flavor.objects import as_observed, instance_type, resource_flavor, topology
+from hooks.flavor.summary import FlavorEntry, entry_of, scan
+from hooks.shell import (
+    CUSTOMIZE_REQUEST_SCHEMA,
+    BadRequest,
+    Obj,
+    object_path,
+    parse_shallow,
+    read_settings,
+    validate,
+)
+
+
+def customize(body: Any) -> Obj:
+    """Relate every summary; the rule depends on nothing in the parent (the answer is cached)."""
+    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
+    return {"relatedResources": [{"apiVersion": CHAIN_API, "resource": NODE_FLAVORS_RESOURCE}]}
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One flavor over all its contributors."""
+
+    entry: FlavorEntry
+    """The first contributor's entry (by node name): it describes the flavor."""
+    cpu: Mapping[str, str]
+    """The first contributor's CPU descriptors."""
+    contributors: int
+
+
+def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
+    """Flavors by name, sorted by name, each described by its first contributor by node name.
+
+    This is the loop that runs once per node and entry, so it keeps no per-entry objects: a
+    flavor's group is [first node, its entry, its cpu, contributors], and typed views are made
+    only for the entry that describes a flavor.
+    """
+    groups: dict[str, list[Any]] = {}
+    for obj in summaries:
+        try:
+            node, accelerated, cpu, entries = scan(obj, "")
+        except BadRequest as err:
+            raise BadRequest(object_path("related", obj) + err.field, err.message) from None
+        for entry in entries:
+            if not mixed and accelerated and not entry.get("acceleratorKey"):
+                continue
+            group = groups.get(entry["name"])
+            if group is None:
+                groups[entry["name"]] = [node, entry, cpu, 1]
+                continue
+            group[3] += 1
+            if node < group[0]:
+                group[0:3] = node, entry, cpu
+    return {
+        name: Flavor(entry_of(groups[name][1]), groups[name][2], groups[name][3])
+        for name in sorted(groups)
+    }
+
+
+def sync(body: Any) -> Obj:
+    request = parse_shallow(body)
+    parent = request.object
+    if parent["kind"] != SETTINGS or parent["apiVersion"] != CHAIN_API:
+        raise BadRequest("$.object.kind", f"expected a {CHAIN_API} Settings, got {parent['kind']}")
+    if parent["metadata"]["name"] != SETTINGS_NAME:
+        # Only the singleton carries the chain's settings; any other Settings object owns nothing.
+        return {"attachments": []}
+    settings = read_settings(parent, "$.object")
+    summaries = request.related.of(NODE_FLAVORS, CHAIN_API)
+    observed = [as_observed(obj) for obj in request.attachments.of(INSTANCE_TYPE, WORKER_API)]
+    answer: Obj = {"attachments": attachments(summaries, observed, settings)}
+    if request.finalizing:
+        # The singleton is being deleted: its attachments go with it by owner reference, so
+        # nothing is deleted actively here.
+        answer["finalized"] = True
+    return answer
+
+
+def attachments(summaries: Iterable[Obj], observed: list[Obj], settings: Settings) -> list[Obj]:
+    """The full desired attachment set: flavors by name, the Topology, InstanceTypes by name."""
+    mixed = settings.instance_type_mixed_on_node
+    aware = settings.instance_type_aware_cpu_manufacturer
+    flavors = gather(summaries, mixed)
+    result = [
+        resource_flavor(flavor.entry, flavor.cpu, flavor.contributors, mixed, aware)
+        for flavor in flavors.values()
+    ]
+    if flavors:
+        result.append(topology())
+
+    types = {obj["metadata"]["name"]: obj for obj in observed}
+    if settings.instance_type_derived_from_node:
+        for flavor in flavors.values():
+            name = flavor.entry.identity.instance_type_name(aware)
+            if name not in types:
+                types[name] = instance_type(flavor.entry, flavor.cpu, aware)
+    result.extend(types[name] for name in sorted(types))
+    return result
