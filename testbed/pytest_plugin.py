@@ -19,6 +19,7 @@ from testbed.harness import ComponentDied, Testbed
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/e2e/" in str(item.path).replace("\\", "/"):
