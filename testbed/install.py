@@ -100,7 +100,10 @@ def _point_webhooks(obj: Obj, urls: dict[tuple[str, str], str], ca_bundle: str) 
     return obj
 
 
-def install(bed: Testbed, manifests: Path = MANIFESTS, timeout: float = 60) -> Installed:
+def install(
+    bed: Testbed, manifests: Path = MANIFESTS, timeout: float = 60, capture: Path | None = None
+) -> Installed:
+    """Apply `manifests` on `bed`; with `capture`, record every hook request body there."""
     objects = [copy.deepcopy(o) for o in kustomize(manifests)]
     installed = Installed(objects)
     for (namespace, service), deployment in _service_targets(objects).items():
@@ -109,7 +112,11 @@ def install(bed: Testbed, manifests: Path = MANIFESTS, timeout: float = 60) -> I
             continue
         app, tls = served
         name = f"hook-{deployment['metadata']['name']}"
-        url = bed.serve(name, app, tls=bool(tls), env={"KUBERNETES_POD_NAMESPACE": namespace})
+        env = {"KUBERNETES_POD_NAMESPACE": namespace}
+        if capture is not None:
+            env |= {"CAPTURE_APP": app, "CAPTURE_DIR": str(capture / name)}
+            app = "testbed.capture:app"
+        url = bed.serve(name, app, tls=bool(tls), env=env)
         installed.urls[(namespace, service)] = url
     ca_bundle = base64.b64encode(bed.certs.ca_crt.read_bytes()).decode()
 

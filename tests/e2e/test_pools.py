@@ -8,8 +8,11 @@ calls the flavor and entrance hooks (served by gunicorn from the shipped Deploym
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,7 +87,7 @@ def device_manager_feature(node: str, cards: int) -> Obj:
 
 @pytest.fixture(scope="module")
 def chain(testbed: Testbed) -> Iterator[Installed]:
-    yield install(testbed)
+    yield install(testbed, capture=testbed.root / "captured")
 
 
 def _add_node(kube: Kube, name: str, cards: int = 0) -> None:
@@ -222,3 +225,43 @@ def test_new_namespace_gets_local_queues(testbed: Testbed, chain: Installed) -> 
     finally:
         kube.delete("v1", "Namespace", ns)
         kube.delete(KUEUE, "ClusterQueue", cq)
+
+
+def _shape(body: dict[str, Any]) -> dict[str, Any]:
+    """What a fixture must share with a real request: top-level keys and map group keys."""
+    return {
+        "keys": sorted(body),
+        "controller": body.get("controller", {}).get("kind"),
+        "object": (body.get("object") or body.get("parent") or {}).get("kind"),
+        **{m: sorted(body[m]) for m in ("attachments", "related") if isinstance(body.get(m), dict)},
+    }
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "hooks"
+
+
+@pytest.mark.parametrize(
+    ("hook", "route", "fixture_dir"),
+    [
+        ("hook-gpustack-hook-flavor", "node-sync", "flavor"),
+        ("hook-gpustack-hook-flavor", "flavors-sync", "flavor"),
+        ("hook-gpustack-hook-flavor", "node-customize", "flavor"),
+        ("hook-gpustack-hook-entrance", "sync", "entrance"),
+    ],
+)
+def test_fixtures_have_the_shape_metacontroller_sends(
+    testbed: Testbed, chain: Installed, hook: str, route: str, fixture_dir: str
+) -> None:
+    """The hooks' JSON fixtures are shaped like the requests the real Metacontroller sent."""
+    captured = sorted((testbed.root / "captured" / hook).glob(f"{route}-*.json"))
+    assert captured, f"Metacontroller never called {hook} /{route.replace('-', '/')}"
+    real = {json.dumps(_shape(json.loads(f.read_bytes()))) for f in captured}
+    path = "/" + route.replace("-", "/")
+    fixtures = [
+        json.loads(f.read_text())
+        for f in sorted((FIXTURES / fixture_dir / "fixtures").glob("*.json"))
+    ]
+    ok = [f for f in fixtures if f["path"] == path and f.get("status", 200) == 200]
+    assert ok, f"no successful fixture for {path}"
+    for fixture in ok:
+        assert json.dumps(_shape(fixture["request"])) in real, fixture.get("description")
