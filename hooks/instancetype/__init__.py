@@ -1,0 +1,1 @@
+"""InstanceType status (the four views) and InstanceType admission (defaulting, validation)."""

@@ -1,0 +1,179 @@
+"""InstanceType admission: defaulting (`/mutate`) and validation (`/validate`), AdmissionReview v1.
+
+Defaulting: an empty `generalGroup` becomes `generic`; the pool schedule labels are stamped (stale
+`general.`/`acceleratable.` feature labels pruned) together with
+`schedule.gpustack.ai/queue-entrance`, the name of the pool's LocalQueue in every namespace. An
+accelerated type without an accelerator group gets no labels (validation refuses it anyway).
+
+The webhook holds no Kubernetes credentials, so it cannot read the settings singleton. It takes
+CPU awareness from the type itself: a `generalGroup` other than `generic` names a CPU key, and
+only then is its `general.feature.gpustack.ai/<key>` label stamped (exactly what the aware
+setting does for the types the pools hook derives).
+
+Validation on CREATE checks the complete shape; on UPDATE only that the spec did not change
+except `displayName`, `description` and `inactive` (the create-time shape is not re-checked, so a
+type created under older rules stays editable), also while the object is being deleted.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from chain.labels import ACCELERATABLE_PREFIX, GENERAL_PREFIX, QUEUE_ENTRANCE
+from chain.names import GENERIC, local_queue_name
+from chain.pools import pool_schedule_labels
+from hooks.shell import BadRequest, Obj, validate
+
+MUTABLE_SPEC = ("displayName", "description", "inactive")
+_POSITIVE_INT = re.compile(r"[1-9][0-9]*")
+_GIBIBYTES = re.compile(r"[1-9][0-9]*Gi")
+_INT32_MAX = 2**31 - 1
+
+REVIEW_SCHEMA: Obj = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "request"],
+    "properties": {
+        "apiVersion": {"const": "admission.k8s.io/v1"},
+        "kind": {"const": "AdmissionReview"},
+        "request": {
+            "type": "object",
+            "required": ["uid", "operation"],
+            "properties": {
+                "uid": {"type": "string", "minLength": 1},
+                "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"]},
+                "object": {"type": ["object", "null"]},
+                "oldObject": {"type": ["object", "null"]},
+            },
+        },
+    },
+}
+
+
+def _review(uid: str, allowed: bool, message: str = "", patch: list[Obj] | None = None) -> Obj:
+    response: Obj = {"uid": uid, "allowed": allowed}
+    if not allowed:
+        response["status"] = {"code": 422, "reason": "Invalid", "message": message}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def _spec(obj: Obj | None) -> dict[str, Any]:
+    spec = (obj or {}).get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def desired_labels(
+    name: str, spec: Mapping[str, Any], current: Mapping[str, str]
+) -> dict[str, str]:
+    """The labels after defaulting: schedule labels and the entrance, stale feature keys pruned."""
+    general = spec.get("generalGroup") or GENERIC
+    accelerator = spec.get("acceleratorGroup") or ""
+    acceleratable = bool(spec.get("acceleratable"))
+    if acceleratable and not accelerator:
+        return dict(current)
+    schedule = pool_schedule_labels(
+        acceleratable=acceleratable,
+        aware=general != GENERIC,
+        general_group=general,
+        accelerator_group=accelerator,
+        os=str(spec.get("os") or ""),
+        arch=str(spec.get("arch") or ""),
+    )
+    kept = {
+        k: v
+        for k, v in current.items()
+        if not k.startswith((GENERAL_PREFIX, ACCELERATABLE_PREFIX)) or k in schedule
+    }
+    return {**kept, **schedule, QUEUE_ENTRANCE: local_queue_name(name)}
+
+
+def mutate(body: Any) -> Obj:
+    review = validate(body, REVIEW_SCHEMA)["request"]
+    obj = review.get("object")
+    if review["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
+        return _review(review["uid"], True)
+    meta = obj.get("metadata") or {}
+    name = meta.get("name") or ""
+    spec = _spec(obj)
+    patch: list[Obj] = []
+    # Only on CREATE: an UPDATE must not change the spec, and validation would refuse it.
+    if review["operation"] == "CREATE" and not spec.get("generalGroup"):
+        op = "replace" if "generalGroup" in spec else "add"
+        if "spec" not in obj:
+            patch.append({"op": "add", "path": "/spec", "value": {}})
+        patch.append({"op": op, "path": "/spec/generalGroup", "value": GENERIC})
+        spec = {**spec, "generalGroup": GENERIC}
+    current = meta.get("labels") or {}
+    labels = desired_labels(name, spec, current)
+    if labels != current:
+        op = "replace" if "labels" in meta else "add"
+        patch.append({"op": op, "path": "/metadata/labels", "value": labels})
+    return _review(review["uid"], True, patch=patch)
+
+
+def _unit_problems(spec: Mapping[str, Any]) -> list[str]:
+    problems = []
+    acceleratable = bool(spec.get("acceleratable"))
+    if acceleratable and not spec.get("acceleratorGroup"):
+        problems.append("spec.acceleratorGroup: required when acceleratable is true")
+    for key in ("os", "arch"):
+        if not spec.get(key):
+            problems.append(f"spec.{key}: required (e.g. linux / amd64)")
+    raw_units = spec.get("unitResources")
+    units: Mapping[str, Any] = raw_units if isinstance(raw_units, dict) else {}
+    cpu = str(units.get("cpu", ""))
+    if acceleratable:
+        if not _POSITIVE_INT.fullmatch(cpu) or int(cpu) > _INT32_MAX:
+            problems.append(
+                f"spec.unitResources.cpu: {cpu!r} must be a positive whole number of cores "
+                'without a unit suffix (e.g. "8")'
+            )
+    elif cpu != "1":
+        problems.append(f"spec.unitResources.cpu: {cpu!r} must be 1 when acceleratable is false")
+    for path, value in (
+        ("spec.unitResources.ram", units.get("ram", "")),
+        ("spec.localStorage", spec.get("localStorage", "")),
+    ):
+        if not _GIBIBYTES.fullmatch(str(value)):
+            problems.append(
+                f'{path}: {value!r} must be a positive whole number of Gi (e.g. "32Gi")'
+            )
+    return problems
+
+
+def validate_review(body: Any) -> Obj:
+    review = validate(body, REVIEW_SCHEMA)["request"]
+    uid = review["uid"]
+    operation = review["operation"]
+    obj, old = review.get("object"), review.get("oldObject")
+    if operation == "CREATE":
+        if not isinstance(obj, dict):
+            raise BadRequest("$.request.object", "a CREATE review must carry the object")
+        problems = _unit_problems(_spec(obj))
+        if problems:
+            return _review(uid, False, "InstanceType is invalid: " + "; ".join(problems))
+        return _review(uid, True)
+    if operation == "UPDATE":
+        if not isinstance(obj, dict) or not isinstance(old, dict):
+            raise BadRequest("$.request", "an UPDATE review must carry object and oldObject")
+        new_spec, old_spec = _spec(obj), _spec(old)
+        changed = sorted(
+            key
+            for key in set(new_spec) | set(old_spec)
+            if key not in MUTABLE_SPEC and new_spec.get(key) != old_spec.get(key)
+        )
+        if changed:
+            return _review(
+                uid,
+                False,
+                f"InstanceType spec is immutable except displayName, description and inactive; "
+                f"changed: {', '.join('spec.' + k for k in changed)}. "
+                "Create a new InstanceType instead.",
+            )
+    return _review(uid, True)
