@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed.harness import Testbed
-from testbed.install import Installed, install
+from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 
@@ -83,11 +82,6 @@ def device_manager_feature(node: str, cards: int) -> Obj:
             }
         },
     }
-
-
-@pytest.fixture(scope="module")
-def chain(testbed: Testbed) -> Iterator[Installed]:
-    yield install(testbed, capture=testbed.root / "captured")
 
 
 def _add_node(kube: Kube, name: str, cards: int = 0) -> None:
