@@ -47,6 +47,10 @@ COMPONENT_ORDER = (
     "nfd-master",
 )
 LOG_TAIL_LINES = 80
+# The chain's Kueue Configuration fragment; the testbed's Kueue runs with it merged in.
+KUEUE_FRAGMENT = (
+    Path(__file__).resolve().parent.parent / "manifests" / "kueue" / "configuration.yaml"
+)
 CONTROL_PLANE_NODE = "testbed-control-plane"
 
 
@@ -556,7 +560,18 @@ class Testbed:
     # -- controllers ----------------------------------------------------------------------
 
     def kueue_config(self) -> Obj:
+        """The Configuration the testbed's Kueue runs with: what running outside a cluster
+        needs, plus the chain's shipped fragment (feature gates, resource transformations)."""
         p = self.state.ports
+        config = self._kueue_base_config(p)
+        if KUEUE_FRAGMENT.is_file():
+            fragment = load_yaml_documents(KUEUE_FRAGMENT)[0]
+            config["featureGates"] = {**fragment.get("featureGates", {}), **config["featureGates"]}
+            if "resources" in fragment:
+                config["resources"] = fragment["resources"]
+        return config
+
+    def _kueue_base_config(self, p: dict[str, int]) -> Obj:
         return {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -671,17 +686,22 @@ class Testbed:
 def metacontroller_compat(obj: Obj) -> Obj:
     """Adapt a Metacontroller controller object to the Metacontroller the testbed runs.
 
-    Hook `version` arrived in Metacontroller v4; the v1.5.20 CRD schema does not declare it and
-    server-side apply refuses undeclared fields. Without the field v1.5.20 speaks hook version
-    v1, whose requests differ from v2 only in map keys that our hooks never read.
+    Hook `version` and `resources[].ignoreStatusChanges` arrived in Metacontroller v4; the
+    v1.5.20 CRD schema declares neither and server-side apply refuses undeclared fields. Without
+    `version` v1.5.20 speaks hook version v1, whose requests differ from v2 only in map keys our
+    hooks never read; without `ignoreStatusChanges` it also syncs on status-only changes, which
+    costs calls and changes no answer.
     """
     major = int(build.versions()["metacontroller"]["version"].lstrip("v").split(".")[0])
     if major >= 4 or obj.get("apiVersion") != "metacontroller.k8s.io/v1alpha1":
         return obj
     adapted = copy.deepcopy(obj)
-    for hook in (adapted.get("spec", {}).get("hooks") or {}).values():
+    spec = adapted.get("spec", {})
+    for hook in (spec.get("hooks") or {}).values():
         if isinstance(hook, dict):
             hook.pop("version", None)
+    for resource in [*(spec.get("resources") or []), spec.get("parentResource") or {}]:
+        resource.pop("ignoreStatusChanges", None)
     return adapted
 
 

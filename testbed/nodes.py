@@ -39,6 +39,17 @@ def node_object(
         "status": {
             "capacity": {"cpu": cpu, "memory": memory, "pods": "110", **(capacity or {})},
             "allocatable": {"cpu": cpu, "memory": memory, "pods": "110", **(capacity or {})},
+            # Kueue's topology-aware scheduling only places pods on Ready nodes.
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                    "lastHeartbeatTime": "2026-11-30T00:00:00Z",
+                    "lastTransitionTime": "2026-11-30T00:00:00Z",
+                }
+            ],
         },
     }
 

@@ -1,0 +1,102 @@
+"""The part of Kueue's Configuration the chain depends on, built from the manufacturer table.
+
+Kueue sees a container's accelerator request only after its resource transformations, and the
+chain's queues have quota in credits alone. So every family key of every manufacturer is
+rewritten (strategy Replace, so the original key is not charged as well):
+
+- `<base>` (a whole card) -> M credits each;
+- `<base>.shared` (a share) -> M/10 credits each;
+- `<base>.sliced.units` -> one credit per unit, multiplied by `<base>.sliced` (the number of
+  slices that each take that many units);
+- every other sliced key and the partition keys -> nothing: they describe a request already
+  counted by the keys above (or by the per-card admission check), and charging them would
+  count it twice.
+
+Per-profile partition keys (`<base>.partitioned.<kind>-<profile>`) cannot be listed ahead of
+time; `quotaCheckStrategy: IgnoreUndeclared` makes Kueue ignore them like every other resource a
+chain queue does not cover.
+
+Judgment calls:
+- Partition keys are listed only for manufacturers with a partition kind: no other
+  manufacturer's device plugin can publish them.
+- The `QuotaCheckStrategy` gate is set explicitly: `quotaCheckStrategy` is silently ignored
+  while the gate is off (it is on by default only since Kueue v0.19).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chain.families import (
+    PARTITIONED,
+    PARTITIONED_UNITS,
+    SHARED,
+    SLICED,
+    SLICED_CORES_PERCENTAGE,
+    SLICED_MEMORY_MIB,
+    SLICED_MEMORY_PERCENTAGE,
+    SLICED_UNITS,
+    credits_resource,
+    family_key,
+)
+from chain.manufacturers import Manufacturer, ManufacturerTable
+from chain.units import CREDITS_PER_ACCELERATOR, SHARE_UNITS
+
+CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
+CONFIGURATION = "Configuration"
+REPLACE = "Replace"
+IGNORE_UNDECLARED = "IgnoreUndeclared"
+
+FEATURE_GATES = {
+    # The first three as upstream runs Kueue (control-plane §3.10); TASBalancedPlacement is
+    # still alpha (off by default) in Kueue v0.19.
+    "AssignQueueLabelsForPods": False,
+    "TopologyAwareScheduling": True,
+    "TASBalancedPlacement": True,
+    "QuotaCheckStrategy": True,
+}
+
+_DRAINED_SLICED = (SLICED, SLICED_CORES_PERCENTAGE, SLICED_MEMORY_PERCENTAGE, SLICED_MEMORY_MIB)
+_DRAINED_PARTITIONED = (PARTITIONED, PARTITIONED_UNITS)
+
+
+def _rule(input_key: str, outputs: dict[str, str], multiply_by: str = "") -> dict[str, Any]:
+    rule: dict[str, Any] = {"input": input_key, "strategy": REPLACE}
+    if multiply_by:
+        rule["multiplyBy"] = multiply_by
+    rule["outputs"] = outputs
+    return rule
+
+
+def manufacturer_transformations(entry: Manufacturer) -> list[dict[str, Any]]:
+    """The transformations of one manufacturer's family keys, card key first."""
+    base = entry.resource_name
+    credits = credits_resource(entry.name)
+    rules = [
+        _rule(family_key(base), {credits: str(CREDITS_PER_ACCELERATOR)}),
+        _rule(family_key(base, SHARED), {credits: str(SHARE_UNITS)}),
+        # A unit is worth exactly one credit (M units = M credits = one card).
+        _rule(family_key(base, SLICED_UNITS), {credits: "1"}, family_key(base, SLICED)),
+    ]
+    rules += [_rule(family_key(base, suffix), {}) for suffix in _DRAINED_SLICED]
+    if entry.partition_kind:
+        rules += [_rule(family_key(base, suffix), {}) for suffix in _DRAINED_PARTITIONED]
+    return rules
+
+
+def transformations(table: ManufacturerTable) -> list[dict[str, Any]]:
+    """Every manufacturer's transformations, in table order."""
+    return [rule for entry in table.entries for rule in manufacturer_transformations(entry)]
+
+
+def configuration_fragment(table: ManufacturerTable) -> dict[str, Any]:
+    """The Configuration fields the chain needs; merge them into Kueue's own configuration."""
+    return {
+        "apiVersion": CONFIG_API,
+        "kind": CONFIGURATION,
+        "featureGates": dict(FEATURE_GATES),
+        "resources": {
+            "quotaCheckStrategy": IGNORE_UNDECLARED,
+            "transformations": transformations(table),
+        },
+    }

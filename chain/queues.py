@@ -1,0 +1,97 @@
+"""ClusterQueue vocabulary: stop policies, the node-devices check, and a flavor's quota.
+
+A pool's ClusterQueue has quota in one resource: credits of the pool's manufacturer for an
+accelerated pool (M per whole card), plain `cpu` cores for a CPU pool. Each flavor contributes
+what its labels say the pool holds of it (`<own key>.capacity` = nodes x per-node count), so a
+queue is sized without listing a single node.
+
+Judgment call: a flavor's own key is found from its `.capacity` label rather than from its name.
+A device flavor also carries its node's CPU key (`general...=true`) but only its accelerator key
+has `.count`/`.capacity` siblings, so the family prefix plus `.capacity` picks exactly one key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from chain.families import credits_resource
+from chain.labels import (
+    ACCELERATABLE_PREFIX,
+    CAPACITY_SUFFIX,
+    GENERAL_PREFIX,
+    TRUE,
+    capacity_key,
+    count_key,
+)
+from chain.units import accelerators_to_credits
+
+STOP_NONE = "None"
+STOP_HOLD = "Hold"
+"""No new reservations; admitted workloads run to completion."""
+STOP_HOLD_AND_DRAIN = "HoldAndDrain"
+"""Like Hold, and admitted workloads are evicted."""
+STOP_POLICIES = (STOP_NONE, STOP_HOLD, STOP_HOLD_AND_DRAIN)
+
+NODE_DEVICES_CHECK = "gpustack-node-devices"
+"""The AdmissionCheck that checks per-card fit against the Devices ledger."""
+NODE_DEVICES_CONTROLLER = "worker.gpustack.ai/node-devices"
+"""Its `spec.controllerName`: the admission driver acts only on checks naming it."""
+
+CPU_RESOURCE = "cpu"
+
+
+@dataclass(frozen=True)
+class FlavorSize:
+    """What one ResourceFlavor's labels say about its size."""
+
+    feature_key: str
+    """The flavor's own presence label (`acceleratable...<aKey>` or `general...<gKey>`)."""
+    count: int
+    """Cards (device flavor) or whole CPUs (CPU flavor) per node."""
+    capacity: int
+    """Contributing nodes x count: what the pool holds of this flavor."""
+
+
+def _whole(labels: Mapping[str, str], key: str, minimum: int) -> int:
+    raw = labels.get(key)
+    if raw is None:
+        raise ValueError(f"metadata.labels['{key}']: missing")
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < minimum:
+        raise ValueError(
+            f"metadata.labels['{key}']: expected a whole number >= {minimum}, got {raw!r}"
+        )
+    return int(raw)
+
+
+def flavor_size(labels: Mapping[str, str], acceleratable: bool) -> FlavorSize:
+    """The per-node count and pool capacity of a device (or CPU) flavor, from its labels.
+
+    ValueError names the label (`metadata.labels['...']: ...`) when the flavor is not sized the
+    way the flavor hook sizes flavors.
+    """
+    prefix = ACCELERATABLE_PREFIX if acceleratable else GENERAL_PREFIX
+    owners = sorted(
+        key.removesuffix(CAPACITY_SUFFIX)
+        for key in labels
+        if key.startswith(prefix) and key.endswith(CAPACITY_SUFFIX)
+    )
+    if len(owners) != 1:
+        raise ValueError(
+            f"metadata.labels: expected exactly one {prefix}<key>{CAPACITY_SUFFIX} label, "
+            f"found {len(owners)}"
+        )
+    own = owners[0]
+    if labels.get(own) != TRUE:
+        raise ValueError(f"metadata.labels['{own}']: expected {TRUE!r} beside its capacity")
+    return FlavorSize(own, _whole(labels, count_key(own), 1), _whole(labels, capacity_key(own), 0))
+
+
+def quota_resource(acceleratable: bool, manufacturer: str) -> str:
+    """The one resource a pool's queue covers: `credits.gpustack.ai/<mfr>` or `cpu`."""
+    return credits_resource(manufacturer) if acceleratable else CPU_RESOURCE
+
+
+def nominal_quota(size: FlavorSize, acceleratable: bool) -> int:
+    """A flavor's nominal quota: capacity x M credits (accelerated) or capacity cores (CPU)."""
+    return accelerators_to_credits(size.capacity) if acceleratable else size.capacity

@@ -1,0 +1,49 @@
+"""InstanceTypes to ClusterQueues: one isolated Kueue queue per pool, drained before it goes.
+
+Target: every InstanceType (`worker.gpustack.ai/v1alpha1`). Attachment: the ClusterQueue of the
+same name (InPlace). Related (customize): the pool's ResourceFlavors (`resource.gpustack.ai/type=
+nodes` plus the pool's flavor selector), the `gpustack-node-devices` AdmissionCheck, and the
+Settings singleton. The hook never writes the InstanceType's spec or status, only the two
+annotations below.
+
+Rules:
+
+- Labels: the pool's schedule labels plus `resource.gpustack.ai/type=instancetypes`. Spec:
+  `namespaceSelector: {}`, no cohort, preemption that never reclaims or borrows.
+- One resource group over the pool's live flavors (a flavor with a deletionTimestamp counts as
+  absent), smallest per-node count first, then by name. Accelerated pools cover only
+  `credits.gpustack.ai/<mfr>` with nominal = capacity x 1,600,000; CPU pools only `cpu` with
+  nominal = capacity cores.
+- `admissionChecksStrategy` names `gpustack-node-devices` on accelerated pools while
+  `instance-type-derived-from-node` is on and only once that check is Active (Kueue stops every
+  queue naming a check that is not).
+- `stopPolicy`: Hold while the type is inactive (`spec.inactive`, or the drained mark), None
+  otherwise. A queue with no flavors at all (and nothing to drain) is empty and on Hold.
+- The pool loses every flavor while the queue has groups: with
+  `instance-type-drain-when-no-flavors` (default) the queue goes HoldAndDrain, the type is
+  marked drained, and once Kueue shows the stopped queue empty the groups go. With the setting
+  off the queue goes on Hold (no eviction: admitted workloads finish, nothing new is admitted),
+  and the groups go once no workload holds quota; the type is not marked.
+- Flavors come back: the groups come back and the queue leaves HoldAndDrain, but a drained
+  type stays on Hold until an admin removes the mark.
+- More than 64 flavors (Kueue's limit per resource group), or an accelerated type whose
+  `acceleratorGroup` names no known manufacturer: the queue keeps its last groups (or, having
+  none, stays empty on Hold) and the type carries the reason.
+- Finalize (the InstanceType is deleted): the queue goes HoldAndDrain; once Kueue shows it
+  drained it is left out of the answer, so Metacontroller deletes it; the InstanceType is
+  released (`finalized: true`) only once the queue is no longer observed.
+
+Annotations on the InstanceType (decorators may write annotations; a key is removed only when
+answered as null, so the hook answers the problem key on every sync and never the mark's
+removal):
+
+- `schedule.gpustack.ai/drained=true`: the hook drained the queue because the pool lost its
+  flavors. While it is `true` the type counts as inactive (the queue stays on Hold). Upstream
+  keeps this in `spec.inactive`, which no hook may write. To reactivate:
+  `kubectl annotate instancetype <name> schedule.gpustack.ai/drained-` (and make sure
+  `spec.inactive` is not true).
+- `schedule.gpustack.ai/queue-problem=<Reason>: <message>`: why the queue does not have the
+  pool's flavors (`TooManyFlavors`, `UnknownManufacturer`); removed once the reason is gone.
+
+See `docs/queues.md` for the operator's view.
+"""

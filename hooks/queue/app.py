@@ -1,0 +1,29 @@
+"""The queue hook's HTTP shell: `gunicorn hooks.queue.app:app`.
+
+Routes: POST /sync, /finalize (the InstanceType decorator; both take the same body, and
+/finalize always finalizes), /customize; GET /healthz.
+"""
+
+from __future__ import annotations
+
+from chain.manufacturers import default_manufacturers
+from hooks.queue import queue
+from hooks.shell import Obj, make_app
+
+# Read once at start, like every `GPUSTACK_<MFR>_*` override.
+TABLE = default_manufacturers()
+
+
+def _sync(body: Obj) -> Obj:
+    return queue.sync(body, TABLE)
+
+
+def _finalize(body: Obj) -> Obj:
+    if isinstance(body, dict):
+        # Metacontroller calls this route only for a target being finalized; trust the route
+        # over a body that forgot to say so.
+        body = {**body, "finalizing": True}
+    return queue.sync(body, TABLE)
+
+
+app = make_app("queue", {"/sync": _sync, "/finalize": _finalize, "/customize": queue.customize})

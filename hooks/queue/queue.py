@@ -1,0 +1,289 @@
+"""The pure core of the queue hook: what an InstanceType's ClusterQueue should be.
+
+`plan` decides the resource groups and the stop policy from the pool's live flavors, the
+observed queue and the settings; `cluster_queue` writes them out; `sync`, `finalize` and
+`customize` turn requests into answers. See the package docstring for the rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from chain.apis import (
+    CHAIN_API,
+    CLUSTER_QUEUE,
+    INSTANCE_TYPE,
+    KUEUE_API,
+    SETTINGS_NAME,
+    SETTINGS_RESOURCE,
+    WORKER_API,
+)
+from chain.keys import split_accelerator_key
+from chain.labels import (
+    QUEUE_DRAINED,
+    QUEUE_PROBLEM,
+    RESOURCE_TYPE,
+    RESOURCE_TYPE_INSTANCE_TYPES,
+    RESOURCE_TYPE_NODES,
+    TRUE,
+)
+from chain.manufacturers import ManufacturerTable
+from chain.queues import (
+    NODE_DEVICES_CHECK,
+    STOP_HOLD,
+    STOP_HOLD_AND_DRAIN,
+    STOP_NONE,
+    nominal_quota,
+    quota_resource,
+)
+from chain.settings import Settings
+from chain.units import MAX_QUEUE_FLAVORS
+from hooks.queue.request import (
+    Flavor,
+    ObservedQueue,
+    Pool,
+    check_active,
+    observed_queue,
+    pool_flavors,
+    read_pool,
+    selector_of,
+)
+from hooks.shell import (
+    CUSTOMIZE_REQUEST_SCHEMA,
+    BadRequest,
+    DecoratorRequest,
+    Obj,
+    related_settings,
+    validate,
+)
+
+log = logging.getLogger("hooks.queue")
+
+WAIT_SECONDS = 10
+"""Resync delay while waiting on Kueue (a drain, a deletion); queue status changes also
+trigger a sync, this only bounds the wait if one is missed."""
+
+RESOURCE_FLAVORS_RESOURCE = "resourceflavors"
+ADMISSION_CHECKS_RESOURCE = "admissionchecks"
+
+
+def isolation() -> Obj:
+    """Spec fields of an isolated queue: no cohort, so nothing to borrow, lend or reclaim;
+    inside the queue a higher-priority workload may still preempt a lower one."""
+    return {
+        "flavorFungibility": {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "MayStopSearch"},
+        "preemption": {
+            "reclaimWithinCohort": "Never",
+            "borrowWithinCohort": {"policy": "Never"},
+            "withinClusterQueue": "LowerPriority",
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Plan:
+    groups: list[Obj]
+    stop_policy: str
+    mark_drained: bool = False
+    problem: str | None = None
+    wait: bool = False
+
+
+def resource_groups(resource: str, acceleratable: bool, flavors: Sequence[Flavor]) -> list[Obj]:
+    """One group covering the pool's one resource; flavors in the given (preference) order."""
+    entries = [
+        {
+            "name": flavor.name,
+            "resources": [
+                {"name": resource, "nominalQuota": str(nominal_quota(flavor.size, acceleratable))}
+            ],
+        }
+        for flavor in flavors
+    ]
+    return [{"coveredResources": [resource], "flavors": entries}]
+
+
+def refusal(pool: Pool, flavors: Sequence[Flavor], table: ManufacturerTable) -> str | None:
+    """Why the pool's flavors cannot become the queue's groups, or None."""
+    if len(flavors) > MAX_QUEUE_FLAVORS:
+        return (
+            f"TooManyFlavors: the pool has {len(flavors)} flavors and Kueue allows at most "
+            f"{MAX_QUEUE_FLAVORS} in a resource group; the queue keeps its last accepted flavors"
+        )
+    maker = split_accelerator_key(pool.identity.accelerator_group)[0]
+    if pool.identity.acceleratable and maker not in table:
+        return (
+            f"UnknownManufacturer: spec.acceleratorGroup {pool.identity.accelerator_group!r} "
+            "names no known manufacturer, so the queue has no credits resource"
+        )
+    return None
+
+
+def _empty_when_idle(observed: ObservedQueue, stop: str, mark: bool) -> Plan:
+    """Keep the groups under `stop` until Kueue shows the stopped queue empty, then drop them.
+
+    A queue already under HoldAndDrain is stopped at least as hard as `stop` asks.
+    """
+    stopped = observed.stop_policy in (stop, STOP_HOLD_AND_DRAIN)
+    if stopped and observed.idle:
+        return Plan([], STOP_HOLD, mark_drained=mark)
+    return Plan(observed.groups, stop, mark_drained=mark, wait=True)
+
+
+def plan(
+    pool: Pool,
+    flavors: Sequence[Flavor],
+    observed: ObservedQueue | None,
+    settings: Settings,
+    table: ManufacturerTable,
+) -> Plan:
+    """Groups and stop policy of the queue (package docstring, "Rules")."""
+    live = observed if observed is not None and not observed.deleting else None
+    # Only this hook drains a live queue (an admin who does it by hand has evicted workloads
+    # too), so a queue seen under HoldAndDrain always marks its type, even if the mark written
+    # with the drain was lost.
+    draining = live is not None and live.stop_policy == STOP_HOLD_AND_DRAIN
+    held = STOP_HOLD if pool.held or draining else STOP_NONE
+    if flavors:
+        problem = refusal(pool, flavors, table)
+        if problem is None:
+            maker = split_accelerator_key(pool.identity.accelerator_group)[0]
+            resource = quota_resource(pool.identity.acceleratable, maker)
+            groups = resource_groups(resource, pool.identity.acceleratable, flavors)
+            return Plan(groups, held, mark_drained=draining)
+        log.warning("instance type %s: %s", pool.name, problem)
+        kept = live.groups if live is not None else []
+        return Plan(kept, held if kept else STOP_HOLD, mark_drained=draining, problem=problem)
+    if live is None or not live.groups:
+        # Nothing to drain: an empty queue admits nothing; Hold makes it read Inactive.
+        return Plan([], STOP_HOLD, mark_drained=draining)
+    if settings.instance_type_drain_when_no_flavors:
+        return _empty_when_idle(live, STOP_HOLD_AND_DRAIN, mark=True)
+    # No draining: admitted workloads finish under Hold, which also stops new ones, so the
+    # wait ends; nothing is evicted, so the type is not marked (unless it already was).
+    return _empty_when_idle(live, STOP_HOLD, mark=draining)
+
+
+def cluster_queue(
+    pool: Pool, labels: dict[str, str], groups: list[Obj], stop: str, checks: Sequence[str]
+) -> Obj:
+    """The ClusterQueue as the hook owns it; empty groups and checks are left out, since
+    Kueue's API omits empty lists and an `[]` would read as a difference on every sync."""
+    spec: Obj = {
+        "namespaceSelector": {},
+        "stopPolicy": stop,
+        **isolation(),
+    }
+    if groups:
+        spec["resourceGroups"] = groups
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": CLUSTER_QUEUE,
+        "metadata": {"name": pool.name, "labels": labels},
+        "spec": spec,
+    }
+
+
+def queue_labels(pool: Pool, aware: bool) -> dict[str, str]:
+    return {**pool.identity.schedule_labels(aware), RESOURCE_TYPE: RESOURCE_TYPE_INSTANCE_TYPES}
+
+
+def _instance_type(obj: Obj, where: str) -> None:
+    if obj.get("kind") != INSTANCE_TYPE or obj.get("apiVersion") != WORKER_API:
+        raise BadRequest(
+            f"{where}.kind", f"expected a {WORKER_API} {INSTANCE_TYPE}, got {obj.get('kind')!r}"
+        )
+
+
+def sync(body: Obj, table: ManufacturerTable) -> Obj:
+    """`/sync`, and `/finalize` (whose body says `finalizing: true`): a type being deleted is
+    finalized whichever route is called, reading nothing but its name and its queue."""
+    request = DecoratorRequest.parse(body)
+    _instance_type(request.object, "$.object")
+    meta = request.object["metadata"]
+    if request.finalizing or meta.get("deletionTimestamp"):
+        return finalize(observed_queue(request, meta["name"]))
+
+    pool = read_pool(request.object, "$.object")
+    observed = observed_queue(request, pool.name)
+    settings = related_settings(request)
+    aware = settings.instance_type_aware_cpu_manufacturer
+    flavors = pool_flavors(request, selector_of(pool.identity, aware), pool.identity.acceleratable)
+    decided = plan(pool, flavors, observed, settings, table)
+    checks = []
+    if (
+        pool.identity.acceleratable
+        and settings.instance_type_derived_from_node
+        and check_active(request)
+    ):
+        checks.append(NODE_DEVICES_CHECK)
+    annotations: dict[str, str | None] = {QUEUE_PROBLEM: decided.problem}
+    if decided.mark_drained and not pool.drained:
+        annotations[QUEUE_DRAINED] = TRUE
+    queue = cluster_queue(
+        pool, queue_labels(pool, aware), decided.groups, decided.stop_policy, checks
+    )
+    return {
+        "annotations": annotations,
+        "attachments": [queue],
+        "resyncAfterSeconds": WAIT_SECONDS if decided.wait else 0,
+    }
+
+
+def finalize(observed: ObservedQueue | None) -> Obj:
+    """Drain the queue, let it be deleted, and release the InstanceType only once it is gone.
+
+    The queue is answered as observed, with HoldAndDrain, until Kueue shows it drained; then
+    it is left out and Metacontroller deletes it (Kueue's own finalizer holds it until no
+    workload remains). `finalized` is true only once the queue is no longer observed.
+    """
+    if observed is None:
+        return {"attachments": [], "finalized": True, "resyncAfterSeconds": 0}
+    answer: Obj = {"attachments": [], "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
+    drained = observed.stop_policy == STOP_HOLD_AND_DRAIN and observed.idle
+    if not observed.deleting and not drained:
+        meta = observed.obj["metadata"]
+        held: Obj = {
+            "apiVersion": KUEUE_API,
+            "kind": CLUSTER_QUEUE,
+            "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {})},
+            "spec": {**(observed.obj.get("spec") or {}), "stopPolicy": STOP_HOLD_AND_DRAIN},
+        }
+        answer["attachments"] = [held]
+    return answer
+
+
+def customize(body: Obj) -> Obj:
+    """Relate the pool's flavors, the node-devices check and the settings singleton.
+
+    The answer is cached per InstanceType generation, so it depends on the spec alone: the
+    flavor selector is the one without CPU awareness, which every aware selector narrows;
+    `sync` applies the narrower one when the setting is on.
+    """
+    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
+    parent = body["parent"]
+    _instance_type(parent, "$.parent")
+    pool = read_pool(parent, "$.parent")
+    rules: list[Obj] = []
+    selector = selector_of(pool.identity, aware=False)
+    if selector is not None:
+        rules.append(
+            {
+                "apiVersion": KUEUE_API,
+                "resource": RESOURCE_FLAVORS_RESOURCE,
+                "labelSelector": {"matchLabels": {RESOURCE_TYPE: RESOURCE_TYPE_NODES, **selector}},
+            }
+        )
+    rules += [
+        {
+            "apiVersion": KUEUE_API,
+            "resource": ADMISSION_CHECKS_RESOURCE,
+            "names": [NODE_DEVICES_CHECK],
+        },
+        {"apiVersion": CHAIN_API, "resource": SETTINGS_RESOURCE, "names": [SETTINGS_NAME]},
+    ]
+    return {"relatedResources": rules}

@@ -1,0 +1,211 @@
+"""The queue hook's inputs, read out of a Metacontroller request into small typed views.
+
+Every shape problem is a BadRequest naming the field, so Metacontroller gets a 400 that says
+what to fix and changes nothing. Objects are found by kind and name, never by map key, so hook
+versions v1 and v2 read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API, RESOURCE_FLAVOR
+from chain.labels import QUEUE_DRAINED, RESOURCE_TYPE, RESOURCE_TYPE_NODES, TRUE
+from chain.names import GENERIC
+from chain.pools import PoolIdentity, pool_flavor_selector, selector_matches
+from chain.quantity import parse_quantity
+from chain.queues import (
+    NODE_DEVICES_CHECK,
+    STOP_NONE,
+    STOP_POLICIES,
+    FlavorSize,
+    flavor_size,
+)
+from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path
+
+ACTIVE = "Active"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The InstanceType as the queue hook sees it."""
+
+    name: str
+    identity: PoolIdentity
+    inactive: bool
+    """`spec.inactive`: the admin's switch."""
+    drained: bool
+    """The sticky mark: this hook drained the queue and no admin has acknowledged it yet."""
+
+    @property
+    def held(self) -> bool:
+        """Effectively inactive: by the admin's switch or by the sticky drained mark."""
+        return self.inactive or self.drained
+
+
+def _field(spec: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    """`spec[key]` if it has type `kind`; the type's empty value when missing or null."""
+    value = spec.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise BadRequest(f"{where}.spec.{key}", f"expected a {kind.__name__}, got {value!r}")
+    return value
+
+
+def read_pool(obj: Obj, where: str) -> Pool:
+    """The pool an InstanceType (at JSON path `where`) stands for; a missing `generalGroup`
+    is the `generic` group, as for every type derived with CPU awareness off."""
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise BadRequest(f"{where}.spec", f"expected an object, got {spec!r}")
+    meta = obj["metadata"]
+    identity = PoolIdentity(
+        acceleratable=_field(spec, "acceleratable", bool, where),
+        general_group=_field(spec, "generalGroup", str, where) or GENERIC,
+        accelerator_group=_field(spec, "acceleratorGroup", str, where),
+        os=_field(spec, "os", str, where),
+        arch=_field(spec, "arch", str, where),
+    )
+    annotations = meta.get("annotations") or {}
+    return Pool(
+        name=meta["name"],
+        identity=identity,
+        inactive=_field(spec, "inactive", bool, where),
+        drained=annotations.get(QUEUE_DRAINED) == TRUE,
+    )
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One live flavor of the pool and what the pool holds of it."""
+
+    name: str
+    size: FlavorSize
+
+
+def pool_flavors(
+    request: DecoratorRequest, selector: Mapping[str, str] | None, acceleratable: bool
+) -> list[Flavor]:
+    """The pool's live flavors, smallest per-node count first, then by name.
+
+    A flavor with a deletionTimestamp is absent: Kueue keeps it only until no queue names it,
+    so naming it again would keep it alive.
+    """
+    if selector is None:
+        return []
+    found = []
+    for obj in request.related.of(RESOURCE_FLAVOR, KUEUE_API):
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        ours = labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_NODES
+        if not ours or not selector_matches(selector, labels) or meta.get("deletionTimestamp"):
+            continue
+        try:
+            size = flavor_size(labels, acceleratable)
+        except ValueError as err:
+            where, _, message = str(err).partition(": ")
+            raise BadRequest(f"{object_path('related', obj)}.{where}", message) from None
+        found.append(Flavor(meta["name"], size))
+    return sorted(found, key=lambda flavor: (flavor.size.count, flavor.name))
+
+
+def selector_of(identity: PoolIdentity, aware: bool) -> dict[str, str] | None:
+    return pool_flavor_selector(identity.schedule_labels(aware))
+
+
+def _conditions(obj: Obj, path: str) -> list[Obj]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
+        raise BadRequest(f"{path}.status.conditions", "expected a list of conditions")
+    return conditions
+
+
+def _condition(obj: Obj, path: str, kind: str) -> Obj | None:
+    return next((c for c in _conditions(obj, path) if c.get("type") == kind), None)
+
+
+def check_active(request: DecoratorRequest) -> bool:
+    """True once the node-devices AdmissionCheck exists, is not being deleted, and is Active.
+
+    Naming a check that is not Active would make Kueue stop the whole queue.
+    """
+    for obj in request.related.of(ADMISSION_CHECK, KUEUE_API):
+        meta = obj["metadata"]
+        if meta["name"] != NODE_DEVICES_CHECK or meta.get("deletionTimestamp"):
+            continue
+        active = _condition(obj, object_path("related", obj), ACTIVE)
+        return active is not None and active.get("status") == "True"
+    return False
+
+
+@dataclass(frozen=True)
+class ObservedQueue:
+    """The pool's ClusterQueue as the API server has it."""
+
+    obj: Obj
+    stop_policy: str
+    groups: list[Obj]
+    deleting: bool
+    idle: bool
+    """Kueue has seen the current spec and no workload holds quota in the queue."""
+
+
+def _count(status: Mapping[str, Any], key: str, path: str) -> int:
+    value = status.get(key, 0)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise BadRequest(f"{path}.status.{key}", f"expected a whole number, got {value!r}")
+    return value
+
+
+def _holds_quota(status: Mapping[str, Any], path: str) -> bool:
+    for field in ("flavorsReservation", "flavorsUsage"):
+        for i, flavor in enumerate(status.get(field) or []):
+            for j, usage in enumerate((flavor or {}).get("resources") or []):
+                for amount in ("total", "borrowed"):
+                    raw = (usage or {}).get(amount, "0")
+                    try:
+                        if parse_quantity(str(raw)) != 0:
+                            return True
+                    except ValueError as err:
+                        where = f"{path}.status.{field}[{i}].resources[{j}].{amount}"
+                        raise BadRequest(where, str(err)) from None
+    return False
+
+
+def _idle(obj: Obj, path: str) -> bool:
+    """Kueue's status is current (its Active condition saw this generation) and shows no
+    reserving or admitted workload and no quota in use."""
+    active = _condition(obj, path, ACTIVE)
+    generation = obj["metadata"].get("generation", 0)
+    seen = active.get("observedGeneration") if active is not None else None
+    if not isinstance(seen, int) or not isinstance(generation, int) or seen < generation:
+        return False
+    status = obj.get("status") or {}
+    busy = _count(status, "reservingWorkloads", path) or _count(status, "admittedWorkloads", path)
+    return not busy and not _holds_quota(status, path)
+
+
+def observed_queue(request: DecoratorRequest, name: str) -> ObservedQueue | None:
+    """The attached ClusterQueue named after the InstanceType, if there is one."""
+    for obj in request.attachments.of(CLUSTER_QUEUE, KUEUE_API):
+        if obj["metadata"]["name"] != name:
+            continue
+        path = object_path("attachments", obj)
+        spec = obj.get("spec") or {}
+        stop = spec.get("stopPolicy") or STOP_NONE
+        if stop not in STOP_POLICIES:
+            raise BadRequest(f"{path}.spec.stopPolicy", f"expected one of {STOP_POLICIES}")
+        groups = spec.get("resourceGroups") or []
+        if not isinstance(groups, list):
+            raise BadRequest(f"{path}.spec.resourceGroups", "expected a list")
+        return ObservedQueue(
+            obj=obj,
+            stop_policy=stop,
+            groups=groups,
+            deleting=bool(obj["metadata"].get("deletionTimestamp")),
+            idle=_idle(obj, path),
+        )
+    return None

@@ -1,0 +1,191 @@
+"""Whole sequences: the hook, a stand-in for Metacontroller applying its answers, and a stand-in
+for Kueue (status per generation, evictions under HoldAndDrain, workloads finishing under Hold,
+the resource-in-use finalizer). Each test checks the order of what the queue went through."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from hooks.queue.app import app
+from tests.unit.hooks.queue.cases import T4, T4_GROUPS
+from tests.unit.hooks.queue.world import (
+    DRAINED,
+    T4_1D,
+    T4_2D,
+    T4_LABELS,
+    T4_SPEC,
+    Obj,
+    admission_check,
+    instance_type,
+    kueue_status,
+    queue,
+    request,
+    served_queue,
+    settings,
+)
+
+FLAVORS = [T4_1D, T4_2D]
+
+
+@dataclass
+class Cluster:
+    target: Obj
+    flavors: list[Obj]
+    workloads: int
+    chain_settings: Obj = field(default_factory=settings)
+    cq: Obj | None = None
+    gone: bool = False
+    log: list[tuple[str, bool, str]] = field(default_factory=list)
+    """(stop policy, has groups, drained mark) after each step."""
+
+    def _kueue(self) -> None:
+        """Kueue's reaction to the queue as it now is."""
+        if self.cq is None:
+            return
+        stop = self.cq["spec"]["stopPolicy"]
+        if stop == "HoldAndDrain":
+            self.workloads = 0
+        elif stop == "Hold" and self.workloads:
+            self.workloads -= 1  # one admitted workload finishes per step
+        if self.cq["metadata"].get("deletionTimestamp") and not self.workloads:
+            self.cq = None  # resource-in-use finalizer removed, object gone
+            return
+        generation = self.cq["metadata"]["generation"]
+        self.cq["status"] = kueue_status(
+            generation, stopped=stop != "None", reserving=self.workloads, admitted=self.workloads
+        )
+
+    def _apply(self, desired: list[Obj]) -> None:
+        """Metacontroller's InPlace update, create and delete of the one attachment."""
+        if self.cq is not None and self.cq["metadata"].get("deletionTimestamp"):
+            return  # pending deletion: left alone
+        if not desired:
+            if self.cq is not None:
+                self.cq["metadata"]["deletionTimestamp"] = "2026-11-30T10:00:00Z"
+            return
+        want = desired[0]
+        if self.cq is None:
+            self.cq = served_queue(want, self.target, 1, None)
+            return
+        spec = {**want["spec"], "queueingStrategy": "BestEffortFIFO"}
+        if spec != self.cq["spec"]:
+            self.cq["spec"] = spec
+            self.cq["metadata"]["generation"] += 1
+
+    def step(self, client: FlaskClient) -> Obj:
+        deleting = bool(self.target["metadata"].get("deletionTimestamp"))
+        body = request(
+            self.target,
+            [self.cq] if self.cq else [],
+            self.flavors,
+            admission_check(active=True),
+            self.chain_settings,
+            finalizing=deleting,
+        )
+        reply = client.post("/finalize" if deleting else "/sync", json=body)
+        assert reply.status_code == 200, reply.get_json()
+        answer: Obj = reply.get_json()
+        if answer.get("finalized"):
+            assert self.cq is None, "finalized while the queue still exists"
+            self.gone = True
+            return answer
+        notes = self.target["metadata"].setdefault("annotations", {})
+        for key, value in (answer.get("annotations") or {}).items():
+            if value is None:
+                notes.pop(key, None)
+            else:
+                notes[key] = value
+        self._apply(answer["attachments"])
+        self._kueue()
+        if self.cq is not None:
+            spec = self.cq["spec"]
+            mark = notes.get(DRAINED, "")
+            self.log.append((spec["stopPolicy"], bool(spec.get("resourceGroups")), mark))
+        return answer
+
+    def settle(self, client: FlaskClient, limit: int = 12) -> None:
+        """Step until two answers in a row change nothing (or the type is gone)."""
+        previous: Any = None
+        for _ in range(limit):
+            before = copy.deepcopy((self.target, self.cq))
+            self.step(client)
+            if self.gone or (previous == before == (self.target, self.cq)):
+                return
+            previous = before
+        raise AssertionError(f"did not settle: {self.log}")
+
+
+def _running(workloads: int) -> Cluster:
+    cluster = Cluster(instance_type(T4, T4_SPEC), list(FLAVORS), workloads)
+    cluster.cq = served_queue(
+        queue(T4, T4_LABELS, "None", T4_GROUPS, checks=True),
+        cluster.target,
+        1,
+        kueue_status(1, reserving=workloads, admitted=workloads),
+    )
+    return cluster
+
+
+def _phases(log: list[tuple[str, bool, str]]) -> list[tuple[str, bool, str]]:
+    """The log without repeats."""
+    return [entry for i, entry in enumerate(log) if i == 0 or log[i - 1] != entry]
+
+
+def test_drain_then_flavors_return_then_admin_reactivates() -> None:
+    client = app.test_client()
+    cluster = _running(workloads=3)
+    cluster.flavors = []
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("HoldAndDrain", True, "true"), ("Hold", False, "true")]
+    assert cluster.workloads == 0
+
+    cluster.log.clear()
+    cluster.flavors = list(FLAVORS)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("Hold", True, "true")]
+
+    cluster.log.clear()
+    del cluster.target["metadata"]["annotations"][DRAINED]
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_without_drain_setting_workloads_finish_under_hold() -> None:
+    client = app.test_client()
+    cluster = _running(workloads=2)
+    cluster.chain_settings = settings(instance_type_drain_when_no_flavors=False)
+    cluster.flavors = []
+    cluster.settle(client)
+    phases = _phases(cluster.log)
+    assert all(stop != "HoldAndDrain" for stop, _, _ in phases)
+    assert phases[0] == ("Hold", True, "") and phases[-1] == ("Hold", False, "")
+
+    cluster.log.clear()
+    cluster.flavors = list(FLAVORS)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_finalize_drains_deletes_and_only_then_releases_the_type() -> None:
+    client = app.test_client()
+    cluster = _running(workloads=2)
+    cluster.target["metadata"]["deletionTimestamp"] = "2026-11-30T09:00:00Z"
+    cluster.settle(client)
+    assert cluster.gone and cluster.cq is None
+    assert cluster.log[0][0] == "HoldAndDrain"
+    assert all(stop == "HoldAndDrain" for stop, _, _ in cluster.log)
+
+
+def test_a_new_type_waits_on_hold_for_its_first_flavors() -> None:
+    client = app.test_client()
+    cluster = Cluster(instance_type(T4, T4_SPEC), [], 0)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("Hold", False, "")]
+    cluster.log.clear()
+    cluster.flavors = list(FLAVORS)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
