@@ -7,7 +7,6 @@ the quota, as Kueue's own performance runner does).
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,22 +20,12 @@ from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, nfd_worker_feature
+from tests.e2e.workloads import condition, release_quota
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"
 CREDITS = "credits.gpustack.ai/nvidia"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _condition(obj: Obj | None, kind: str) -> str | None:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond["type"] == kind:
-            return str(cond["status"])
-    return None
 
 
 def _workload(kube: Kube, namespace: str, name: str, gpus: int) -> None:
@@ -80,29 +69,10 @@ def _get_workload(kube: Kube, namespace: str, name: str) -> Obj | None:
 def _release_if_evicted(kube: Kube, namespace: str, name: str) -> bool:
     """Play the job owner: once Kueue evicted the Workload, release its quota."""
     wl = _get_workload(kube, namespace, name)
-    if _condition(wl, "Evicted") != "True":
+    if condition(wl, "Evicted") != "True":
         return False
-    if _condition(wl, "QuotaReserved") == "True":
-        kube.apply(
-            {
-                "apiVersion": KUEUE,
-                "kind": "Workload",
-                "metadata": {"name": name, "namespace": namespace},
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "QuotaReserved",
-                            "status": "False",
-                            "reason": "Pending",
-                            "message": "released by owner",
-                            "lastTransitionTime": _now(),
-                        }
-                    ]
-                },
-            },
-            manager="e2e-job-owner",
-            subresource="status",
-        )
+    if condition(wl, "QuotaReserved") == "True":
+        release_quota(kube, namespace, name)
     return True
 
 
@@ -147,7 +117,7 @@ def test_pool_queue_admits_drains_and_tears_down(
     assert cq["spec"]["namespaceSelector"] == {}
     assert cq["spec"]["resourceGroups"][0]["coveredResources"] == [CREDITS]
     wait_for(
-        lambda: _condition(kube.get(KUEUE, "ClusterQueue", T4_POOL), "Active") == "True",
+        lambda: condition(kube.get(KUEUE, "ClusterQueue", T4_POOL), "Active") == "True",
         60,
         "the T4 queue to be Active",
     )
@@ -166,7 +136,7 @@ def test_pool_queue_admits_drains_and_tears_down(
         wl = wait_for(
             lambda: (
                 (w := _get_workload(kube, ns, "two-cards"))
-                and _condition(w, "Admitted") == "True"
+                and condition(w, "Admitted") == "True"
                 and w
             ),
             90,
@@ -185,8 +155,8 @@ def test_pool_queue_admits_drains_and_tears_down(
         )
         _workload(kube, ns, "while-held", 1)
         time.sleep(5)  # long enough for Kueue to admit it if the queue were not held
-        assert _condition(_get_workload(kube, ns, "while-held"), "Admitted") != "True"
-        assert _condition(_get_workload(kube, ns, "two-cards"), "Admitted") == "True"
+        assert condition(_get_workload(kube, ns, "while-held"), "Admitted") != "True"
+        assert condition(_get_workload(kube, ns, "two-cards"), "Admitted") == "True"
         kube.delete(KUEUE, "Workload", "while-held", ns)
         kube.merge_patch(WORKER, "InstanceType", T4_POOL, {"spec": {"inactive": False}})
         wait_for(

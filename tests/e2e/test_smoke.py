@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import uuid
 from collections.abc import Iterator
 
@@ -11,13 +10,10 @@ import pytest
 from testbed.harness import Testbed, metacontroller_compat
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
+from tests.e2e.workloads import condition, now, release_quota
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 CHECK_MANAGER = "gpustack-smoke-check"
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @pytest.fixture
@@ -98,13 +94,6 @@ def test_metacontroller_decorator_calls_gunicorn_hook(testbed: Testbed, namespac
 # -- Kueue ----------------------------------------------------------------------------------
 
 
-def _condition(obj: Obj | None, kind: str) -> str | None:
-    for cond in (obj or {}).get("status", {}).get("conditions", []):
-        if cond["type"] == kind:
-            return str(cond["status"])
-    return None
-
-
 def _check_state(wl: Obj | None, check: str) -> str | None:
     for entry in (wl or {}).get("status", {}).get("admissionChecks", []):
         if entry["name"] == check:
@@ -129,7 +118,7 @@ def _write_check(kube: Kube, wl: Obj, check: str, state: str, message: str) -> N
                         "name": check,
                         "state": state,
                         "message": message,
-                        "lastTransitionTime": _now(),
+                        "lastTransitionTime": now(),
                     }
                 ]
             },
@@ -164,7 +153,7 @@ def test_kueue_admission_check_retry_then_ready(testbed: Testbed, namespace: str
                         "status": "True",
                         "reason": "Active",
                         "message": "smoke check is active",
-                        "lastTransitionTime": _now(),
+                        "lastTransitionTime": now(),
                     }
                 ]
             },
@@ -203,12 +192,12 @@ def test_kueue_admission_check_retry_then_ready(testbed: Testbed, namespace: str
         }
     )
     wait_for(
-        lambda: _condition(kube.get(KUEUE, "ClusterQueue", f"cq-{tag}"), "Active") == "True",
+        lambda: condition(kube.get(KUEUE, "ClusterQueue", f"cq-{tag}"), "Active") == "True",
         60,
         "the ClusterQueue to become Active",
     )
     wait_for(
-        lambda: _condition(kube.get(KUEUE, "LocalQueue", "lq", namespace), "Active") == "True",
+        lambda: condition(kube.get(KUEUE, "LocalQueue", "lq", namespace), "Active") == "True",
         60,
         "the LocalQueue to become Active",
     )
@@ -244,53 +233,33 @@ def test_kueue_admission_check_retry_then_ready(testbed: Testbed, namespace: str
 
     def reserved_pending() -> Obj | None:
         wl = kube.get(KUEUE, "Workload", "wl", namespace)
-        ok = _condition(wl, "QuotaReserved") == "True" and _check_state(wl, check) == "Pending"
+        ok = condition(wl, "QuotaReserved") == "True" and _check_state(wl, check) == "Pending"
         return wl if ok else None
 
     wl = wait_for(reserved_pending, 60, "quota reserved with the check Pending")
-    assert _condition(wl, "Admitted") != "True"
+    assert condition(wl, "Admitted") != "True"
 
     # Retry: Kueue evicts the Workload and resets the check. A bare Workload has no job to
     # suspend, so the test plays the job owner and releases the quota, as Kueue's own
     # performance runner does.
     _write_check(kube, wl, check, "Retry", "smoke: no card fits yet")
-    evicted = wait_for(
+    wait_for(
         lambda: (
             (w := kube.get(KUEUE, "Workload", "wl", namespace))
-            and _condition(w, "Evicted") == "True"
+            and condition(w, "Evicted") == "True"
             and w
         ),
         60,
         "the Workload to be evicted after Retry",
     )
-    kube.apply(
-        {
-            "apiVersion": KUEUE,
-            "kind": "Workload",
-            "metadata": {"name": "wl", "namespace": namespace},
-            "status": {
-                "conditions": [
-                    {
-                        "type": "QuotaReserved",
-                        "status": "False",
-                        "reason": "Pending",
-                        "message": "released by the owner",
-                        "lastTransitionTime": _now(),
-                    }
-                ]
-            },
-        },
-        manager="gpustack-smoke-owner",
-        subresource="status",
-    )
-    del evicted
+    release_quota(kube, namespace, "wl", manager="gpustack-smoke-owner")
 
     # Requeued: quota is reserved again and the check is Pending again.
     def requeued() -> Obj | None:
         w = kube.get(KUEUE, "Workload", "wl", namespace)
-        if not w or _condition(w, "QuotaReserved") != "True" or _check_state(w, check) != "Pending":
+        if not w or condition(w, "QuotaReserved") != "True" or _check_state(w, check) != "Pending":
             return None
-        return w if _condition(w, "Evicted") != "True" else None
+        return w if condition(w, "Evicted") != "True" else None
 
     wl = wait_for(requeued, 90, "the Workload to be requeued with quota reserved again")
     retries = [e for e in wl["status"]["admissionChecks"] if e["name"] == check]
@@ -300,7 +269,7 @@ def test_kueue_admission_check_retry_then_ready(testbed: Testbed, namespace: str
     admitted = wait_for(
         lambda: (
             (w := kube.get(KUEUE, "Workload", "wl", namespace))
-            and _condition(w, "Admitted") == "True"
+            and condition(w, "Admitted") == "True"
             and w
         ),
         60,

@@ -1,0 +1,48 @@
+"""Kueue helpers the e2e tests share: conditions, and playing the owner of a bare Workload."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from testbed.kube import Kube, Obj
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+def now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(obj: Obj | None, kind: str) -> str | None:
+    """The status of condition `kind` of an object, or None when it has none."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond["type"] == kind:
+            return str(cond["status"])
+    return None
+
+
+def release_quota(kube: Kube, namespace: str, name: str, manager: str = "e2e-job-owner") -> None:
+    """What a job integration does once Kueue evicted its Workload: give the quota back.
+
+    Bare Workloads have no job controller; Kueue's own performance runner does the same.
+    """
+    kube.apply(
+        {
+            "apiVersion": KUEUE,
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "QuotaReserved",
+                        "status": "False",
+                        "reason": "Pending",
+                        "message": "quota released by the owner after eviction",
+                        "lastTransitionTime": now(),
+                    }
+                ]
+            },
+        },
+        manager=manager,
+        subresource="status",
+    )
