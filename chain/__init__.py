@@ -5,7 +5,7 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
 - `units`: M and the unit/credit conversions.
 - `manufacturers`: the manufacturer table and its `GPUSTACK_<MFR>_*` overrides.
 - `families`: resource families, their keys, classification, credits resources.
-- `partitions`: partition profile spelling and per-profile keys.
+- `partitions`: partition profile spelling, per-profile keys, placements on a card.
 - `normalize`: `normalize_name`, the id rule behind every key.
 - `keys`: the CPU key and accelerator keys of a node.
 - `labels`: label/annotation keys, value sanitizing, node label sets.
@@ -16,4 +16,8 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
 - `settings`: the online settings object and the startup environment.
 - `validation`: Kubernetes' syntax rules for names, keys and values.
 - `apis`: API groups, kinds and the settings singleton's name.
+- `devices`, `accelerators`, `ledger`: the `Devices` object (groups, cards, the allocation
+  ledger) as frozen views with exact parse and render.
+- `capacity`: the Node `status.capacity` counting keys.
+- `fields`: reading decoded JSON with errors that name the field.
 """

@@ -2,13 +2,16 @@
 
 Drivers spell profiles their own way (`MIG 1g.10gb`, T-Head `4g48gb`). The key users request
 and the ledger records use one published spelling, and the allocator translates back when it
-talks to the driver, so publishing and its inverse must round-trip.
+talks to the driver, so publishing and its inverse must round-trip. A partition's place on its
+card (`Placement`) is shared by the Devices spec (legal slots) and the ledger (occupied slots).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
+from chain import fields as f
 from chain.families import PARTITIONED
 from chain.manufacturers import Manufacturer
 from chain.validation import is_qualified_name
@@ -49,3 +52,30 @@ def partitioned_profile_key(manufacturer: Manufacturer, published: str) -> str |
         return None
     key = f"{manufacturer.resource_name}{PARTITIONED}.{manufacturer.partition_kind}-{published}"
     return key if is_qualified_name(key) else None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a partition sits on its card: memory slices `[start, start + length)`."""
+
+    start: int
+    length: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
+
+    def overlaps(self, other: Placement) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    @classmethod
+    def parse(cls, obj: f.Obj, path: str) -> Placement:
+        return cls(f.integer(obj, "start", path), f.integer(obj, "length", path))
+
+    def render(self) -> dict[str, object]:
+        return {"start": self.start, "length": self.length}
+
+
+def parse_placements(obj: f.Obj, key: str, path: str) -> tuple[Placement, ...]:
+    """The `{start, length}` list under `key` (absent: none)."""
+    return tuple(Placement.parse(item, where) for item, where in f.items(obj, key, path))

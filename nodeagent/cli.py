@@ -1,0 +1,81 @@
+"""The agent's command line: `python -m nodeagent <command>`.
+
+`detect` prints what detection finds now, as the `spec.groups` of the node's `Devices` object: a
+pure read that writes nothing anywhere. `--simulate PROFILE` runs the real NVIDIA detector on a
+simulated NVML and sysfs (a shipped profile name, or a profile file). Without a driver the answer
+is an empty list and the exit status 0: a node without cards is not an error. Exit status 1 means
+a detector failed (could not measure), 2 a usage or profile error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+
+import yaml
+
+from chain.manufacturers import manufacturers
+from chain.settings import StartupEnv
+from nodeagent.detect.registry import (
+    ALL,
+    DetectorSetup,
+    detections,
+    requested_manufacturers,
+)
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.report import align_device_groups
+from nodeagent.simulate import load_profile, shipped_profiles, simulated_node
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m nodeagent", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    detect = commands.add_parser("detect", help="print the detected spec.groups (a pure read)")
+    detect.add_argument(
+        "--simulate",
+        metavar="PROFILE",
+        help=f"simulated hardware: a profile file or one of {', '.join(shipped_profiles())}",
+    )
+    detect.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    detect.add_argument(
+        "--manufacturer", default=ALL, help="manufacturers to detect, comma separated (all)"
+    )
+    detect.add_argument(
+        "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
+    )
+    return parser
+
+
+def detect(args: argparse.Namespace) -> int:
+    table = manufacturers(os.environ)
+    env = StartupEnv.from_env(os.environ)
+    names = requested_manufacturers(args.manufacturer, table)
+    with ExitStack() as stack:
+        if args.simulate:
+            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
+            setup = DetectorSetup(table, env, sysfs, nvml)
+        else:
+            setup = DetectorSetup(table, env, Sysfs("/"))
+        passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
+    groups = align_device_groups([], (group for entry in passes for group in entry.groups), names)
+    if args.output == "json":
+        print(json.dumps(groups, indent=2))
+    else:
+        print(yaml.safe_dump(groups, sort_keys=False), end="")
+    failed = [entry for entry in passes if not entry.measured]
+    for entry in failed:
+        print(f"{entry.manufacturer}: detection failed: {entry.error}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return detect(args)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,166 @@
+"""What the agent reports about its node, as objects (pure builders; the writes live elsewhere).
+
+- The NFD `NodeFeature` `<node>-gpustack-device-manager` in the system namespace: its
+  `spec.labels` become node labels through nfd-master (`chain.labels.accelerator_labels`).
+- The `Devices` object named after the node, owned by the Node: the detected groups, merged into
+  what the object already holds so another manufacturer's agent keeps its groups.
+
+Judgment calls:
+- The Devices labels are `kubernetes.io/os`/`arch` (copied from the Node) and
+  `acceleratable.feature.gpustack.ai/<aKey>=true` per spec group with cards: the
+  acceleratable feature keys minus `.count`, minus `gpustack.ai/managed` and `general.*` (those
+  are the worker's to mirror).
+- The owner reference is a controller reference with `blockOwnerDeletion`, like
+  controller-runtime's `SetControllerReference`; deleting the Node deletes its Devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from chain.apis import CORE_V1, NODE
+from chain.devices import DEVICES_API, DEVICES_KIND, DevicesGroup
+from chain.keys import accelerator_key
+from chain.labels import ARCH, OS, PART_OF, TRUE, accelerator_feature_key, accelerator_labels
+
+NODE_FEATURE_API = "nfd.k8s-sigs.io/v1alpha1"
+NODE_FEATURE_KIND = "NodeFeature"
+NFD_NODE_NAME = "nfd.node.kubernetes.io/node-name"
+"""Tells nfd-master which node a NodeFeature's labels go to."""
+DEVICE_MANAGER = "gpustack-operator-device-manager"
+NODE_FEATURE_SUFFIX = "-gpustack-device-manager"
+
+Obj = dict[str, object]
+
+
+def node_feature_name(node: str) -> str:
+    return node + NODE_FEATURE_SUFFIX
+
+
+def node_feature_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
+    """The node labels the detected groups stand for (node-agent §3)."""
+    return accelerator_labels(group.facts() for group in groups)
+
+
+def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup]) -> Obj:
+    """The device manager's NodeFeature for `node`."""
+    return {
+        "apiVersion": NODE_FEATURE_API,
+        "kind": NODE_FEATURE_KIND,
+        "metadata": {
+            "name": node_feature_name(node),
+            "namespace": namespace,
+            "labels": {NFD_NODE_NAME: node, PART_OF: DEVICE_MANAGER},
+        },
+        "spec": {"labels": node_feature_labels(groups)},
+    }
+
+
+def updated_node_feature_labels(
+    existing: Mapping[str, str], desired: Mapping[str, str]
+) -> dict[str, str]:
+    """Upstream's update of an existing NodeFeature: accelerator keys are added or overwritten,
+    never removed (node-agent §2.1). A model that disappears keeps its keys until the NodeFeature
+    is recreated; `.count` still follows the cards that remain reported."""
+    merged = dict(existing)
+    merged.update(desired)
+    return merged
+
+
+def owner_reference(node: str, uid: str) -> Obj:
+    return {
+        "apiVersion": CORE_V1,
+        "kind": NODE,
+        "name": node,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def devices_labels(
+    node_labels: Mapping[str, str], groups: Iterable[Mapping[str, object]]
+) -> dict[str, str]:
+    """The device manager's labels on the Devices object, from the Node's labels and the
+    (rendered, merged) spec groups: every manufacturer's models with cards count."""
+    labels = {key: node_labels[key] for key in (OS, ARCH) if node_labels.get(key)}
+    for group in groups:
+        maker, ident = group.get("manufacturer"), group.get("id")
+        if group.get("accelerators") and isinstance(maker, str) and isinstance(ident, str):
+            labels[accelerator_feature_key(accelerator_key(maker, ident))] = TRUE
+    return labels
+
+
+def _index(card: object) -> int:
+    value = card.get("index") if isinstance(card, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1 << 32
+
+
+def _canonical(group: Mapping[str, object]) -> Obj:
+    out = dict(group)
+    cards = group.get("accelerators")
+    if isinstance(cards, list):
+        out["accelerators"] = sorted(cards, key=_index)
+    return out
+
+
+def _group_order(group: Mapping[str, object]) -> tuple[str, int, str]:
+    cards = group.get("accelerators")
+    lowest = (
+        min((_index(card) for card in cards), default=1 << 32)
+        if isinstance(cards, list)
+        else 1 << 32
+    )
+    return str(group.get("manufacturer", "")), lowest, str(group.get("id", ""))
+
+
+def align_device_groups(
+    existing: Sequence[Mapping[str, object]],
+    fresh: Iterable[DevicesGroup],
+    owned: Iterable[str],
+) -> list[Obj]:
+    """`spec.groups` after a detection: groups of the `owned` manufacturers are replaced by the
+    fresh ones (added, updated, removed), other manufacturers' groups are kept as they are
+    (unknown fields included), and the result is in canonical order: cards by index, groups by
+    manufacturer, then lowest card index, then id. Equal inputs give equal lists, so a caller
+    can skip the write when nothing changed."""
+    mine = set(owned)
+    kept = [_canonical(group) for group in existing if group.get("manufacturer") not in mine]
+    rendered = [_canonical(group.render()) for group in fresh if group.manufacturer in mine]
+    return sorted(kept + rendered, key=_group_order)
+
+
+def devices_object(
+    node: str,
+    node_uid: str,
+    node_labels: Mapping[str, str],
+    groups: Sequence[DevicesGroup],
+    owned: Iterable[str],
+    existing: Mapping[str, object] | None = None,
+) -> Obj:
+    """The Devices object for `node` (no status: the ledger is written on its own).
+
+    `existing` is the object as read (or None); only its spec is used, to keep the groups of
+    manufacturers this agent does not own and the spec fields it does not write. The labels are
+    only the device manager's keys: write them by merge, since the worker adds its own.
+    """
+    spec_before = existing.get("spec") if existing else None
+    spec: Obj = dict(spec_before) if isinstance(spec_before, Mapping) else {}
+    groups_before = spec.get("groups")
+    previous = [
+        group
+        for group in (groups_before if isinstance(groups_before, list) else [])
+        if isinstance(group, Mapping)
+    ]
+    merged = align_device_groups(previous, groups, owned)
+    spec["groups"] = merged
+    return {
+        "apiVersion": DEVICES_API,
+        "kind": DEVICES_KIND,
+        "metadata": {
+            "name": node,
+            "labels": devices_labels(node_labels, merged),
+            "ownerReferences": [owner_reference(node, node_uid)],
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,244 @@
+"""Simulated hardware profiles: which cards a node has, as NVML would report them.
+
+A profile is a YAML or JSON file:
+
+```yaml
+description: four Tesla T4 (AWS g4dn.12xlarge)
+driver: {version: "580.126.09", cudaVersion: 13000}   # `loaded: false`: no driver at all;
+                                                      # `legacyProfileInfo: true`: pre-V MIG call
+numa: {"0": "0-23,48-71", "1": "24-47,72-95"}           # NUMA node -> CPU list
+models:
+  t4:
+    name: Tesla T4
+    memoryMib: 15360          # what NVML reports (after ECC took its share)
+    memoryBusWidth: 256
+    ecc: true
+    computeCapability: "7.5"
+    cores: 2560
+    mig:                      # only on MIG-capable models
+      profiles:
+        - {profile: 0, id: 19, name: MIG 1g.10gb, slices: 1, instances: 7,
+           memoryMb: 9984, starts: [0, 1, 2, 3, 4, 5, 6], size: 1}
+cards:
+  - {model: t4, busId: "00000000:00:1B.0", numaNode: 0}    # optional: uuid, minor, mig: true
+faults:
+  - {kind: unhealthy, card: 2, from: 3}                   # see FAULT_KINDS
+```
+
+A *pass* is one `nvmlDeviceGetCount` call (the detector and the monitor each make one per
+pass); faults apply to the passes `from`..`until` (1-based, inclusive; `until` open by default).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from chain import fields as f
+
+PROFILES_DIR = Path(__file__).parent / "profiles"
+
+FAULT_KINDS = {
+    "panic": "nvmlDeviceGetCount raises a non-NVML error: the pass fails (could not measure)",
+    "count-error": "nvmlDeviceGetCount raises NVMLError_Unknown: the pass finds no card",
+    "unhealthy": "the card reports uncorrected volatile DRAM ECC errors",
+    "lost": "the card's handle raises NVMLError_GpuIsLost: the card is skipped",
+}
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU instance profile: `profile` is the NVML profile index, `id` what the driver
+    calls it in placement queries."""
+
+    profile: int
+    id: int
+    name: str
+    slices: int
+    instances: int
+    memory_mb: int
+    starts: tuple[int, ...]
+    size: int
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    memory_mib: int
+    memory_bus_width: int = 0
+    ecc: bool = False
+    compute_capability: tuple[int, int] = (0, 0)
+    cores: int = 0
+    mig_profiles: tuple[MigProfile, ...] = ()
+    mig_capable: bool = False
+
+
+@dataclass(frozen=True)
+class Card:
+    model: Model
+    uuid: str
+    bus_id: str
+    minor: int
+    numa_node: int = -1
+    mig: bool = False
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    first: int = 1
+    last: int | None = None
+    card: int | None = None
+
+    def active(self, number: int) -> bool:
+        return number >= self.first and (self.last is None or number <= self.last)
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    cards: tuple[Card, ...]
+    driver_loaded: bool = True
+    driver_version: str = ""
+    cuda_version: int = 0
+    numa: Mapping[int, str] | None = None
+    faults: tuple[Fault, ...] = ()
+    description: str = ""
+    legacy_profile_info: bool = False
+    """An old driver: no versioned GPU instance profile call, so profiles come without names."""
+
+
+def shipped_profiles() -> list[str]:
+    return sorted(path.stem for path in PROFILES_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A shipped profile by name (`t4x4`) or a profile file by path."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = PROFILES_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        known = ", ".join(shipped_profiles())
+        raise ValueError(f"no profile {name_or_path!r}: not a file, nor one of {known}")
+    raw = path.read_text(encoding="utf-8")
+    data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+    try:
+        return parse_profile(path.stem, data)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def parse_profile(name: str, data: object) -> Profile:
+    body = f.as_object(data, "$")
+    driver = f.child(body, "driver", "")
+    models = {
+        key: _model(f.as_object(value, f"models.{key}"), f"models.{key}")
+        for key, value in f.child(body, "models", "").items()
+    }
+    cards = tuple(
+        _card(item, where, models, name, number)
+        for number, (item, where) in enumerate(f.items(body, "cards", ""))
+    )
+    numa = _numa(body.get("numa"))
+    loaded = driver.get("loaded", True)
+    if not isinstance(loaded, bool):
+        raise ValueError("driver.loaded: expected true or false")
+    return Profile(
+        name=name,
+        cards=cards,
+        driver_loaded=loaded,
+        driver_version=f.string(driver, "version", "driver"),
+        cuda_version=f.integer(driver, "cudaVersion", "driver"),
+        numa=numa,
+        faults=tuple(
+            _fault(item, where, len(cards)) for item, where in f.items(body, "faults", "")
+        ),
+        description=f.string(body, "description", ""),
+        legacy_profile_info=f.boolean(driver, "legacyProfileInfo", "driver"),
+    )
+
+
+def _numa(value: object) -> dict[int, str]:
+    """NUMA node -> CPU list; YAML may spell the node as a number or a string."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError("numa: expected an object of NUMA node -> CPU list")
+    numa = {}
+    for node, cpus in value.items():
+        if not str(node).isdigit() or not isinstance(cpus, str):
+            raise ValueError(f"numa.{node}: expected a node number and a CPU list string")
+        numa[int(node)] = cpus
+    return numa
+
+
+def _model(obj: f.Obj, path: str) -> Model:
+    capability = f.string(obj, "computeCapability", path)
+    major, _, minor = capability.partition(".")
+    if capability and not (major.isdigit() and minor.isdigit()):
+        raise ValueError(f"{path}.computeCapability: expected <major>.<minor>, got {capability!r}")
+    mig = f.child(obj, "mig", path)
+    return Model(
+        name=f.string(obj, "name", path, required=True),
+        memory_mib=f.integer(obj, "memoryMib", path, required=True),
+        memory_bus_width=f.integer(obj, "memoryBusWidth", path),
+        ecc=f.boolean(obj, "ecc", path),
+        compute_capability=(int(major), int(minor)) if capability else (0, 0),
+        cores=f.integer(obj, "cores", path),
+        mig_profiles=tuple(_mig(item, where) for item, where in f.items(mig, "profiles", path)),
+        mig_capable="mig" in obj,
+    )
+
+
+def _mig(obj: f.Obj, path: str) -> MigProfile:
+    starts = f.integers(obj, "starts", path) or ()
+    return MigProfile(
+        profile=f.integer(obj, "profile", path, required=True),
+        id=f.integer(obj, "id", path, required=True),
+        name=f.string(obj, "name", path),
+        slices=f.integer(obj, "slices", path, required=True),
+        instances=f.integer(obj, "instances", path, required=True),
+        memory_mb=f.integer(obj, "memoryMb", path, required=True),
+        starts=starts,
+        size=f.integer(obj, "size", path),
+    )
+
+
+def _card(obj: f.Obj, path: str, models: Mapping[str, Model], profile: str, number: int) -> Card:
+    key = f.string(obj, "model", path, required=True)
+    if key not in models:
+        raise ValueError(f"{path}.model: unknown model {key!r}; known: {', '.join(models)}")
+    model = models[key]
+    mig = f.boolean(obj, "mig", path)
+    if mig and not model.mig_capable:
+        raise ValueError(f"{path}.mig: model {key!r} has no MIG profiles")
+    # Stable across runs, so a simulated node keeps its card ids (and its ledger) on restart.
+    default_uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'sim.gpustack.ai/{profile}/{number}')}"
+    return Card(
+        model=model,
+        uuid=f.string(obj, "uuid", path) or default_uuid,
+        bus_id=f.string(obj, "busId", path) or f"00000000:{number + 1:02X}:00.0",
+        minor=f.integer(obj, "minor", path) if "minor" in obj else number,
+        numa_node=f.integer(obj, "numaNode", path, minimum=-1) if "numaNode" in obj else -1,
+        mig=mig,
+    )
+
+
+def _fault(obj: f.Obj, path: str, cards: int) -> Fault:
+    kind = f.string(obj, "kind", path, required=True)
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"{path}.kind: unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
+    card = f.integer(obj, "card", path) if "card" in obj else None
+    if kind in ("unhealthy", "lost") and (card is None or card >= cards):
+        raise ValueError(f"{path}.card: {kind} needs the index of a card (0..{cards - 1})")
+    return Fault(
+        kind=kind,
+        first=f.integer(obj, "from", path, minimum=1) if "from" in obj else 1,
+        last=f.integer(obj, "until", path, minimum=1) if "until" in obj else None,
+        card=card,
+    )

@@ -1,0 +1,65 @@
+"""Helpers for the node agent tests: simulated NVIDIA nodes and fake sysfs trees."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from chain.devices import DevicesGroup
+from chain.manufacturers import manufacturers
+from nodeagent.detect.nvidia import NvidiaDetector
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.simulate import Profile, SimulatedNvml, load_profile, simulated_node
+from nodeagent.simulate.profile import parse_profile
+
+
+@contextmanager
+def nvidia_node(
+    profile: Profile | str, with_memory: bool = False
+) -> Iterator[tuple[NvidiaDetector, SimulatedNvml, Sysfs]]:
+    """The real NVIDIA detector over a simulated node."""
+    loaded = load_profile(profile) if isinstance(profile, str) else profile
+    with simulated_node(loaded) as (nvml, sysfs):
+        detector = NvidiaDetector(
+            nvml=nvml,
+            sysfs=sysfs,
+            maker=manufacturers({})["nvidia"],
+            group_id_with_memory=with_memory,
+        )
+        yield detector, nvml, sysfs
+
+
+def detect(profile: Profile | str, with_memory: bool = False) -> tuple[DevicesGroup, ...]:
+    with nvidia_node(profile, with_memory) as (detector, _, _):
+        return detector.detect()
+
+
+def small_profile(**extra: Any) -> Profile:
+    """Two T4-like cards, plus whatever `extra` adds (faults, driver, ...)."""
+    body: dict[str, Any] = {
+        "driver": {"version": "580.126.09", "cudaVersion": 13000},
+        "numa": {0: "0-7"},
+        "models": {
+            "t4": {
+                "name": "Tesla T4",
+                "memoryMib": 15360,
+                "memoryBusWidth": 256,
+                "ecc": True,
+                "computeCapability": "7.5",
+                "cores": 2560,
+            }
+        },
+        "cards": [
+            {"model": "t4", "busId": "00000000:00:1B.0", "numaNode": 0},
+            {"model": "t4", "busId": "00000000:00:1C.0", "numaNode": 0},
+        ],
+    }
+    body.update(extra)
+    return parse_profile("small", body)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n", encoding="ascii")
