@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -20,6 +21,13 @@ import yaml
 
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
+from kubeapi import Kube
+from nodeagent.agent import Reporter, node_name, stop_on_signals
+from nodeagent.detect.loop import (
+    MONITOR_PERIOD_SECONDS,
+    REDETECT_EVERY_MONITOR_ROUNDS,
+    DetectLoop,
+)
 from nodeagent.detect.registry import (
     ALL,
     DetectorSetup,
@@ -47,6 +55,31 @@ def _parser() -> argparse.ArgumentParser:
     detect.add_argument(
         "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
     )
+    serve = commands.add_parser("serve", help="the agent: detect and report, until stopped")
+    serve.add_argument("--node", help="this node's name (default: $NODE_NAME)")
+    serve.add_argument(
+        "--namespace",
+        default=os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system"),
+        help="where the NodeFeature lives (default: $KUBERNETES_POD_NAMESPACE)",
+    )
+    serve.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
+    serve.add_argument("--simulate", metavar="PROFILE", help="simulated hardware, as for detect")
+    serve.add_argument("--manufacturer", default=ALL, help="manufacturers served (all)")
+    serve.add_argument("--no-pci-check", action="store_true")
+    serve.add_argument(
+        "--no-fast-failed",
+        action="store_true",
+        help="publish an empty first detection instead of holding back until a card answers",
+    )
+    serve.add_argument(
+        "--period", type=float, default=MONITOR_PERIOD_SECONDS, help="monitor period, seconds"
+    )
+    serve.add_argument(
+        "--redetect-every",
+        type=int,
+        default=REDETECT_EVERY_MONITOR_ROUNDS,
+        help="monitor rounds between two detections (and reports)",
+    )
     return parser
 
 
@@ -72,10 +105,38 @@ def detect(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    table = manufacturers(os.environ)
+    env = StartupEnv.from_env(os.environ)
+    names = requested_manufacturers(args.manufacturer, table)
+    reporter = Reporter(
+        Kube.from_environment(args.kubeconfig), node_name(args.node), args.namespace, names, table
+    )
+    with ExitStack() as stack:
+        if args.simulate:
+            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
+            setup = DetectorSetup(table, env, sysfs, nvml)
+        else:
+            setup = DetectorSetup(table, env, Sysfs("/"))
+        loop = DetectLoop(
+            detections(names, setup),
+            names,
+            publish=lambda detected: None,  # the device plugin servers subscribe here
+            report=reporter,
+            no_fast_failed=args.no_fast_failed,
+            no_pci_check=args.no_pci_check,
+            period=args.period,
+            redetect_every=args.redetect_every,
+        )
+        loop.run(stop_on_signals())
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return detect(args)
+        return serve(args) if args.command == "serve" else detect(args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

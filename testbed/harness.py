@@ -330,6 +330,11 @@ class Testbed:
 
     # -- components -----------------------------------------------------------------------
 
+    def run(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Run a program of ours (the node agent, say) as a testbed process: its log is kept,
+        attached to failing tests and checked for liveness; `stop(name)` ends it."""
+        self._spawn(name, argv, env={"PYTHONPATH": str(Path.cwd()), **(env or {})})
+
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         log = self.logs / f"{name}.log"
         with log.open("ab") as fh:

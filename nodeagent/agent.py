@@ -1,0 +1,120 @@
+"""The running agent: detect, then write what was found (`python -m nodeagent serve`).
+
+Each detection round reports three things about this agent's node, each written only when it
+differs from what the API already holds:
+
+- the NodeFeature `<node>-gpustack-device-manager` (its labels reach the Node through nfd-master);
+- the `Devices` object named after the node (spec only; owned by the Node). Each agent applies
+  only the groups of the manufacturers it serves, under a field manager of its own, so agents of
+  different manufacturers on one node never overwrite each other's groups;
+- the counting keys on the Node's `status.capacity` (control-plane §1.5), as a merge patch that
+  also nulls the keys that no longer apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from chain.capacity import node_capacity_patch
+from chain.devices import DEVICES_API, DEVICES_KIND, Devices
+from chain.manufacturers import ManufacturerTable
+from kubeapi import Kube, Obj
+from nodeagent.detect.loop import DetectionRound
+from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
+
+log = logging.getLogger("nodeagent")
+
+FIELD_MANAGER = "gpustack-device-manager"
+
+
+def _manager(owned: tuple[str, ...]) -> str:
+    return f"{FIELD_MANAGER}-{'-'.join(sorted(owned))}" if len(owned) < 9 else FIELD_MANAGER
+
+
+def _without_server_fields(obj: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (obj or {}).items() if k not in ("status", "metadata")}
+
+
+@dataclass
+class Reporter:
+    """Writes one detection round for `node`; the `report` callback of the detect loop."""
+
+    kube: Kube
+    node: str
+    namespace: str
+    owned: tuple[str, ...]
+    table: ManufacturerTable
+
+    def __call__(self, current: DetectionRound) -> None:
+        node = self.kube.get("v1", "Node", self.node)
+        if node is None:
+            raise RuntimeError(f"Node {self.node} does not exist")
+        groups = [g for g in current.groups if g.manufacturer in self.owned]
+        self._node_feature(groups)
+        devices = self._devices(node, groups)
+        self._capacity(node, devices)
+
+    def _node_feature(self, groups: list[Any]) -> None:
+        desired: dict[str, Any] = node_feature(self.node, self.namespace, groups)
+        name = desired["metadata"]["name"]
+        existing = self.kube.get(NODE_FEATURE_API, NODE_FEATURE_KIND, name, self.namespace)
+        if existing is None or existing.get("spec") != desired["spec"]:
+            self.kube.apply(desired, _manager(self.owned))
+            log.info("NodeFeature %s/%s written", self.namespace, name)
+
+    def _devices(self, node: Obj, groups: list[Any]) -> Devices | None:
+        meta = node["metadata"]
+        existing = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+        desired: dict[str, Any] = devices_object(
+            self.node, meta["uid"], meta.get("labels") or {}, groups, self.owned, existing
+        )
+        have_labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+        want_labels: dict[str, str] = desired["metadata"]["labels"]
+        if (
+            existing is None
+            or _without_server_fields(existing) != _without_server_fields(desired)
+            or any(have_labels.get(k) != v for k, v in want_labels.items())
+        ):
+            # Apply only our manufacturers' groups: the API server merges the list by
+            # (id, manufacturer) and keeps other agents' groups under their own managers.
+            own_groups = [g for g in desired["spec"]["groups"] if g["manufacturer"] in self.owned]
+            mine = {**desired, "spec": {"groups": own_groups}}
+            written = self.kube.apply(mine, _manager(self.owned))
+            log.info("Devices %s written (%d groups)", self.node, len(own_groups))
+            return Devices.parse(written)
+        return Devices.parse(existing)
+
+    def _capacity(self, node: Obj, devices: Devices | None) -> None:
+        labels = node["metadata"].get("labels") or {}
+        capacity = (node.get("status") or {}).get("capacity") or {}
+        patch = node_capacity_patch(labels, capacity, devices, self.table)
+        body = patch.merge_patch()
+        if body:
+            self.kube.merge_patch("v1", "Node", self.node, body, subresource="status")
+            log.info("Node %s counting keys: %s", self.node, body["status"])
+
+
+def stop_on_signals() -> Callable[[], bool]:
+    """A `stop()` that turns true on SIGTERM/SIGINT (a DaemonSet Pod being replaced)."""
+    stopping = threading.Event()
+
+    def handler(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping after this round", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stopping.is_set
+
+
+def node_name(flag: str | None) -> str:
+    name = flag or os.environ.get("NODE_NAME", "")
+    if not name:
+        raise ValueError("--node (or $NODE_NAME, from the downward API) is required")
+    return name

@@ -1,0 +1,127 @@
+"""Node agents in simulated mode on three fake Nodes: Devices, NodeFeatures, labels, pools.
+
+Each agent is the real `python -m nodeagent serve`, detecting through the real NVIDIA detector
+over a simulated NVML; its NodeFeature goes through the real nfd-master, and the chain's hooks
+(installed from the shipped manifests) turn the labels into flavors and pools.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from chain.quantity import parse_quantity
+from testbed.harness import Testbed
+from testbed.install import Installed
+from testbed.kube import Kube, Obj, wait_for
+from testbed.nodes import node_object, register_node
+from tests.e2e.test_pools import nfd_worker_feature
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+WORKER = "worker.gpustack.ai/v1alpha1"
+NFD = "nfd.k8s-sigs.io/v1alpha1"
+AGENT_NS = "gpustack-system"
+T4 = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+
+
+@pytest.fixture
+def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, str]]:
+    kube = testbed.kube
+    tag = uuid.uuid4().hex[:5]
+    nodes = {f"sim-{tag}-t4a": "t4x4", f"sim-{tag}-t4b": "t4x4", f"sim-{tag}-a10g": "a10gx1"}
+    for name, profile in nodes.items():
+        register_node(kube, node_object(name, cpu="48"))
+        kube.apply(nfd_worker_feature(name))
+        testbed.run(
+            f"agent-{name}",
+            [
+                sys.executable,
+                "-m",
+                "nodeagent",
+                "serve",
+                "--node",
+                name,
+                "--namespace",
+                AGENT_NS,
+                "--kubeconfig",
+                str(testbed.kubeconfig),
+                "--simulate",
+                profile,
+                "--manufacturer",
+                "nvidia",
+                "--period",
+                "0.5",
+                "--redetect-every",
+                "4",
+            ],
+        )
+    yield nodes
+    for name in nodes:
+        testbed.stop(f"agent-{name}")
+        kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
+        kube.delete("v1", "Node", name)
+
+
+def _labels(kube: Kube, kind: str, name: str, api: str = "v1") -> dict[str, str]:
+    obj = kube.get(api, kind, name) or {}
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def test_agents_report_and_pools_appear(
+    testbed: Testbed, chain: Installed, simulated_nodes: dict[str, str]
+) -> None:
+    kube = testbed.kube
+    t4a, t4b, a10g = simulated_nodes
+
+    devices: Obj = wait_for(lambda: kube.get(WORKER, "Devices", t4a), 60, "the Devices object")
+    [group] = devices["spec"]["groups"]
+    assert (group["id"], group["manufacturer"], group["name"]) == ("tesla-t4", "nvidia", "Tesla T4")
+    assert len(group["accelerators"]) == 4
+    owner = devices["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("Node", t4a)
+
+    feature = kube.get(NFD, "NodeFeature", f"{t4a}-gpustack-device-manager", AGENT_NS)
+    assert feature is not None and feature["spec"]["labels"][f"{T4}.count"] == "4"
+
+    other = wait_for(lambda: kube.get(WORKER, "Devices", a10g), 60, "the A10G node's Devices")
+    assert [g["id"] for g in other["spec"]["groups"]] == ["a10g"]
+    wait_for(lambda: kube.get(WORKER, "Devices", t4b), 60, "the second T4 node's Devices")
+
+    # nfd-master turned the agent's NodeFeature into Node labels.
+    wait_for(
+        lambda: _labels(kube, "Node", t4a).get(f"{T4}.count") == "4",
+        60,
+        "the agent's labels on the Node",
+    )
+    assert _labels(kube, "Node", t4a)["feature.gpustack.ai/acceleratable"] == "true"
+
+    # The chain made pools of them: one T4 flavor over the two 4-card nodes, one A10G flavor.
+    flavor = "gpustack--amd-25-1--nvidia-tesla-t4-linux-amd64-4d"
+    wait_for(
+        lambda: _labels(kube, "ResourceFlavor", flavor, KUEUE).get(f"{T4}.capacity") == "8",
+        90,
+        "the T4 flavor over both simulated nodes",
+    )
+    for pool in ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack--nvidia-a10g-linux-amd64"):
+        wait_for(lambda p=pool: kube.get(WORKER, "InstanceType", p), 60, f"the {pool} type")
+
+    # Once the kubelet advertises sliced tokens, the agent adds the counting keys.
+    kube.merge_patch(
+        "v1",
+        "Node",
+        t4a,
+        {"status": {"capacity": {"nvidia.com/gpu.sliced": "512"}}},
+        subresource="status",
+    )
+
+    def units() -> int:
+        node = kube.get("v1", "Node", t4a) or {}
+        value = ((node.get("status") or {}).get("capacity") or {}).get(
+            "nvidia.com/gpu.sliced.units"
+        )
+        return int(parse_quantity(value)) if value else 0
+
+    wait_for(lambda: units() == 4 * 1_600_000, 60, "the sliced counting keys")
