@@ -299,6 +299,40 @@ class Testbed:
             return False
         return cmdline.decode(errors="replace") == proc.argv[0]
 
+    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+        """A kubeconfig that authenticates as a ServiceAccount (a fresh bound token), to prove
+        a component works with exactly the RBAC the manifests grant it."""
+        token = self.kube.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": 3600},
+            },
+        )["status"]["token"]
+        token_file = self.root / f"token-{namespace}-{name}"
+        token_file.write_text(token)
+        path = self.root / f"kubeconfig-{namespace}-{name}"
+        cfg = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "testbed",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority": str(self.certs.ca_crt),
+                    },
+                }
+            ],
+            "users": [{"name": name, "user": {"tokenFile": str(token_file)}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": name}}],
+            "current-context": "testbed",
+        }
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
     # -- health ---------------------------------------------------------------------------
 
     def dead(self) -> list[str]:

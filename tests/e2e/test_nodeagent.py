@@ -32,6 +32,8 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
     nodes = {f"sim-{tag}-t4a": "t4x4", f"sim-{tag}-t4b": "t4x4", f"sim-{tag}-a10g": "a10gx1"}
+    # The agents run as the shipped ServiceAccount: the shipped RBAC must be enough.
+    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager")
     for name, profile in nodes.items():
         register_node(kube, node_object(name, cpu="48"))
         kube.apply(nfd_worker_feature(name))
@@ -47,7 +49,7 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
                 "--namespace",
                 AGENT_NS,
                 "--kubeconfig",
-                str(testbed.kubeconfig),
+                str(kubeconfig),
                 "--simulate",
                 profile,
                 "--manufacturer",

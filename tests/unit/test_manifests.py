@@ -76,3 +76,9 @@ def test_every_hook_app_module_exists() -> None:
             app = [a for a in container["args"] if not a.startswith("-")][-1]
             module = root / (app.split(":")[0].replace(".", "/") + ".py")
             assert module.is_file(), app
+
+
+def test_daemonsets_are_generated_from_the_table() -> None:
+    from nodeagent.manifests import main
+
+    assert main(["--check"]) == 0, "run python -m nodeagent.manifests"
