@@ -1,15 +1,18 @@
 """The main job: the chain running on the real control plane over a simulated GPU cluster.
 
-It builds (first run) and starts the testbed, installs the shipped manifests, registers the Nodes
-of `examples/cluster.json` (CPU-only nodes, one A10G node, two T4 nodes, an opted-out control
-plane node) and shows what the chain made of them, next to what the offline planner predicted.
-Later stages of the chain (queues, views, verdicts) are added here as they land.
+It builds (first run) and starts the testbed and installs the shipped manifests. The CPU-only
+Nodes of `examples/cluster.json` are registered as they are; the GPU Nodes get a real node agent
+each (`python -m nodeagent serve`, running under the shipped ServiceAccount) over simulated NVIDIA
+hardware, whose NodeFeature reaches the Node through the real nfd-master. It then waits until the
+cluster agrees with what the offline planner computes from the same Nodes, and shows the pools,
+the queues and the InstanceTypes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,24 +20,36 @@ from pathlib import Path
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build
-from testbed.harness import Testbed
+from testbed.harness import CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
-from testbed.nodes import register_node
+from testbed.nodes import node_object, register_node
 
 SAMPLE = REPO / "examples" / "cluster.json"
+AGENT_NAMESPACE = "gpustack-system"
+DEMO_NAMESPACE = "team-a"
+# Namespaces that should not get LocalQueues in the demo (the chain setting for it).
+EXCLUDED = ["kube-node-lease", "kube-public", "kueue-system", "node-feature-discovery"]
+# GPU nodes of the demo: name -> simulated hardware profile (nodeagent/simulate/profiles).
+GPU_NODES = {"gpu-t4": "t4x4", "gpu-a10g": "a10gx1", "gpu-l4": "l4x2"}
+NFD_CPU = {
+    "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+    "feature.node.kubernetes.io/cpu-model.family": "25",
+    "feature.node.kubernetes.io/cpu-model.id": "1",
+}
 LIVE_KINDS = (
     ("v1", "Node"),
     ("gpustack.ai/v1alpha1", "NodeFlavors"),
     ("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
     ("kueue.x-k8s.io/v1beta2", "Topology"),
+    ("kueue.x-k8s.io/v1beta2", "ClusterQueue"),
     ("worker.gpustack.ai/v1alpha1", "InstanceType"),
     ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
 )
 
 
 def _signature(objects: list[Obj]) -> dict[str, str]:
-    """What must agree between plan and cluster: each flavor's capacity, each type's spec."""
+    """What must agree between plan and cluster: each flavor's capacity, each type's units."""
     out = {}
     for obj in objects:
         name = obj["metadata"]["name"]
@@ -50,8 +65,66 @@ def _live(bed: Testbed) -> list[Obj]:
     objects: list[Obj] = []
     for api, kind in LIVE_KINDS:
         for obj in bed.kube.list(api, kind):
-            objects.append({**obj, "apiVersion": api, "kind": kind})
-    return [o for o in objects if o["metadata"]["name"] != "testbed-control-plane"]
+            if obj["metadata"]["name"] != CONTROL_PLANE_NODE:
+                objects.append({**obj, "apiVersion": api, "kind": kind})
+    return objects
+
+
+def _start_agents(bed: Testbed) -> None:
+    kubeconfig = bed.service_account_kubeconfig(AGENT_NAMESPACE, "gpustack-device-manager")
+    for name, profile in GPU_NODES.items():
+        register_node(bed.kube, node_object(name, cpu="32", labels=NFD_CPU))
+        bed.run(
+            f"agent-{name}",
+            [
+                sys.executable,
+                "-m",
+                "nodeagent",
+                "serve",
+                "--node",
+                name,
+                "--namespace",
+                AGENT_NAMESPACE,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--simulate",
+                profile,
+                "--manufacturer",
+                "nvidia",
+                "--period",
+                "1",
+                "--redetect-every",
+                "5",
+            ],
+        )
+
+
+def _converged(bed: Testbed) -> bool:
+    live = _live(bed)
+    nodes = [o for o in live if o["kind"] == "Node"]
+    accelerated = sum(
+        1
+        for n in nodes
+        if (n["metadata"].get("labels") or {}).get("feature.gpustack.ai/acceleratable") == "true"
+    )
+    if accelerated < len(GPU_NODES):
+        return False
+    planned = _signature(plan(nodes, {}, StartupEnv.from_env(os.environ)))
+    if not planned or _signature(live) != planned:
+        return False
+    # Every pool has its queue with quota, and the demo namespace an entrance to each.
+    types = {o["metadata"]["name"] for o in live if o["kind"] == "InstanceType"}
+    queues = {
+        o["metadata"]["name"]
+        for o in live
+        if o["kind"] == "ClusterQueue" and o["spec"].get("resourceGroups")
+    }
+    entrances = {
+        o["spec"]["clusterQueue"]
+        for o in live
+        if o["kind"] == "LocalQueue" and o["metadata"]["namespace"] == DEMO_NAMESPACE
+    }
+    return types == queues == entrances
 
 
 def main(root: Path | None = None) -> int:
@@ -70,11 +143,28 @@ def main(root: Path | None = None) -> int:
             + ", ".join(f"{n} {s.split(' ')[0]}" for n, s in bed.status().items())
         )
         install(bed)
-        print("chain installed from manifests/ (hooks served by gunicorn on 127.0.0.1)")
+        bed.kube.apply(
+            {
+                "apiVersion": "gpustack.ai/v1alpha1",
+                "kind": "Settings",
+                "metadata": {"name": "default"},
+                "spec": {"entrance-excluded-namespaces": EXCLUDED},
+            },
+            "demo-admin",
+        )
+        print(
+            "chain installed from manifests/ (hooks served by gunicorn on 127.0.0.1); "
+            f"setting entrance-excluded-namespaces={EXCLUDED}"
+        )
 
         snapshot = json.loads(SAMPLE.read_text())["items"]
-        nodes = [o for o in snapshot if o["kind"] == "Node"]
-        for node in nodes:
+        cpu_nodes = [
+            o
+            for o in snapshot
+            if o["kind"] == "Node"
+            and "feature.gpustack.ai/acceleratable" not in o["metadata"]["labels"]
+        ]
+        for node in cpu_nodes:
             register_node(bed.kube, node)
         for ns in (o for o in snapshot if o["kind"] == "Namespace"):
             bed.kube.apply(
@@ -84,18 +174,17 @@ def main(root: Path | None = None) -> int:
                     "metadata": {"name": ns["metadata"]["name"]},
                 }
             )
-        print(f"registered {len(nodes)} simulated Nodes from {SAMPLE.relative_to(REPO)}")
-
-        expected = _signature(plan(snapshot, {}, StartupEnv.from_env(os.environ)))
-        wait_for(
-            lambda: _signature(_live(bed)) == expected,
-            120,
-            "the cluster to converge to the planner's pools",
+        _start_agents(bed)
+        print(
+            f"registered {len(cpu_nodes)} CPU Nodes from {SAMPLE.relative_to(REPO)} and "
+            f"{len(GPU_NODES)} GPU Nodes, each with a node agent on simulated hardware: "
+            + ", ".join(f"{n} ({p})" for n, p in GPU_NODES.items())
         )
+
+        wait_for(lambda: _converged(bed), 180, "the cluster to converge to the planner's pools")
         print(
             f"converged in {time.monotonic() - started:.0f}s; the cluster matches the offline "
-            f"planner ({sum(k.startswith('flavor/') for k in expected)} flavors, "
-            f"{sum(k.startswith('type/') for k in expected)} InstanceTypes)\n"
+            "planner run over the same Nodes\n"
         )
         print(table(_live(bed)))
     finally:
