@@ -189,6 +189,14 @@ def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
     finally:
         for node in [*gpu_nodes, cpu_node]:
             _remove_node(kube, node)
+        forget_pool(kube, T4_POOL)
+
+
+def forget_pool(kube: Kube, name: str) -> None:
+    """Delete a pool's derived InstanceType (its queue drains and goes first) and wait until it
+    is gone, so the next test starts from a pool that never existed (no sticky drained mark)."""
+    kube.delete(WORKER, "InstanceType", name)
+    wait_for(lambda: kube.get(WORKER, "InstanceType", name) is None, 120, f"{name} to be gone")
 
 
 def test_new_namespace_gets_local_queues(testbed: Testbed, chain: Installed) -> None:

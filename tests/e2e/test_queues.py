@@ -19,7 +19,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from tests.e2e.test_pools import T4_POOL, device_manager_feature, nfd_worker_feature
+from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 from tests.e2e.workloads import condition, release_quota
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -80,6 +80,7 @@ def _release_if_evicted(kube: Kube, namespace: str, name: str) -> bool:
 def t4_pool(testbed: Testbed, chain: Installed) -> Iterator[list[str]]:
     """5 T4 cards on two nodes (2 + 3): one pool, one queue."""
     kube = testbed.kube
+    forget_pool(kube, T4_POOL)  # whatever an earlier test left of this pool
     nodes = []
     for i, cards in enumerate((2, 3)):
         name = f"t4q-{uuid.uuid4().hex[:5]}-{i}"
