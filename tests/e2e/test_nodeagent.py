@@ -18,13 +18,14 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from tests.e2e.test_pools import nfd_worker_feature
+from tests.e2e.test_pools import forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"
 AGENT_NS = "gpustack-system"
 T4 = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+POOLS = ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack--nvidia-a10g-linux-amd64")
 
 
 @pytest.fixture
@@ -65,6 +66,8 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
         testbed.stop(f"agent-{name}")
         kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
         kube.delete("v1", "Node", name)
+    for pool in POOLS:
+        forget_pool(kube, pool)
 
 
 def _labels(kube: Kube, kind: str, name: str, api: str = "v1") -> dict[str, str]:
@@ -107,7 +110,7 @@ def test_agents_report_and_pools_appear(
         90,
         "the T4 flavor over both simulated nodes",
     )
-    for pool in ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack--nvidia-a10g-linux-amd64"):
+    for pool in POOLS:
         wait_for(lambda p=pool: kube.get(WORKER, "InstanceType", p), 60, f"the {pool} type")
 
     # Once the kubelet advertises sliced tokens, the agent adds the counting keys.
