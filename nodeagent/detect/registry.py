@@ -1,9 +1,9 @@
 """Which manufacturers the agent detects, and how each detector is built.
 
-`--manufacturer` names the manufacturers an agent serves (`all` = every one in the table). Only
-those with a detector here are detected; the others are named in the log and otherwise behave
-like a manufacturer with no card. The requested list still counts in full for the first-detection
-hold-back, so `all` never holds back even while only NVIDIA has a detector.
+`--manufacturer` names the manufacturers an agent serves (`all` = every one in the table). Every
+manufacturer of the table has a detector; one without its driver on the node detects no card.
+A manufacturer added to the table without a detector is named in the log and otherwise behaves
+like one with no card.
 """
 
 from __future__ import annotations
@@ -14,11 +14,19 @@ from dataclasses import dataclass
 
 from chain.manufacturers import ManufacturerTable
 from chain.settings import StartupEnv
+from nodeagent.detect.amd import AMD, AmdDetector
+from nodeagent.detect.ascend import ASCEND, AscendDetector
 from nodeagent.detect.base import Detector
+from nodeagent.detect.cambricon import CAMBRICON, CambriconDetector
 from nodeagent.detect.held import ManufacturerDetection
+from nodeagent.detect.hygon import HYGON, HygonDetector
+from nodeagent.detect.iluvatar import ILUVATAR, IluvatarDetector
+from nodeagent.detect.metax import METAX, MetaxDetector
+from nodeagent.detect.mthreads import MTHREADS, MthreadsDetector
 from nodeagent.detect.nvidia import NVIDIA, NvidiaDetector
 from nodeagent.detect.nvml import Nvml
 from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.thead import THEAD, TheadDetector
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +52,30 @@ def _nvidia(setup: DetectorSetup) -> Detector:
     )
 
 
-DETECTORS: Mapping[str, Callable[[DetectorSetup], Detector]] = {NVIDIA: _nvidia}
+def _vendor(name: str, kind: Callable[..., Detector]) -> Callable[[DetectorSetup], Detector]:
+    """A detector over the real vendor interface of the host (opened on the first pass)."""
+
+    def build(setup: DetectorSetup) -> Detector:
+        return kind(
+            sysfs=setup.sysfs,
+            maker=setup.table[name],
+            group_id_with_memory=setup.env.devices_group_id_with_memory,
+        )
+
+    return build
+
+
+DETECTORS: Mapping[str, Callable[[DetectorSetup], Detector]] = {
+    NVIDIA: _nvidia,
+    AMD: _vendor(AMD, AmdDetector),
+    ASCEND: _vendor(ASCEND, AscendDetector),
+    CAMBRICON: _vendor(CAMBRICON, CambriconDetector),
+    HYGON: _vendor(HYGON, HygonDetector),
+    ILUVATAR: _vendor(ILUVATAR, IluvatarDetector),
+    METAX: _vendor(METAX, MetaxDetector),
+    MTHREADS: _vendor(MTHREADS, MthreadsDetector),
+    THEAD: _vendor(THEAD, TheadDetector),
+}
 
 
 def requested_manufacturers(flag: str, table: ManufacturerTable) -> tuple[str, ...]:

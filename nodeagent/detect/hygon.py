@@ -1,0 +1,152 @@
+"""Hygon DCUs through ROCm SMI (see `rsmi`), as Hygon's DTK/hyhal ships it.
+
+Per card: unique id, PCI bus id, name and VRAM are required; a card missing any is skipped.
+
+Facts kept from upstream:
+- the id is `GPU-<unique id>` in lowercase hex;
+- memory is the VRAM total in bytes, as MiB; uncorrectable UMC ECC errors make a card unhealthy;
+- the driver version is the kernel module's (`/sys/module/hycu/version`, else `hydcu`); the
+  runtime version the ROCm/DTK install's `.info/version`;
+- `computeCapability` is the gfx target (below 2000 the number reads in decimal, above in hex);
+- `physicalIndexes` are the card's DRM nodes `[card<N>, renderD<M>]`;
+- every card takes 4 logical slices without cores overcommit (`vdev.conf` gives each slice a
+  disjoint CU mask).
+
+Judgment calls:
+- the name is RSMI's device name (upstream asks the PCI id database and HSA first);
+- RSMI initialised for all GPUs also lists AMD cards on a mixed node, so a device whose PCI vendor
+  is readable and not Hygon's is left to the AMD detector;
+- cores and family are not read (upstream takes both from HSA);
+- Multi-Instance (MIG) mode is not read: Hygon exposes it through a separate library this detector
+  does not bind, so a node in that mode is reported with logical slices it cannot serve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from chain.manufacturers import Manufacturer
+from nodeagent.detect.rsmi import Rsmi, bus_id_of, open_rsmi
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.vendor import (
+    CardReading,
+    GroupFacts,
+    VendorDetector,
+    VendorError,
+    bus_address,
+    drm_nodes,
+    env_home,
+    environ_or,
+    leading_version,
+    library_candidates,
+    logically_sliced,
+    optional,
+    read_first,
+)
+
+HYGON = "hygon"
+LOGICAL_SLICES = 4
+DRIVER_DIRS = (
+    "sys/module/hycu/drivers/pci:hycu",
+    "sys/module/hydcu/drivers/pci:hydcu",
+)
+DRIVER_VERSION_FILES = ("sys/module/hycu/version", "sys/module/hydcu/version")
+ROCM_HOMES = ("ROCM_HOME", "ROCM_PATH")
+LIBRARY_DIRS = ("/opt/hyhal/lib", "/opt/dtk/rocm_smi/lib", "/opt/dtk/.hyhal/rocm_smi/lib")
+VERSION_FILES = (".info/version", ".info/version-rocm", ".info/version-dev", ".info/version-libs")
+
+
+def graphics_target(version: int) -> str:
+    if version <= 0:
+        return ""
+    return f"gfx{version}" if version < 2000 else f"gfx{version:x}"
+
+
+def rocm_home(environ: Mapping[str, str]) -> Path:
+    return Path(env_home(environ, ROCM_HOMES, "/opt/rocm"))
+
+
+def rsmi_candidates(environ: Mapping[str, str]) -> list[str]:
+    home = rocm_home(environ)
+    folders = [environ["ROCM_SMI_LIB_PATH"]] if environ.get("ROCM_SMI_LIB_PATH") else []
+    folders += [*LIBRARY_DIRS, str(home / "lib"), str(home / "rocm_smi/lib")]
+    return library_candidates("librocm_smi64.so", folders)
+
+
+def dtk_version(home: Path) -> str:
+    """The ROCm/DTK version from the install's `.info` files (or its parent's)."""
+    paths = [folder / name for folder in (home, home.parent) for name in VERSION_FILES]
+    return leading_version(read_first(paths))
+
+
+class HygonDetector(VendorDetector[Rsmi]):
+    manufacturer = HYGON
+
+    def __init__(
+        self,
+        rsmi: Rsmi | None = None,
+        sysfs: Sysfs | None = None,
+        maker: Manufacturer | None = None,
+        group_id_with_memory: bool = False,
+        opener: Callable[[], Rsmi | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+        runtime_version: Callable[[], str] | None = None,
+    ) -> None:
+        env = environ_or(environ)
+        super().__init__(
+            rsmi,
+            opener or (lambda: open_rsmi(rsmi_candidates(env))),
+            sysfs,
+            maker,
+            group_id_with_memory,
+        )
+        self._runtime_version = runtime_version or (lambda: dtk_version(rocm_home(env)))
+        self._indexes: dict[str, int] = {}
+
+    def read_cards(self, interface: Rsmi) -> list[CardReading]:
+        try:
+            count = interface.device_count()
+        except VendorError:
+            return []
+        self._indexes = {}
+        cards = []
+        for index in range(count):
+            card = self._card(interface, index)
+            if card is not None:
+                self._indexes[card.id] = index
+                cards.append(card)
+        return cards
+
+    def _card(self, rsmi: Rsmi, index: int) -> CardReading | None:
+        vendor = optional(lambda: rsmi.vendor_id(index), -1)
+        if vendor >= 0 and f"{vendor:04x}" != self._maker.pci_vendor.lower():
+            return None
+        try:
+            ident = f"GPU-{rsmi.unique_id(index):x}"
+            address = bus_address(bus_id_of(rsmi.pci_id(index)))
+            name = rsmi.name(index)
+            memory = rsmi.memory_total(index) >> 20
+        except VendorError:
+            return None
+        unhealthy = optional(lambda: rsmi.uncorrectable_errors(index), 0) > 0
+        return CardReading(
+            id=ident,
+            name=name,
+            memory_mib=memory,
+            bus_id=address,
+            physical_indexes=drm_nodes(self._sysfs, address, DRIVER_DIRS),
+            status=logically_sliced(LOGICAL_SLICES, False, unhealthy),
+            memory_used_mib=optional(lambda: rsmi.memory_used(index), 0) >> 20,
+        )
+
+    def group_facts(self, interface: Rsmi, card: CardReading) -> GroupFacts:
+        index = self._indexes[card.id]
+        driver = read_first(self._sysfs.root / path for path in DRIVER_VERSION_FILES)
+        return GroupFacts(
+            driver_version=driver,
+            runtime_version=self._runtime_version(),
+            compute_capability=graphics_target(
+                optional(lambda: interface.target_graphics_version(index), 0)
+            ),
+        )

@@ -1,0 +1,119 @@
+"""T-Head PPUs through HGML (`libhgml.so`, NVML's API renamed `hgml*`; see `nvmlike`).
+
+Per card: handle, UUID, PCI bus id, name and memory are required; a card missing any of them is
+skipped.
+
+Facts kept from upstream:
+- memory `total >> 20` MiB; uncorrected volatile DRAM ECC errors make a card unhealthy;
+- `runtimeVersion` is the HGGC driver version as `major.minor`, `computeCapability` HGGC's;
+  cores HGML's GPU core count;
+- `physicalIndexes` = `[minor number]`, and absent when the driver cannot tell it: the allocator
+  proves a device node by that minor, so a substitute would make a wrong node look proven;
+- a card in MIG mode offers its partition profiles (see `thead_mig`); any other card (MIG off,
+  unsupported or unreadable) 128 logical slices with cores overcommit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from chain.devices import AcceleratorStatus
+from chain.manufacturers import Manufacturer
+from nodeagent.detect.nvidia import compute_capability, runtime_version
+from nodeagent.detect.nvmlike import DEVICE_MIG_ENABLE, HGML_SYMBOLS, NvmlLike, open_nvmlike
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.thead_mig import agree_within_groups, mig_profiles, physical_sliced
+from nodeagent.detect.vendor import (
+    CardReading,
+    GroupFacts,
+    VendorDetector,
+    VendorError,
+    bus_address,
+    env_home,
+    environ_or,
+    library_candidates,
+    logically_sliced,
+    optional,
+)
+
+THEAD = "thead"
+LOGICAL_SLICES = 128
+
+
+def hgml_candidates(environ: Mapping[str, str]) -> list[str]:
+    home = Path(env_home(environ, ("PPU_HOME",), "/usr/local/PPU_SDK"))
+    return library_candidates("libhgml.so", [home / "lib64", home / "lib"])
+
+
+class TheadDetector(VendorDetector[NvmlLike]):
+    manufacturer = THEAD
+
+    def __init__(
+        self,
+        hgml: NvmlLike | None = None,
+        sysfs: Sysfs | None = None,
+        maker: Manufacturer | None = None,
+        group_id_with_memory: bool = False,
+        opener: Callable[[], NvmlLike | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = environ_or(environ)
+        super().__init__(
+            hgml,
+            opener or (lambda: open_nvmlike(hgml_candidates(env), HGML_SYMBOLS)),
+            sysfs,
+            maker,
+            group_id_with_memory,
+        )
+        self._handles: dict[str, int] = {}
+
+    def read_cards(self, interface: NvmlLike) -> list[CardReading]:
+        try:
+            count = interface.device_count()
+        except VendorError:
+            return []
+        self._handles = {}
+        cards = []
+        for position in range(count):
+            try:
+                handle = interface.handle(position)
+                card = self._card(interface, handle)
+            except VendorError:
+                continue
+            self._handles[card.id] = handle
+            cards.append(card)
+        return agree_within_groups(cards)
+
+    def _card(self, hgml: NvmlLike, handle: int) -> CardReading:
+        ident = hgml.uuid(handle)
+        address = bus_address(hgml.bus_id(handle))
+        name = hgml.name(handle)
+        total, used = hgml.memory(handle)
+        memory = total >> 20
+        unhealthy = optional(lambda: hgml.uncorrected_dram_errors(handle), 0) > 0
+        minor = optional(lambda: hgml.minor_number(handle), -1)
+        if optional(lambda: hgml.mig_mode(handle), 0) == DEVICE_MIG_ENABLE:
+            profiles = mig_profiles(hgml, handle, memory, self._maker)
+            status = AcceleratorStatus(unhealthy, physical_sliced=physical_sliced(profiles))
+        else:
+            status = logically_sliced(LOGICAL_SLICES, True, unhealthy)
+        return CardReading(
+            id=ident,
+            name=name,
+            memory_mib=memory,
+            bus_id=address,
+            physical_indexes=(minor,) if minor >= 0 else None,
+            status=status,
+            memory_used_mib=used >> 20,
+        )
+
+    def group_facts(self, interface: NvmlLike, card: CardReading) -> GroupFacts:
+        handle = self._handles[card.id]
+        major, minor = optional(lambda: interface.compute_capability(handle), (0, 0))
+        return GroupFacts(
+            cores=optional(lambda: interface.core_count(handle), 0),
+            driver_version=optional(interface.driver_version, ""),
+            runtime_version=runtime_version(optional(interface.runtime_version, 0)),
+            compute_capability=compute_capability(major, minor),
+        )

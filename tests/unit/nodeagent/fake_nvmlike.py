@@ -1,0 +1,93 @@
+"""An NVML-shaped library (IXML, HGML) answering from a recording."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chain.partitions import Placement
+from nodeagent.detect.nvmlike import InstanceProfile
+from tests.unit.nodeagent.vendor_data import refuse
+
+HANDLE_BASE = 0x5000
+
+
+class FakeNvmlLike:
+    """Handles are `HANDLE_BASE + position`; `"refused"` answers fail with a vendor code."""
+
+    def __init__(self, recording: dict[str, Any]) -> None:
+        self.cards: list[dict[str, Any]] = recording["cards"]
+        self._driver: str = recording["driver_version"]
+        self._runtime: int = recording["runtime_version"]
+        self.count_refused = False
+
+    def _answer(self, handle: int, key: str) -> Any:
+        answer = self.cards[handle - HANDLE_BASE].get(key, "refused")
+        if answer == "refused":
+            raise refuse(key)
+        return answer
+
+    def device_count(self) -> int:
+        if self.count_refused:
+            raise refuse("count")
+        return len(self.cards)
+
+    def driver_version(self) -> str:
+        return self._driver
+
+    def runtime_version(self) -> int:
+        return self._runtime
+
+    def handle(self, index: int) -> int:
+        if self.cards[index].get("handle") == "refused":
+            raise refuse("handle")
+        return HANDLE_BASE + index
+
+    def uuid(self, handle: int) -> str:
+        return str(self._answer(handle, "uuid"))
+
+    def name(self, handle: int) -> str:
+        return str(self._answer(handle, "name"))
+
+    def bus_id(self, handle: int) -> str:
+        return str(self._answer(handle, "bus"))
+
+    def memory(self, handle: int) -> tuple[int, int]:
+        total, used = self._answer(handle, "memory")
+        return int(total), int(used)
+
+    def minor_number(self, handle: int) -> int:
+        return int(self._answer(handle, "minor"))
+
+    def compute_capability(self, handle: int) -> tuple[int, int]:
+        major, minor = self._answer(handle, "capability")
+        return int(major), int(minor)
+
+    def core_count(self, handle: int) -> int:
+        return int(self._answer(handle, "cores"))
+
+    def uncorrected_dram_errors(self, handle: int) -> int:
+        return int(self._answer(handle, "ecc"))
+
+    def health(self, handle: int) -> int:
+        return int(self._answer(handle, "health"))
+
+    def mig_mode(self, handle: int) -> int:
+        return int(self._answer(handle, "mig_mode"))
+
+    def _profile(self, handle: int, key: str, value: int) -> dict[str, Any]:
+        for entry in self._answer(handle, "profiles"):
+            if entry[key] == value:
+                found: dict[str, Any] = entry
+                return found
+        raise refuse("profile")
+
+    def instance_profile(self, handle: int, profile: int) -> InstanceProfile:
+        entry = self._profile(handle, "profile", profile)
+        fields = ("id", "slice_count", "instance_count", "memory_mb", "name")
+        return InstanceProfile(**{name: entry[name] for name in fields})
+
+    def placements(self, handle: int, profile_id: int) -> tuple[Placement, ...]:
+        slots = self._profile(handle, "id", profile_id)["placements"]
+        if slots == "refused":
+            raise refuse("placements")
+        return tuple(Placement(start, length) for start, length in slots)
