@@ -1,0 +1,40 @@
+"""`gunicorn hooks.admission.app:app`: the admission webhooks and the verdict hook.
+
+Routes: POST /mutate-pods, /mutate-workloads (AdmissionReview v1, served over TLS to the API
+server); POST /judge (the per-card verdict, called by the admission driver); GET /healthz.
+The pool catalog is read from the file `GPUSTACK_ADMISSION_CATALOG` names (see `catalog`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask import Flask
+
+from chain.manufacturers import ManufacturerTable, default_manufacturers
+from hooks.admission.catalog import Catalog, catalog_from_env
+from hooks.admission.judge import judge_request
+from hooks.admission.pods import mutate_pods
+from hooks.admission.workloads import mutate_workloads
+from hooks.shell import Obj, make_app
+
+
+def create_app(catalog: Callable[[], Catalog], table: ManufacturerTable | None = None) -> Flask:
+    makers = default_manufacturers() if table is None else table
+
+    def pods(body: Obj) -> Obj:
+        return mutate_pods(body, catalog(), makers)
+
+    def workloads(body: Obj) -> Obj:
+        return mutate_workloads(body, catalog(), makers)
+
+    def verdict(body: Obj) -> Obj:
+        return judge_request(body, makers)
+
+    return make_app(
+        "admission",
+        {"/mutate-pods": pods, "/mutate-workloads": workloads, "/judge": verdict},
+    )
+
+
+app = create_app(catalog_from_env())

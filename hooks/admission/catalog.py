@@ -1,0 +1,115 @@
+"""The pool catalog: how the webhooks learn a queue's card memory and accelerator group.
+
+Upstream's Pod webhook reads the InstanceType fronting a Pod's queue (by the label
+`schedule.gpustack.ai/queue-entrance=<queue>`) through the API. Our webhooks hold no
+credentials, so they read the same InstanceTypes from a file instead: a Kubernetes List of
+InstanceType objects (at least `metadata.name`, `metadata.labels`, `spec.acceleratorGroup` and
+`status.detail`), optionally with the chain's `Settings` singleton, e.g. a ConfigMap in the
+system namespace mounted into the webhook Pod. Only operator-owned objects feed it, never the
+user-writable LocalQueue, as upstream insists.
+
+The file is named by `GPUSTACK_ADMISSION_CATALOG` and re-read when it changes (the kubelet
+swaps a mounted ConfigMap in place). No file, or an unreadable one, is an empty catalog: Pods
+that need no pool facts (whole cards, percentage slices) are still admitted, the others are
+refused with a message that says the pool is not known yet.
+
+Judgment call: an entrance label carried by two InstanceTypes resolves to none (upstream: "0 or
+more than 1 is an error"), logged once per load, so the fold never divides by the wrong card.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import yaml
+
+from chain.apis import CHAIN_API, INSTANCE_TYPE, SETTINGS, SETTINGS_NAME, WORKER_API
+from chain.labels import QUEUE_ENTRANCE
+from chain.requests import PoolFacts
+from chain.settings import Settings
+
+CATALOG_ENV = "GPUSTACK_ADMISSION_CATALOG"
+
+log = logging.getLogger("hooks.admission")
+
+
+@dataclass(frozen=True)
+class Catalog:
+    pools: Mapping[str, PoolFacts] = field(default_factory=dict)
+    """By queue name (the InstanceType's entrance label)."""
+    settings: Settings = field(default_factory=Settings)
+
+    def pool(self, queue: str) -> PoolFacts | None:
+        return self.pools.get(queue)
+
+
+def parse_catalog(document: object) -> Catalog:
+    """A catalog from a List of InstanceTypes (and Settings); bad items are skipped, logged."""
+    items = document.get("items") if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise ValueError("the catalog must be a Kubernetes List with items")
+    found: dict[str, list[PoolFacts]] = {}
+    settings = Settings()
+    for number, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        kind, api = item.get("kind"), item.get("apiVersion")
+        raw_meta = item.get("metadata")
+        meta: dict[str, object] = raw_meta if isinstance(raw_meta, dict) else {}
+        try:
+            if (kind, api) == (SETTINGS, CHAIN_API) and meta.get("name") == SETTINGS_NAME:
+                settings = Settings.from_spec(item.get("spec"))
+            elif (kind, api) == (INSTANCE_TYPE, WORKER_API):
+                labels = meta.get("labels") or {}
+                queue = labels.get(QUEUE_ENTRANCE) if isinstance(labels, dict) else None
+                if isinstance(queue, str) and queue:
+                    found.setdefault(queue, []).append(PoolFacts.from_instance_type(item))
+        except ValueError as err:
+            log.warning("catalog items[%d] skipped: %s", number, err)
+    pools = {}
+    for queue, facts in found.items():
+        if len(facts) == 1:
+            pools[queue] = facts[0]
+        else:
+            names = ", ".join(sorted(p.instance_type for p in facts))
+            log.warning("queue %s is fronted by several InstanceTypes (%s): ignored", queue, names)
+    return Catalog(pools, settings)
+
+
+class FileCatalog:
+    """The catalog in a file, re-read whenever the file's modification time changes."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._stamp: int | None = None
+        self._catalog = Catalog()
+
+    def __call__(self) -> Catalog:
+        try:
+            stamp = os.stat(self.path).st_mtime_ns
+        except OSError as err:
+            if self._stamp is not None:
+                log.warning("catalog %s unreadable: %s", self.path, err)
+            self._stamp, self._catalog = None, Catalog()
+            return self._catalog
+        if stamp != self._stamp:
+            try:
+                with open(self.path, encoding="utf-8") as handle:
+                    self._catalog = parse_catalog(yaml.safe_load(handle))
+            except (OSError, ValueError, yaml.YAMLError) as err:
+                log.warning("catalog %s unreadable, treated as empty: %s", self.path, err)
+                self._catalog = Catalog()
+            self._stamp = stamp
+        return self._catalog
+
+
+def catalog_from_env(env: Mapping[str, str] | None = None) -> Callable[[], Catalog]:
+    """The catalog source the environment names; an empty catalog when it names none."""
+    path = (os.environ if env is None else env).get(CATALOG_ENV, "")
+    if not path:
+        empty = Catalog()
+        return lambda: empty
+    return FileCatalog(path)
