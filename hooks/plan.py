@@ -1,22 +1,28 @@
 """The offline planner: the chain's hooks run in chain order over a cluster snapshot.
 
 Input is a Kubernetes List (what `kubectl get nodes,namespaces -o json` prints; Settings,
-InstanceTypes and ClusterQueues in it are used too). Each hook is called with the request body
-Metacontroller would send, through the same pure functions the Flask apps serve, so the plan is
-what the cluster would converge to, without a cluster:
+InstanceTypes, ClusterQueues, AdmissionChecks and Devices in it are used too). Each hook is
+called with the request body Metacontroller would send, through the same pure functions the
+Flask apps serve, so the plan is what the cluster would converge to, without a cluster:
 
 1. the Node decorator on every Node (labels, NodeFlavors summary);
 2. the pools decorator on the Settings singleton, relating the summaries;
-3. the entrance decorator on every Namespace, relating the chain's ClusterQueues.
+3. the queue decorator on every InstanceType: its ClusterQueue (a queue of the same name in the
+   snapshot is the observed one, and its Kueue status is kept on the planned queue);
+4. the status decorator on every InstanceType, relating the snapshot's Devices, the planned
+   flavors and queues: the views and printer columns;
+5. the entrance decorator on every Namespace, relating the planned ClusterQueues.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from fractions import Fraction
 from typing import Any
 
 from chain.apis import (
+    ADMISSION_CHECK,
     CHAIN_API,
     CLUSTER_QUEUE,
     INSTANCE_TYPE,
@@ -29,10 +35,16 @@ from chain.apis import (
     TOPOLOGY,
     WORKER_API,
 )
+from chain.devices import DEVICES_KIND
+from chain.manufacturers import default_manufacturers
+from chain.quantity import parse_quantity
 from chain.settings import Settings, StartupEnv
+from chain.views import format_quantity
 from hooks.entrance import sync as entrance
 from hooks.flavor import node as node_hook
 from hooks.flavor import pools as pools_hook
+from hooks.instancetype import status as status_hook
+from hooks.queue import queue as queue_hook
 from hooks.shell import Obj
 
 # Metacontroller always sends one (possibly empty) map per declared attachment/related type.
@@ -41,6 +53,13 @@ POOL_ATTACHMENTS = (
     f"{RESOURCE_FLAVOR}.{KUEUE_API}",
     f"{TOPOLOGY}.{KUEUE_API}",
     f"{INSTANCE_TYPE}.{WORKER_API}",
+)
+QUEUE_RELATED = (f"{RESOURCE_FLAVOR}.{KUEUE_API}", f"{ADMISSION_CHECK}.{KUEUE_API}")
+STATUS_RELATED = (
+    f"{DEVICES_KIND}.{WORKER_API}",
+    f"{RESOURCE_FLAVOR}.{KUEUE_API}",
+    f"{CLUSTER_QUEUE}.{KUEUE_API}",
+    f"{SETTINGS}.{CHAIN_API}",
 )
 
 
@@ -85,6 +104,58 @@ def _labelled(node: Obj, labels: Mapping[str, str | None]) -> Obj:
     return out
 
 
+def _node_step(node: Obj, related_settings: Mapping[str, Any]) -> tuple[Obj, list[Obj]]:
+    """A Node as labelled, and its NodeFlavors summary."""
+    answer: Obj = {}
+    # Metacontroller resyncs a Node after labelling it; two rounds reach the fixed point.
+    for _ in range(2):
+        answer = node_hook.sync(
+            {
+                "object": node,
+                "attachments": _object_map(NODE_ATTACHMENTS, []),
+                "related": related_settings,
+            }
+        )
+        node = _labelled(node, answer.get("labels") or {})
+    return node, answer.get("attachments") or []
+
+
+def _queue_step(
+    instance_type: Obj, flavors: list[Obj], snapshot: list[Obj], settings: Obj
+) -> tuple[Obj, Obj]:
+    """An InstanceType with the queue hook's annotations applied, and its ClusterQueue."""
+    name = instance_type["metadata"]["name"]
+    observed = [q for q in _of_kind(snapshot, CLUSTER_QUEUE) if q["metadata"]["name"] == name]
+    related = (*QUEUE_RELATED, f"{SETTINGS}.{CHAIN_API}")
+    answer = queue_hook.sync(
+        {
+            "object": instance_type,
+            "attachments": _object_map((f"{CLUSTER_QUEUE}.{KUEUE_API}",), observed),
+            "related": _object_map(
+                related, [*flavors, *_of_kind(snapshot, ADMISSION_CHECK), settings]
+            ),
+        },
+        default_manufacturers(),
+    )
+    planned = copy.deepcopy(answer["attachments"][0])
+    if observed and "status" in observed[0]:
+        planned["status"] = copy.deepcopy(observed[0]["status"])
+    annotated = copy.deepcopy(instance_type)
+    notes = annotated["metadata"].setdefault("annotations", {})
+    for key, value in (answer.get("annotations") or {}).items():
+        if value is None:
+            notes.pop(key, None)
+        else:
+            notes[key] = value
+    return annotated, planned
+
+
+def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]]) -> Obj:
+    """An InstanceType with the status the status hook writes."""
+    answer = status_hook.sync({"object": instance_type, "attachments": {}, "related": related})
+    return {**instance_type, "status": answer["status"]}
+
+
 def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> list[Obj]:
     settings = settings_object(objects, overrides)
     related_settings = _object_map((f"{SETTINGS}.{CHAIN_API}",), [settings])
@@ -92,18 +163,9 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
     nodes: list[Obj] = []
     summaries: list[Obj] = []
     for node in _of_kind(objects, "Node"):
-        # Metacontroller resyncs a Node after labelling it; two rounds reach the fixed point.
-        for _ in range(2):
-            answer = node_hook.sync(
-                {
-                    "object": node,
-                    "attachments": _object_map(NODE_ATTACHMENTS, []),
-                    "related": related_settings,
-                }
-            )
-            node = _labelled(node, answer.get("labels") or {})
-        nodes.append(node)
-        summaries += answer.get("attachments") or []
+        labelled, summary = _node_step(node, related_settings)
+        nodes.append(labelled)
+        summaries += summary
 
     observed_types = _of_kind(objects, INSTANCE_TYPE)
     pools = (
@@ -116,24 +178,36 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
         ).get("attachments")
         or []
     )
+    flavors = _of_kind(pools, RESOURCE_FLAVOR)
 
-    cluster_queues = _of_kind(objects, CLUSTER_QUEUE)
+    types: list[Obj] = []
+    cluster_queues: list[Obj] = []
+    for instance_type in _of_kind(pools, INSTANCE_TYPE):
+        annotated, planned = _queue_step(instance_type, flavors, objects, settings)
+        types.append(annotated)
+        cluster_queues.append(planned)
+    related = _object_map(
+        STATUS_RELATED,
+        [*_of_kind(objects, DEVICES_KIND), *flavors, *cluster_queues, settings],
+    )
+    types = [_status_step(instance_type, related) for instance_type in types]
+
     local_queues: list[Obj] = []
     for namespace in _of_kind(objects, "Namespace"):
-        related = _object_map(
-            (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
-            [*cluster_queues, settings],
-        )
         answer = entrance.sync(
             {
                 "object": namespace,
                 "attachments": _object_map((f"{LOCAL_QUEUE}.{KUEUE_API}",), []),
-                "related": related,
+                "related": _object_map(
+                    (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
+                    [*cluster_queues, settings],
+                ),
             },
             env,
         )
         local_queues += answer.get("attachments") or []
-    return [settings, *nodes, *summaries, *pools, *local_queues]
+    others = [obj for obj in pools if obj["kind"] != INSTANCE_TYPE]
+    return [settings, *nodes, *summaries, *others, *types, *cluster_queues, *local_queues]
 
 
 def _labels(obj: Obj) -> dict[str, str]:
@@ -142,7 +216,8 @@ def _labels(obj: Obj) -> dict[str, str]:
 
 
 def table(objects: list[Obj]) -> str:
-    """A human summary: nodes, pools (flavors with capacity), InstanceTypes, LocalQueues."""
+    """A human summary: nodes, pools (flavors with capacity), InstanceTypes with their views,
+    ClusterQueues, LocalQueues."""
     lines: list[str] = []
 
     def section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -188,16 +263,23 @@ def table(objects: list[Obj]) -> str:
     )
     section(
         "InstanceTypes",
-        ("NAME", "DISPLAY", "UNITS (cpu/ram)", "GROUPS"),
+        ("NAME", "DISPLAY", "UNITS (cpu/ram)", "ACCELERATOR(EX/SH/SL/PT)", "CPU", "PHASE"),
         [
             (
                 t["metadata"]["name"],
                 t["spec"].get("displayName", ""),
                 "{cpu}/{ram}".format(**t["spec"].get("unitResources", {"cpu": "?", "ram": "?"})),
-                _groups(t["spec"]),
+                t.get("status", {}).get("acceleratorSummary", "-"),
+                t.get("status", {}).get("cpuSummary", "-"),
+                t.get("status", {}).get("phase", "-"),
             )
             for t in _of_kind(objects, INSTANCE_TYPE)
         ],
+    )
+    section(
+        "ClusterQueues",
+        ("NAME", "STOP POLICY", "RESOURCE", "NOMINAL", "FLAVORS"),
+        [_queue_row(q) for q in _of_kind(objects, CLUSTER_QUEUE)],
     )
     section(
         "LocalQueues",
@@ -210,8 +292,21 @@ def table(objects: list[Obj]) -> str:
     return "\n".join(lines).lstrip("\n") + "\n"
 
 
-def _groups(spec: Obj) -> str:
-    return f"{spec.get('generalGroup', '')} {spec.get('acceleratorGroup', '')}".strip()
+def _queue_row(cq: Obj) -> tuple[str, ...]:
+    """Name, stop policy, the covered resource, its total nominal quota, #flavors."""
+    spec = cq["spec"]
+    groups = spec.get("resourceGroups") or []
+    flavors = [f for g in groups for f in g.get("flavors") or []]
+    quotas = [r["nominalQuota"] for f in flavors for r in f.get("resources") or []]
+    total = format_quantity(sum((parse_quantity(str(q)) for q in quotas), Fraction(0)))
+    covered = ", ".join(r for g in groups for r in g.get("coveredResources") or []) or "-"
+    return (
+        cq["metadata"]["name"],
+        spec.get("stopPolicy", "None"),
+        covered,
+        total,
+        str(len(flavors)),
+    )
 
 
 def parse_setting(text: str) -> tuple[str, Any]:

@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from chain.capacity import node_capacity_patch
@@ -50,11 +50,31 @@ class Reporter:
     namespace: str
     owned: tuple[str, ...]
     table: ManufacturerTable
+    _reported: str = field(default="", init=False)
+
+    def _node_signature(self, node: Obj) -> str:
+        """What of the Node the report depends on: its labels and its capacity."""
+        return repr(
+            (
+                sorted((node["metadata"].get("labels") or {}).items()),
+                sorted(((node.get("status") or {}).get("capacity") or {}).items()),
+            )
+        )
+
+    def node_changed(self) -> bool:
+        """True when the Node moved since the last report (a label, the kubelet's tokens)."""
+        try:
+            node = self.kube.get("v1", "Node", self.node)
+        except Exception as error:  # the next round reports the failure properly
+            log.warning("reading Node %s failed: %s", self.node, error)
+            return False
+        return node is not None and self._node_signature(node) != self._reported
 
     def __call__(self, current: DetectionRound) -> None:
         node = self.kube.get("v1", "Node", self.node)
         if node is None:
             raise RuntimeError(f"Node {self.node} does not exist")
+        self._reported = self._node_signature(node)
         groups = [g for g in current.groups if g.manufacturer in self.owned]
         self._node_feature(groups)
         devices = self._devices(node, groups)
@@ -96,7 +116,8 @@ class Reporter:
         patch = node_capacity_patch(labels, capacity, devices, self.table)
         body = patch.merge_patch()
         if body:
-            self.kube.merge_patch("v1", "Node", self.node, body, subresource="status")
+            patched = self.kube.merge_patch("v1", "Node", self.node, body, subresource="status")
+            self._reported = self._node_signature(patched)
             log.info("Node %s counting keys: %s", self.node, body["status"])
 
 

@@ -128,6 +128,7 @@ def serve(args: argparse.Namespace) -> int:
             no_pci_check=args.no_pci_check,
             period=args.period,
             redetect_every=args.redetect_every,
+            report_due=reporter.node_changed,
         )
         loop.run(stop_on_signals())
     return 0

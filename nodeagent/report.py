@@ -6,10 +6,9 @@
   what the object already holds so another manufacturer's agent keeps its groups.
 
 Judgment calls:
-- The Devices labels are `kubernetes.io/os`/`arch` (copied from the Node) and
-  `acceleratable.feature.gpustack.ai/<aKey>=true` per spec group with cards: the
-  acceleratable feature keys minus `.count`, minus `gpustack.ai/managed` and `general.*` (those
-  are the worker's to mirror).
+- The Devices labels are `kubernetes.io/os`/`arch`, `gpustack.ai/managed` and the CPU key
+  presence labels (copied from the Node), and `acceleratable.feature.gpustack.ai/<aKey>=true`
+  per spec group with cards (never a `.count`).
 - The owner reference is a controller reference with `blockOwnerDeletion`, like
   controller-runtime's `SetControllerReference`; deleting the Node deletes its Devices.
 """
@@ -21,7 +20,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from chain.apis import CORE_V1, NODE
 from chain.devices import DEVICES_API, DEVICES_KIND, DevicesGroup
 from chain.keys import accelerator_key
-from chain.labels import ARCH, OS, PART_OF, TRUE, accelerator_feature_key, accelerator_labels
+from chain.labels import (
+    ARCH,
+    GENERAL_PREFIX,
+    MANAGED,
+    OS,
+    PART_OF,
+    TRUE,
+    accelerator_feature_key,
+    accelerator_labels,
+)
 
 NODE_FEATURE_API = "nfd.k8s-sigs.io/v1alpha1"
 NODE_FEATURE_KIND = "NodeFeature"
@@ -81,9 +89,18 @@ def owner_reference(node: str, uid: str) -> Obj:
 def devices_labels(
     node_labels: Mapping[str, str], groups: Iterable[Mapping[str, object]]
 ) -> dict[str, str]:
-    """The device manager's labels on the Devices object, from the Node's labels and the
-    (rendered, merged) spec groups: every manufacturer's models with cards count."""
-    labels = {key: node_labels[key] for key in (OS, ARCH) if node_labels.get(key)}
+    """The labels on the Devices object, from the Node's labels and the (rendered, merged) spec
+    groups: every manufacturer's models with cards count.
+
+    The Node's `gpustack.ai/managed` mark and its CPU key presence labels are mirrored too: the
+    pool views select a pool's Devices by them (`chain.views.pool_devices_selector`). Upstream
+    a separate worker controller mirrors them; here the agent, which reads its Node on every
+    round and re-reports when those labels change, owns the whole label set.
+    """
+    labels = {key: node_labels[key] for key in (OS, ARCH, MANAGED) if node_labels.get(key)}
+    for key, value in node_labels.items():
+        if key.startswith(GENERAL_PREFIX) and value == TRUE:
+            labels[key] = value
     for group in groups:
         maker, ident = group.get("manufacturer"), group.get("id")
         if group.get("accelerators") and isinstance(maker, str) and isinstance(ident, str):

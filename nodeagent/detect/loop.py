@@ -82,6 +82,7 @@ class DetectLoop:
         period: float = MONITOR_PERIOD_SECONDS,
         redetect_every: int = REDETECT_EVERY_MONITOR_ROUNDS,
         sleep: Callable[[float], None] = time.sleep,
+        report_due: Callable[[], bool] = lambda: False,
     ) -> None:
         """`expected` are the manufacturers the agent was started for (`--manufacturer`, with
         `all` spelled out), whether or not each has a detector."""
@@ -93,6 +94,8 @@ class DetectLoop:
         self.period = period
         self.redetect_every = redetect_every
         self.sleep = sleep
+        # Something outside detection wants a fresh report (the Node's labels changed).
+        self.report_due = report_due
         self.holding_back = not no_fast_failed and len(self.expected) == 1
 
     def detect(self) -> DetectionRound:
@@ -139,7 +142,9 @@ class DetectLoop:
             return
         for _ in range(self.redetect_every):
             self.sleep(self.period)
-            if stop() or detected is None or self.monitor_differs(detected):
+            if stop() or detected is None or self.report_due():
+                return
+            if self.monitor_differs(detected):
                 return
 
     def run(self, stop: Callable[[], bool]) -> None:

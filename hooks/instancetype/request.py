@@ -1,0 +1,193 @@
+"""The status hook's inputs, read out of a Metacontroller request into small typed views.
+
+Every shape problem is a BadRequest naming the field, so Metacontroller gets a 400 that says
+what to fix and leaves the status as it is. Objects are found by kind, labels and name, never by
+map key, so hook versions v1 and v2 read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, RESOURCE_FLAVOR, WORKER_API
+from chain.devices import DEVICES_KIND
+from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
+from chain.names import GENERIC, flavor_count
+from chain.pools import PoolIdentity, selector_matches
+from chain.quantity import parse_quantity
+from chain.queues import CPU_RESOURCE, STOP_NONE, STOP_POLICIES, flavor_size
+from chain.views import PoolNode, pool_node
+from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path
+
+ACTIVE = "Active"
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    identity: PoolIdentity
+    deleting: bool
+
+
+def _field(spec: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    value = spec.get(key)
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise BadRequest(f"{where}.spec.{key}", f"expected a {kind.__name__}, got {value!r}")
+    return value
+
+
+def read_instance_type(obj: Obj, where: str) -> InstanceType:
+    """The pool an InstanceType (at JSON path `where`) stands for; a missing `generalGroup` is
+    the `generic` group, as the defaulting webhook writes it."""
+    if obj.get("kind") != INSTANCE_TYPE or obj.get("apiVersion") != WORKER_API:
+        raise BadRequest(
+            f"{where}.kind", f"expected a {WORKER_API} {INSTANCE_TYPE}, got {obj.get('kind')!r}"
+        )
+    spec = obj.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        raise BadRequest(f"{where}.spec", f"expected an object, got {spec!r}")
+    identity = PoolIdentity(
+        acceleratable=_field(spec, "acceleratable", bool, where),
+        general_group=_field(spec, "generalGroup", str, where) or GENERIC,
+        accelerator_group=_field(spec, "acceleratorGroup", str, where),
+        os=_field(spec, "os", str, where),
+        arch=_field(spec, "arch", str, where),
+    )
+    meta = obj["metadata"]
+    return InstanceType(meta["name"], identity, bool(meta.get("deletionTimestamp")))
+
+
+def labels_of(obj: Obj, path: str) -> Mapping[str, str]:
+    labels = obj["metadata"].get("labels") or {}
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise BadRequest(f"{path}.metadata.labels", "expected a map of strings")
+    return labels
+
+
+def pool_flavors(
+    request: DecoratorRequest, selector: Mapping[str, str] | None, acceleratable: bool
+) -> list[Obj]:
+    """The pool's live ResourceFlavors in the queue's order: smallest per-node count first,
+    then by name. A flavor being deleted is gone for the pool (the queue lets it go too)."""
+    if selector is None:
+        return []
+    found = []
+    for obj in request.related.of(RESOURCE_FLAVOR, KUEUE_API):
+        path = object_path("related", obj)
+        labels = labels_of(obj, path)
+        ours = labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_NODES
+        if not ours or not selector_matches(selector, labels):
+            continue
+        if obj["metadata"].get("deletionTimestamp"):
+            continue
+        try:
+            count = flavor_size(labels, acceleratable).count
+        except ValueError as err:
+            where, _, message = str(err).partition(": ")
+            raise BadRequest(f"{path}.{where}", message) from None
+        found.append((count, obj["metadata"]["name"], obj))
+    return [obj for _, _, obj in sorted(found, key=lambda item: item[:2])]
+
+
+def pool_nodes(
+    request: DecoratorRequest, selector: Mapping[str, str] | None, akey: str
+) -> list[PoolNode]:
+    """The pool's card group on every node whose Devices carry the pool's labels, by name."""
+    if selector is None:
+        return []
+    nodes = []
+    for obj in request.related.of(DEVICES_KIND, WORKER_API):
+        path = object_path("related", obj)
+        if not selector_matches(selector, labels_of(obj, path)):
+            continue
+        try:
+            node = pool_node(obj, akey)
+        except ValueError as err:
+            where, _, message = str(err).partition(": ")
+            raise BadRequest(f"{path}.{where}", message) from None
+        if node is not None:
+            nodes.append(node)
+    return sorted(nodes, key=lambda node: node.name)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What the views read of the pool's ClusterQueue."""
+
+    stop_policy: str
+    active: Obj | None
+    """Kueue's `Active` condition, None until Kueue reports one."""
+    cpu_quota: Fraction
+    cpu_reserved: Fraction
+    node_cores: tuple[int, ...]
+    """Per-node cores of the CPU flavors the queue names (from the flavor names)."""
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BadRequest(path, "expected a list")
+    return value
+
+
+def _quantity(raw: Any, path: str) -> Fraction:
+    try:
+        return parse_quantity(str(raw))
+    except ValueError as err:
+        raise BadRequest(path, str(err)) from None
+
+
+def _cpu_entries(flavors: Any, path: str, amount: str) -> list[tuple[str, Fraction]]:
+    """(flavor name, amount of `cpu`) for each flavor entry of a queue spec or status list."""
+    found = []
+    for i, flavor in enumerate(_list(flavors, path)):
+        where = f"{path}[{i}]"
+        if not isinstance(flavor, dict):
+            raise BadRequest(where, "expected an object")
+        for j, resource in enumerate(_list(flavor.get("resources"), f"{where}.resources")):
+            if isinstance(resource, dict) and resource.get("name") == CPU_RESOURCE:
+                value = _quantity(resource.get(amount, "0"), f"{where}.resources[{j}].{amount}")
+                found.append((str(flavor.get("name", "")), value))
+    return found
+
+
+def pool_queue(request: DecoratorRequest, name: str) -> QueueState | None:
+    """The related ClusterQueue named after the InstanceType, if it exists."""
+    for obj in request.related.of(CLUSTER_QUEUE, KUEUE_API):
+        if obj["metadata"]["name"] != name:
+            continue
+        path = object_path("related", obj)
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if not isinstance(spec, dict) or not isinstance(status, dict):
+            raise BadRequest(path, "expected spec and status to be objects")
+        stop = spec.get("stopPolicy") or STOP_NONE
+        if stop not in STOP_POLICIES:
+            raise BadRequest(f"{path}.spec.stopPolicy", f"expected one of {STOP_POLICIES}")
+        quota: list[tuple[str, Fraction]] = []
+        for i, group in enumerate(_list(spec.get("resourceGroups"), f"{path}.spec.resourceGroups")):
+            where = f"{path}.spec.resourceGroups[{i}]"
+            if not isinstance(group, dict):
+                raise BadRequest(where, "expected an object")
+            quota += _cpu_entries(group.get("flavors"), f"{where}.flavors", "nominalQuota")
+        reserved = _cpu_entries(
+            status.get("flavorsReservation"), f"{path}.status.flavorsReservation", "total"
+        )
+        conditions = _list(status.get("conditions"), f"{path}.status.conditions")
+        active = next(
+            (c for c in conditions if isinstance(c, dict) and c.get("type") == ACTIVE), None
+        )
+        cores = (flavor_count(flavor) for flavor, amount in quota if amount > 0)
+        return QueueState(
+            stop_policy=stop,
+            active=active,
+            cpu_quota=sum((amount for _, amount in quota), Fraction(0)),
+            cpu_reserved=sum((amount for _, amount in reserved), Fraction(0)),
+            node_cores=tuple(count for count in cores if count is not None),
+        )
+    return None
