@@ -67,7 +67,7 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
         kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
         kube.delete("v1", "Node", name)
     for pool in POOLS:
-        forget_pool(kube, pool)
+        forget_pool(kube, pool, tuple(nodes))
 
 
 def _labels(kube: Kube, kind: str, name: str, api: str = "v1") -> dict[str, str]:
@@ -130,3 +130,55 @@ def test_agents_report_and_pools_appear(
         return int(parse_quantity(value)) if value else 0
 
     wait_for(lambda: units() == 4 * 1_600_000, 60, "the sliced counting keys")
+
+
+def _summary(kube: Kube, name: str) -> str:
+    obj = kube.get(WORKER, "InstanceType", name) or {}
+    return str((obj.get("status") or {}).get("acceleratorSummary", ""))
+
+
+def test_ledger_edits_move_the_views(
+    testbed: Testbed, chain: Installed, simulated_nodes: dict[str, str]
+) -> None:
+    """`kubectl get instancetypes -w`: the four views follow the Devices ledgers."""
+    kube = testbed.kube
+    t4a, _t4b, _a10g = simulated_nodes
+    pool = POOLS[0]
+    # Two nodes x 4 free T4: EX 4/8, SH 4/80 (cards with a free share on the largest node),
+    # SL 100/800 (percent of one card / of all), PT 0/0.
+    wait_for(lambda: _summary(kube, pool) == "4/8 4/80 100/800 0/0", 90, "the pool's views")
+
+    devices = kube.get(WORKER, "Devices", t4a)
+    assert devices is not None
+    [group] = devices["spec"]["groups"]
+    first, second = group["accelerators"][:2]
+    rows = [
+        {"id": first["id"], "index": first["index"], "mode": 1},  # held whole: remaining 0
+        {
+            "id": second["id"],
+            "index": second["index"],
+            "mode": 3,
+            "remaining": 1_280_000,
+            "allocatedSlices": 1,
+        },  # a 20 % slice
+    ]
+    kube.apply(
+        {
+            "apiVersion": WORKER,
+            "kind": "Devices",
+            "metadata": {"name": t4a},
+            "status": {
+                "groups": [{"id": group["id"], "manufacturer": "nvidia", "accelerators": rows}]
+            },
+        },
+        manager="e2e-ledger",
+        subresource="status",
+    )
+    # EX: free cards 2 + 4 -> 4/6. SH counts shares of free or Shared cards only: 20 + 40, the
+    # largest node still has 4 cards with a free share -> 4/60. SL counts free or Sliced cards:
+    # 80 (the sliced card) + 100 + 100 + 400 -> 100/680.
+    expected = "4/6 4/60 100/680 0/0"
+    try:
+        wait_for(lambda: _summary(kube, pool) == expected, 90, "the views to follow the ledger")
+    except TimeoutError:
+        pytest.fail(f"views read {_summary(kube, pool)!r}, expected {expected!r}")

@@ -189,14 +189,28 @@ def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
     finally:
         for node in [*gpu_nodes, cpu_node]:
             _remove_node(kube, node)
-        forget_pool(kube, T4_POOL)
+        forget_pool(kube, T4_POOL, tuple(gpu_nodes))
 
 
-def forget_pool(kube: Kube, name: str) -> None:
+def forget_pool(kube: Kube, name: str, nodes: tuple[str, ...] = ()) -> None:
     """Delete a pool's derived InstanceType (its queue drains and goes first) and wait until it
-    is gone, so the next test starts from a pool that never existed (no sticky drained mark)."""
+    is gone, so the next test starts from a pool that never existed (no sticky drained mark).
+
+    `nodes` were the pool's nodes: a derived type deleted while its pool lives comes back, so
+    first wait until the garbage collector removed their summaries."""
+    for node in nodes:
+        wait_for(
+            lambda n=node: kube.get("gpustack.ai/v1alpha1", "NodeFlavors", n) is None,
+            120,
+            f"the NodeFlavors of {node} to be collected",
+        )
     kube.delete(WORKER, "InstanceType", name)
-    wait_for(lambda: kube.get(WORKER, "InstanceType", name) is None, 120, f"{name} to be gone")
+    try:
+        wait_for(lambda: kube.get(WORKER, "InstanceType", name) is None, 120, f"{name} to be gone")
+    except TimeoutError as err:
+        meta = (kube.get(WORKER, "InstanceType", name) or {}).get("metadata", {})
+        state = {k: meta.get(k) for k in ("uid", "deletionTimestamp", "finalizers")}
+        raise TimeoutError(f"{err}; it reads {state}") from None
 
 
 def test_new_namespace_gets_local_queues(testbed: Testbed, chain: Installed) -> None:
