@@ -1,0 +1,469 @@
+"""The device plugin's allocation rules (node-agent §4, §5): tokens, costs, and who gets a card.
+
+One device-plugin resource per mode advertises *tokens*, `<group>:<card>:<index>`; kubelet hands a
+container some of them and the plugin turns them into a grant. Kubelet knows nothing of modes, so
+the rules here keep one card from being given in two modes at once (the cross-mode check) and a
+sliced card from being promised past its M units (the sliced gate), and they hint kubelet towards
+tight packing (the preferred allocation). All of it is pure: the gRPC servers take a snapshot
+under the node's allocation mutex (spec, ledger, reservations, the node's Pods) and act on the
+answer. Annotation shapes and the charging rules live in `chain.ledger_rebuild`.
+
+Judgment calls:
+- A token naming a card the spec does not list, or a card that offers no token of the mode, is
+  refused (FailedPrecondition): kubelet can only hold such a token from a checkpoint older
+  than the hardware, and granting it would give a container a card it cannot see.
+- The packing hint echoes every must-include token of a card (upstream: the first); kubelet
+  rejects a hint that drops one, and with one token per card both read the same.
+- With sliced units 0 (not a sliced request) the hint keeps spec order: there is no size to pack.
+- A short hint is filled from the deferred cards whether they were deferred for size or for not
+  being preferred; a hint kubelet can use beats none, and Allocate's gate still has the last word.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from chain.accelerators import Accelerator
+from chain.devices import DevicesGroup, DevicesSpec
+from chain.families import PARTITIONED, SHARED, SLICED, visibility_resource
+from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
+from chain.ledger_rebuild import AllocationRecord, CardRef, Holder, PodAllocations
+from chain.manufacturers import Manufacturer
+from chain.units import SHARE_UNITS, SHARED_MAX_OWNERS, SLICED_MAX_SIZE, M
+
+PREFERRED_ID_ANNOTATION = "device.gpustack.ai/accelerator.preferred-id"
+PREFERRED_INDEX_ANNOTATION = "device.gpustack.ai/accelerator.preferred-index"
+TOKEN_INDEX_WIDTH = 4
+WORKLOAD_MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED)
+"""The modes `decide_grant` serves; partitions and visibility are decided elsewhere."""
+
+
+class Code(enum.Enum):
+    """gRPC status of a refusal (names match `grpc.StatusCode`)."""
+
+    INVALID_ARGUMENT = "InvalidArgument"
+    FAILED_PRECONDITION = "FailedPrecondition"
+    RESOURCE_EXHAUSTED = "ResourceExhausted"
+    INTERNAL = "Internal"
+
+
+class Refusal(Exception):
+    """Allocate says no; kubelet turns it into `UnexpectedAdmissionError` (final for the Pod)."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# --- Tokens -------------------------------------------------------------------------------------
+
+_INDEX = re.compile(r"[0-9]+")
+
+
+@dataclass(frozen=True, order=True)
+class DeviceToken:
+    """One advertised device ID: `<group>:<card>:<index>`, the index at least 4 digits wide."""
+
+    group: str
+    card: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.group}:{self.card}:{self.index:0{TOKEN_INDEX_WIDTH}d}"
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceToken:
+        parts = text.split(":")
+        if len(parts) != 3 or not all(parts) or not _INDEX.fullmatch(parts[2]):
+            raise ValueError(f"device ID {text!r} is not <group>:<card>:<index>")
+        return cls(parts[0], parts[1], int(parts[2]))
+
+
+def token_pool(card: Accelerator, mode: Mode) -> int:
+    """How many tokens of `mode` a card advertises."""
+    if mode == Mode.VISIBILITY:
+        return SLICED_MAX_SIZE
+    if mode == Mode.PARTITIONED:
+        return card.status.physical_sliced.count if card.is_partitioned else 0
+    if mode == Mode.SLICED:
+        return card.status.logical_sliced.count if card.is_logically_sliceable else 0
+    if not card.is_whole_accelerator_capable:
+        return 0
+    return {Mode.EXCLUSIVE: 1, Mode.SHARED: SHARED_MAX_OWNERS}.get(mode, 0)
+
+
+def card_tokens(group_id: str, card: Accelerator, mode: Mode) -> tuple[DeviceToken, ...]:
+    """A card's tokens of `mode`. Shared indexes count units (0, 160000, ...), so a token says
+    which share of the card it stands for; the others count from 0."""
+    step = SHARE_UNITS if mode == Mode.SHARED else 1
+    return tuple(DeviceToken(group_id, card.id, n * step) for n in range(token_pool(card, mode)))
+
+
+def plugin_resource(maker: Manufacturer, mode: Mode) -> str:
+    """The extended resource a mode's plugin registers."""
+    suffix = {Mode.SHARED: SHARED, Mode.SLICED: SLICED, Mode.PARTITIONED: PARTITIONED}
+    if mode == Mode.VISIBILITY:
+        return visibility_resource(maker.name)
+    if mode == Mode.EXCLUSIVE or mode in suffix:
+        return maker.resource_name + suffix.get(mode, "")
+    raise ValueError(f"mode {mode} has no device-plugin resource")
+
+
+def plugin_socket(manufacturer: str, mode: Mode) -> str:
+    """Socket file name in kubelet's device-plugins directory (`nvidia.sliced.sock`)."""
+    return f"{manufacturer}.{mode.name.lower()}.sock"
+
+
+def served_modes(
+    maker: Manufacturer, shared: bool = True, sliced: bool = True, partitioned: bool = True
+) -> tuple[Mode, ...]:
+    """The plugins one manufacturer registers (the `--no-*` flags switch modes off)."""
+    modes = [Mode.EXCLUSIVE]
+    if shared:
+        modes.append(Mode.SHARED)
+    if sliced:
+        modes.append(Mode.SLICED)
+    if partitioned and maker.partition_kind:
+        modes.append(Mode.PARTITIONED)
+    modes.append(Mode.VISIBILITY)
+    return tuple(modes)
+
+
+# --- Cost ---------------------------------------------------------------------------------------
+
+
+def units_per_token(limit: int) -> int:
+    """A container's `.sliced.units` (or `.partitioned.units`) limit; 1 when it has none."""
+    return limit if limit > 0 else 1
+
+
+def grant_units(mode: Mode, per_token: int, tokens: int) -> int:
+    """Units one card is charged for a grant of `tokens` of its tokens.
+
+    A slice without a size costs one unit (per token): a Pod that bypassed the webhook barely
+    dents `remaining`, but still takes one of the card's slice slots.
+    """
+    if mode == Mode.SHARED:
+        return SHARE_UNITS
+    if mode in (Mode.SLICED, Mode.PARTITIONED):
+        return min(per_token * tokens, M)
+    return M
+
+
+# --- Who holds a card ---------------------------------------------------------------------------
+
+
+def held_mode(
+    ref: CardRef,
+    mode: Mode,
+    status: DevicesStatus,
+    reservations: Iterable[AllocationRecord],
+) -> Mode:
+    """A mode other than `mode` the card is held in (ledger or reservation), else `Mode.NONE`."""
+    for entry, row in status.rows():
+        if CardRef(entry.manufacturer, row.id) == ref and row.mode not in (Mode.NONE, mode):
+            return row.mode
+    for record in reservations:
+        for claim in record.claims():
+            if claim.ref == ref and claim.row.mode not in (Mode.NONE, Mode.VISIBILITY, mode):
+                return claim.row.mode
+    return Mode.NONE
+
+
+def sliced_occupancy(
+    holdings: Mapping[Holder, AllocationRecord],
+) -> dict[CardRef, dict[Holder, int]]:
+    """Sliced units per card per holder, from every charging record on the node."""
+    occupancy: dict[CardRef, dict[Holder, int]] = {}
+    for holder, record in holdings.items():
+        for claim in record.claims():
+            if claim.row.mode == Mode.SLICED:
+                per_card = occupancy.setdefault(claim.ref, {})
+                per_card[holder] = per_card.get(holder, 0) + claim.row.allocated
+    return occupancy
+
+
+def sliced_room(occupancy: Mapping[CardRef, Mapping[Holder, int]], ref: CardRef, me: Holder) -> int:
+    """Units of a card not held by another container's slice (my own retry does not count)."""
+    others = sum(units for holder, units in occupancy.get(ref, {}).items() if holder != me)
+    return max(M - others, 0)
+
+
+def _check_sliced_gate(
+    cards: Sequence[tuple[CardRef, Accelerator, int]],
+    per_token: int,
+    occupancy: Mapping[CardRef, Mapping[Holder, int]],
+    me: Holder,
+) -> None:
+    for ref, card, tokens in cards:
+        need = min(min(per_token, M) * tokens, M)
+        others = [holder for holder in occupancy.get(ref, {}) if holder != me]
+        slots = card.status.logical_sliced.count
+        if card.is_logically_sliceable and len(others) >= slots:
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"card {card.id} already hosts {len(others)} of its {slots} slices",
+            )
+        free = sliced_room(occupancy, ref, me)
+        if free < need:
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"card {card.id} has {free} of {M} units free and the slice needs {need}",
+            )
+
+
+# --- Allocate -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GrantRequest:
+    """One Allocate call for a workload mode, with the container it was identified as."""
+
+    manufacturer: str
+    mode: Mode
+    device_ids: tuple[str, ...]
+    holder: Holder
+    per_token: int = 1
+    """`units_per_token(...)` of the container's limit (sliced only)."""
+
+
+def _locate(spec: DevicesSpec, manufacturer: str, token: DeviceToken) -> DevicesGroup:
+    group = spec.group(manufacturer, token.group)
+    if group is None or group.accelerator(token.card) is None:
+        raise Refusal(
+            Code.FAILED_PRECONDITION,
+            f"card {token.card} of group {token.group} is not on this node",
+        )
+    return group
+
+
+def decide_grant(
+    spec: DevicesSpec,
+    status: DevicesStatus,
+    reservations: Mapping[Holder, AllocationRecord],
+    request: GrantRequest,
+    occupancy: Mapping[CardRef, Mapping[Holder, int]] | None,
+) -> AllocationRecord:
+    """The record an Exclusive, Shared or Sliced grant writes, or a `Refusal`.
+
+    `occupancy` is `sliced_occupancy(node_holdings(...))`, or None when the sliced gate is off.
+    """
+    if request.mode not in WORKLOAD_MODES:
+        raise Refusal(Code.INTERNAL, f"{request.mode} grants are not decided here")
+    try:
+        # Keep kubelet's own spelling of each ID: it compares them with what it handed out.
+        tokens = sorted((DeviceToken.parse(text), text) for text in request.device_ids)
+    except ValueError as error:
+        raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
+    if not tokens:
+        raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
+    per_card: dict[CardRef, int] = {}
+    cards: dict[CardRef, Accelerator] = {}
+    for token, _ in tokens:
+        group = _locate(spec, request.manufacturer, token)
+        card = group.accelerator(token.card)
+        assert card is not None  # _locate checked it
+        if token_pool(card, request.mode) == 0:
+            raise Refusal(
+                Code.FAILED_PRECONDITION, f"card {card.id} offers no {request.mode} tokens"
+            )
+        ref = CardRef(request.manufacturer, card.id)
+        per_card[ref] = per_card.get(ref, 0) + 1
+        cards[ref] = card
+    for ref, count in per_card.items():
+        if request.mode == Mode.SHARED and count > 1:
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"a shared grant takes one share per card, got {count} of card {ref.card}",
+            )
+        held = held_mode(ref, request.mode, status, reservations.values())
+        if held != Mode.NONE:
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"card {ref.card} is held in {held} mode, "
+                f"cannot allocate it in {request.mode} mode",
+            )
+    if request.mode == Mode.SLICED and occupancy is not None:
+        gated = [(ref, cards[ref], per_card[ref]) for ref in per_card]
+        _check_sliced_gate(gated, request.per_token, occupancy, request.holder)
+    return AllocationRecord(
+        _grant_status(spec, request, per_card), tuple(text for _, text in tokens)
+    )
+
+
+def _grant_status(
+    spec: DevicesSpec, request: GrantRequest, per_card: Mapping[CardRef, int]
+) -> DevicesStatus:
+    groups = []
+    for group in spec.groups:
+        if group.manufacturer != request.manufacturer:
+            continue
+        rows = tuple(
+            AcceleratorAllocation(
+                id=card.id,
+                index=card.index,
+                mode=request.mode,
+                allocated=grant_units(request.mode, request.per_token, tokens),
+            )
+            for card in group.accelerators
+            if (tokens := per_card.get(CardRef(group.manufacturer, card.id), 0))
+        )
+        if rows:
+            groups.append(DevicesAllocationGroup(group.id, group.manufacturer, rows))
+    return DevicesStatus(tuple(groups))
+
+
+def visibility_owner(
+    me: Holder,
+    pod: PodAllocations | None,
+    reservations: Mapping[Holder, AllocationRecord],
+    spec: DevicesSpec,
+    manufacturer: str,
+    requested: int,
+) -> AllocationRecord:
+    """The record whose cards a visibility grant shows (§5.1): another container of the same
+    Pod, this process's reservation first, the lowest container name winning. Fails closed."""
+    reserved = sorted(
+        (h.container, r) for h, r in reservations.items() if h.pod_uid == me.pod_uid and h != me
+    )
+    if reserved:
+        owner = reserved[0][1]
+    elif pod is None or pod.problem:
+        why = pod.problem if pod is not None else "its Pod is unknown"
+        raise Refusal(Code.FAILED_PRECONDITION, f"no owner record to show: {why}")
+    else:
+        names = sorted(name for name in pod.records if name != me.container)
+        if not names:
+            raise Refusal(Code.FAILED_PRECONDITION, "no other container of the Pod holds cards")
+        owner = pod.records[names[0]]
+    claims = [c for c in owner.claims() if c.manufacturer == manufacturer]
+    known = {card.id for group, card in spec.cards() if group.manufacturer == manufacturer}
+    missing = [c.row.id for c in claims if c.row.id not in known]
+    if missing or len(claims) != requested:
+        raise Refusal(
+            Code.FAILED_PRECONDITION,
+            f"the owner holds {len(claims)} cards ({len(missing)} gone), {requested} requested",
+        )
+    return owner
+
+
+# --- GetPreferredAllocation ---------------------------------------------------------------------
+
+
+def preferred_cards(
+    annotations: Mapping[str, str], spec: DevicesSpec, manufacturer: str
+) -> frozenset[str]:
+    """Card ids a Pod asks for: `preferred-id`, else `preferred-index` translated to ids."""
+    ids = _comma_list(annotations.get(PREFERRED_ID_ANNOTATION, ""))
+    if ids:
+        return frozenset(ids)
+    wanted = {
+        int(item)
+        for item in _comma_list(annotations.get(PREFERRED_INDEX_ANNOTATION, ""))
+        if _INDEX.fullmatch(item)
+    }
+    return frozenset(
+        card.id
+        for group, card in spec.cards()
+        if group.manufacturer == manufacturer and card.index in wanted
+    )
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+@dataclass(frozen=True)
+class PreferenceRequest:
+    """One `ContainerPreferredAllocationRequest`, with what the plugin knows of the container."""
+
+    manufacturer: str
+    mode: Mode
+    available: tuple[str, ...]
+    must_include: tuple[str, ...] = ()
+    size: int = 1
+    sliced_units: int = 0
+    """The container's `.sliced.units` capped at M; 0 = no packing by size."""
+    preferred: frozenset[str] = frozenset()
+
+
+def _offered(ids: Iterable[str]) -> dict[str, list[str]]:
+    """Offered IDs by card, lowest token first, in kubelet's own spelling."""
+    by_card: dict[str, set[tuple[DeviceToken, str]]] = {}
+    for text in ids:
+        try:
+            token = DeviceToken.parse(text)
+        except ValueError:
+            continue  # not one of ours; never echoed back
+        by_card.setdefault(token.card, set()).add((token, text))
+    return {card: [text for _, text in sorted(tokens)] for card, tokens in by_card.items()}
+
+
+def _packing_order(
+    group: DevicesGroup, must: Mapping[str, object], units: int, room: Mapping[str, int]
+) -> list[Accelerator]:
+    position = {card.id: n for n, card in enumerate(group.accelerators)}
+
+    def key(card: Accelerator) -> tuple[int, int, int]:
+        if card.id in must:
+            return (0, 0, position[card.id])
+        if units <= 0:
+            return (1, 0, position[card.id])
+        if room[card.id] >= units:
+            return (1, room[card.id], position[card.id])  # fullest that fits first
+        return (2, -room[card.id], position[card.id])  # then the emptiest misfit
+
+    return sorted(group.accelerators, key=key)
+
+
+def preferred_allocation(
+    spec: DevicesSpec,
+    status: DevicesStatus,
+    request: PreferenceRequest,
+    room: Mapping[CardRef, int],
+) -> tuple[str, ...]:
+    """The hint for kubelet, or () for none. `room` is `sliced_room` per card; a card missing
+    from it falls back to the ledger's `remaining` (gate off, occupancy unreadable)."""
+    if request.mode not in WORKLOAD_MODES:
+        return ()
+    must = _offered(request.must_include)
+    offered = _offered((*request.available, *request.must_include))
+    modes = {CardRef(g.manufacturer, row.id): row.mode for g, row in status.rows()}
+    left = request.size
+    chosen: list[str] = []
+    deferred: list[str] = []
+    for group in spec.groups:
+        if group.manufacturer != request.manufacturer:
+            continue
+        free = {
+            card.id: room.get(
+                CardRef(group.manufacturer, card.id),
+                status.remaining_of(group.manufacturer, group.id, card.id),
+            )
+            for card in group.accelerators
+        }
+        for card in _packing_order(group, must, request.sliced_units, free):
+            ref = CardRef(group.manufacturer, card.id)
+            tokens = offered.get(card.id)
+            if not tokens or modes.get(ref, Mode.NONE) not in (Mode.NONE, request.mode):
+                continue
+            if card.id in must:
+                chosen.extend(must[card.id])
+                left -= len(must[card.id])
+            elif left <= 0:
+                continue
+            elif (request.sliced_units > 0 and free[card.id] < request.sliced_units) or (
+                request.preferred and card.id not in request.preferred
+            ):
+                deferred.append(tokens[0])
+            else:
+                chosen.append(tokens[0])
+                left -= 1
+    if 0 < left <= len(deferred):
+        chosen.extend(deferred[:left])
+        left = 0
+    return tuple(chosen) if left <= 0 else ()
