@@ -34,7 +34,8 @@ def test_every_manifest_file_is_installed_or_optional() -> None:
     for path in MANIFESTS.rglob("*.yaml"):
         if path.name == "kustomization.yaml" or path.resolve() in listed:
             continue
-        if yaml.safe_load(path.read_text()).get("apiVersion", "").startswith("config.kueue."):
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if all(d.get("apiVersion", "").startswith("config.kueue.") for d in docs):
             continue  # Kueue's own configuration: merged into Kueue's, never applied
         pytest.fail(f"{path} is in no kustomization")
 
@@ -82,3 +83,15 @@ def test_daemonsets_are_generated_from_the_table() -> None:
     from nodeagent.manifests import main
 
     assert main(["--check"]) == 0, "run python -m nodeagent.manifests"
+
+
+def test_settings_crd_declares_every_setting() -> None:
+    from chain.settings import Settings
+
+    [crd] = [
+        c
+        for c in _of("CustomResourceDefinition")
+        if c["metadata"]["name"] == "settings.gpustack.ai"
+    ]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == set(Settings.names())
