@@ -162,10 +162,15 @@ class Kube:
         kind: str,
         namespace: str | None = None,
         label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[Obj]:
         res = self.resource(api_version, kind)
-        params = {"labelSelector": label_selector} if label_selector else None
-        items: list[Obj] = self.request("GET", res.path(namespace), params=params)["items"]
+        params = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        items: list[Obj] = self.request("GET", res.path(namespace), params=params or None)["items"]
         return items
 
     def apply(
@@ -195,6 +200,14 @@ class Kube:
         res = self.resource(obj["apiVersion"], obj["kind"])
         created: Obj = self.request("POST", res.path(meta.get("namespace")), body=obj)
         return created
+
+    def replace(self, obj: Obj) -> Obj:
+        """PUT the whole object; its `metadata.resourceVersion` makes a stale write a 409."""
+        meta = obj["metadata"]
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        path = res.path(meta.get("namespace"), meta["name"])
+        replaced: Obj = self.request("PUT", path, body=obj)
+        return replaced
 
     def merge_patch(
         self,

@@ -40,13 +40,41 @@ def test_every_manifest_file_is_installed_or_optional() -> None:
         pytest.fail(f"{path} is in no kustomization")
 
 
-@pytest.mark.parametrize("deployment", _of("Deployment"), ids=lambda d: d["metadata"]["name"])
+def _serves_hooks(deployment: dict[str, Any]) -> bool:
+    """Hook and webhook servers run gunicorn; controllers (the verdict driver) do not."""
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return any((c.get("command") or [""])[0] == "gunicorn" for c in containers)
+
+
+HOOK_SERVERS = [d for d in _of("Deployment") if _serves_hooks(d)]
+CONTROLLERS = [d for d in _of("Deployment") if not _serves_hooks(d)]
+
+
+@pytest.mark.parametrize("deployment", HOOK_SERVERS, ids=lambda d: d["metadata"]["name"])
 def test_hooks_have_no_credentials_and_are_probed(deployment: dict[str, Any]) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["securityContext"]["runAsNonRoot"] is True
     for container in pod["containers"]:
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["resources"]["requests"] and container["resources"]["limits"]
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.mark.parametrize("deployment", CONTROLLERS, ids=lambda d: d["metadata"]["name"])
+def test_controllers_run_as_their_own_least_privilege_account(deployment: dict[str, Any]) -> None:
+    """A component that talks to the API has its own ServiceAccount, bound by shipped RBAC."""
+    pod = deployment["spec"]["template"]["spec"]
+    account = pod["serviceAccountName"]
+    assert account not in ("", "default")
+    bound = {
+        s["name"]
+        for b in _of("ClusterRoleBinding") + _of("RoleBinding")
+        for s in b["subjects"]
+        if s["kind"] == "ServiceAccount"
+    }
+    assert account in bound
+    for container in pod["containers"]:
         assert container["resources"]["requests"] and container["resources"]["limits"]
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
@@ -72,7 +100,7 @@ def test_crds_are_structural() -> None:
 
 def test_every_hook_app_module_exists() -> None:
     root = Path(MANIFESTS).parent
-    for deployment in _of("Deployment"):
+    for deployment in HOOK_SERVERS:
         for container in deployment["spec"]["template"]["spec"]["containers"]:
             app = [a for a in container["args"] if not a.startswith("-")][-1]
             module = root / (app.split(":")[0].replace(".", "/") + ".py")

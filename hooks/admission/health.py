@@ -1,0 +1,52 @@
+"""`GET /healthz` for the verdict driver: 200 while its loop finishes passes, else 503.
+
+A pass that hangs (a stuck connection, say) would silently stop every verdict; answering 503 then
+lets the kubelet's liveness probe restart the replica. Followers finish passes too (they only
+fail to take the Lease), so both replicas report healthy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Heartbeat:
+    """When the loop last finished a pass, on the monotonic clock."""
+
+    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stale_after = stale_after
+        self.clock = clock
+        self._beat = clock()  # starting counts as a beat: the first pass may take a moment
+
+    def beat(self) -> None:
+        self._beat = self.clock()
+
+    def healthy(self) -> bool:
+        return self.clock() - self._beat <= self.stale_after
+
+
+def serve_health(heartbeat: Heartbeat, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+    """Serve `/healthz` on a daemon thread; returns the server (its port when `port` is 0)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path != "/healthz":
+                self.send_error(404)
+                return
+            ok = heartbeat.healthy()
+            body = b"ok\n" if ok else b"no pass finished recently\n"
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # probes every few seconds would drown the verdict log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="healthz", daemon=True).start()
+    return server

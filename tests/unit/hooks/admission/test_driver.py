@@ -1,0 +1,284 @@
+"""The verdict driver: its pure decisions, the Lease, and passes against an in-memory API."""
+
+from __future__ import annotations
+
+import copy
+import urllib.error
+import urllib.request
+from typing import Any
+
+import pytest
+
+from chain.feasibility import (
+    NODE_DEVICES_CHECK,
+    NODE_DEVICES_CONTROLLER,
+    POOL_READY,
+    POOL_RETRY,
+    PROMISED,
+    State,
+    Verdict,
+)
+from hooks.admission.driver import (
+    FIELD_MANAGER,
+    LEASE_API,
+    RETRY_AFTER_SECONDS,
+    Driver,
+    Elector,
+    Promises,
+    active_patch,
+    check_entry,
+    next_lease,
+    owned_checks,
+    to_judge,
+    verdict_patch,
+)
+from hooks.admission.health import Heartbeat, serve_health
+from kubeapi import KubeError
+from tests.unit.hooks.admission.test_judge import devices, node, rf, workload
+
+CHECKS = {NODE_DEVICES_CHECK: NODE_DEVICES_CONTROLLER, "other": "example.com/other"}
+Obj = dict[str, Any]
+
+
+def pending(wl: Obj, *names: str) -> Obj:
+    wl["status"]["admissionChecks"] = [
+        {"name": n, "state": "Pending", "message": "", "lastTransitionTime": "t0"}
+        for n in names or (NODE_DEVICES_CHECK,)
+    ]
+    wl["metadata"].update({"uid": f"uid-{wl['metadata']['name']}", "resourceVersion": "1"})
+    return wl
+
+
+def test_owned_checks_and_what_to_judge() -> None:
+    wl = pending(workload(1, "n1"), NODE_DEVICES_CHECK, "other")
+    assert owned_checks(wl, CHECKS) == [NODE_DEVICES_CHECK]
+    assert to_judge([wl], CHECKS) == [wl]
+    evicted = copy.deepcopy(wl)
+    evicted["status"]["conditions"].append({"type": "Evicted", "status": "True"})
+    admitted = pending(workload(1, "n1", name="b", admitted=True))
+    ready = copy.deepcopy(wl)
+    ready["status"]["admissionChecks"][0]["state"] = "Ready"
+    foreign = pending(workload(1, "n1", name="c"), "other")
+    assert to_judge([evicted, admitted, ready, foreign], CHECKS) == []
+
+
+def test_entry_keeps_transition_time_and_sets_requeue_on_retry() -> None:
+    previous = {"name": "x", "state": "Retry", "message": "old", "lastTransitionTime": "t0"}
+    retry = check_entry(previous, "x", Verdict(State.RETRY, "new"), "t1")
+    assert retry == {
+        "name": "x",
+        "state": "Retry",
+        "message": "new",
+        "lastTransitionTime": "t0",
+        "requeueAfterSeconds": RETRY_AFTER_SECONDS,
+    }
+    ready = check_entry(previous, "x", Verdict(State.READY, "ok"), "t1")
+    assert ready["lastTransitionTime"] == "t1" and "requeueAfterSeconds" not in ready
+
+
+def test_patch_names_only_our_entry_with_resource_version_and_skips_unchanged() -> None:
+    wl = pending(workload(1, "n1"), NODE_DEVICES_CHECK, "other")
+    body = verdict_patch(wl, [NODE_DEVICES_CHECK], Verdict(State.READY, "ok"), "t1")
+    assert body is not None
+    assert body["metadata"]["resourceVersion"] == "1"
+    assert [e["name"] for e in body["status"]["admissionChecks"]] == [NODE_DEVICES_CHECK]
+    wl["status"]["admissionChecks"][0] = body["status"]["admissionChecks"][0]
+    assert verdict_patch(wl, [NODE_DEVICES_CHECK], Verdict(State.READY, "ok"), "t2") is None
+
+
+def test_active_patch() -> None:
+    ac = {"metadata": {"name": NODE_DEVICES_CHECK, "generation": 2}, "spec": {}}
+    body = active_patch(ac, "t")
+    assert body is not None
+    cond = body["status"]["conditions"][0]
+    assert (cond["type"], cond["status"], cond["reason"], cond["observedGeneration"]) == (
+        "Active",
+        "True",
+        "Active",
+        2,
+    )
+    ac["status"] = body["status"]
+    assert active_patch(ac, "t") is None
+
+
+def test_lease_semantics() -> None:
+    created = next_lease(None, "a", False, 15, "t0")
+    assert created is not None and created["spec"]["holderIdentity"] == "a"
+    assert next_lease(created, "b", False, 15, "t1") is None
+    renewed = next_lease(created, "a", False, 15, "t1")
+    assert renewed is not None and renewed["spec"]["acquireTime"] == "t0"
+    taken = next_lease(created, "b", True, 15, "t2")
+    assert taken is not None
+    assert taken["spec"]["holderIdentity"] == "b" and taken["spec"]["leaseTransitions"] == 1
+
+
+def test_promises_last_until_the_listing_shows_the_write() -> None:
+    before = pending(workload(1, "n1"))
+    after = copy.deepcopy(before)
+    after["metadata"]["resourceVersion"] = "2"
+    promises = Promises()
+    promises.remember(before, after)
+    assert promises.merged([before]) == [after]  # the listing lags the write
+    assert promises.merged([after]) == [after] and not promises.written
+
+
+class FakeKube:
+    """Just enough of the API server: objects by (kind, namespace, name), SSA of our entry."""
+
+    def __init__(self, *objects: Obj) -> None:
+        self.objects: dict[tuple[str, str, str], Obj] = {}
+        self.version = 1
+        for obj in objects:
+            self.put(copy.deepcopy(obj))
+
+    def put(self, obj: Obj) -> Obj:
+        self.version += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.version)
+        self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        return copy.deepcopy(obj)
+
+    def get(self, api: str, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+        found = self.objects.get((kind, namespace or "", name))
+        return copy.deepcopy(found) if found else None
+
+    def list(
+        self,
+        api: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]:
+        out = [copy.deepcopy(o) for (k, _, _), o in sorted(self.objects.items()) if k == kind]
+        if label_selector and kind == "Node":
+            hosts = label_selector.split("(")[1].rstrip(")").split(",")
+            out = [o for o in out if o["metadata"]["labels"]["kubernetes.io/hostname"] in hosts]
+        return out
+
+    def create(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        if (obj["kind"], meta.get("namespace", ""), meta["name"]) in self.objects:
+            raise KubeError(409, "exists")
+        return self.put(copy.deepcopy(obj))
+
+    def replace(self, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        stored = self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])]
+        if stored["metadata"]["resourceVersion"] != meta.get("resourceVersion"):
+            raise KubeError(409, "conflict")
+        return self.put(copy.deepcopy(obj))
+
+    def apply(self, obj: Obj, manager: str = "", subresource: str | None = None) -> Obj:
+        assert manager == FIELD_MANAGER and subresource == "status"
+        meta = obj["metadata"]
+        stored = self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])]
+        if meta.get("resourceVersion") not in (None, stored["metadata"]["resourceVersion"]):
+            raise KubeError(409, "conflict")
+        status = stored.setdefault("status", {})
+        if obj["kind"] == "AdmissionCheck":
+            status["conditions"] = obj["status"]["conditions"]
+        else:
+            entries = {e["name"]: e for e in status["admissionChecks"]}
+            entries.update({e["name"]: e for e in obj["status"]["admissionChecks"]})
+            status["admissionChecks"] = list(entries.values())
+        return self.put(stored)
+
+
+def _world(*workloads: Obj) -> FakeKube:
+    flavor = rf()
+    dev = devices("n1", [1_600_000, 1_600_000, 800_000, 800_000])
+    dev["metadata"]["labels"] = flavor["spec"]["nodeLabels"] | {}
+    dev["metadata"]["labels"].pop("acceleratable.feature.gpustack.ai/nvidia-t4.count")
+    dev["kind"] = "Devices"
+    dev["spec"]["groups"][0]["accelerators"] = dev["spec"]["groups"][0]["accelerators"][:2]
+    dev["status"]["groups"][0]["accelerators"] = dev["status"]["groups"][0]["accelerators"][:2]
+    ac = {
+        "kind": "AdmissionCheck",
+        "metadata": {"name": NODE_DEVICES_CHECK, "generation": 1},
+        "spec": {"controllerName": NODE_DEVICES_CONTROLLER},
+    }
+    return FakeKube(flavor, dev, node("n1"), ac, *workloads)
+
+
+def _driver(kube: FakeKube, identity: str = "a") -> Driver:
+    return Driver(kube, Elector(kube, identity))  # type: ignore[arg-type]
+
+
+def test_two_workloads_never_share_a_card() -> None:
+    kube = _world(pending(workload(2, "n1", name="w1")), pending(workload(2, "n1", name="w2")))
+    _driver(kube).step()
+    states = {
+        name: kube.objects[("Workload", "team-a", name)]["status"]["admissionChecks"][0]
+        for name in ("w1", "w2")
+    }
+    assert sorted(s["state"] for s in states.values()) == ["Ready", "Retry"]
+    retry = next(s for s in states.values() if s["state"] == "Retry")
+    assert retry["message"].endswith(PROMISED) and retry["requeueAfterSeconds"] == 30
+    ac = kube.objects[("AdmissionCheck", "", NODE_DEVICES_CHECK)]
+    assert ac["status"]["conditions"][0]["status"] == "True"
+
+
+def test_only_the_lease_holder_judges() -> None:
+    kube = _world(pending(workload(1, "n1", name="w1")))
+    follower = _driver(kube, "b")
+    leader = _driver(kube, "a")
+    leader.step()
+    kube.objects[("Workload", "team-a", "w1")]["status"]["admissionChecks"][0]["state"] = "Pending"
+    before = copy.deepcopy(kube.objects[("Workload", "team-a", "w1")])
+    follower.step()
+    assert kube.objects[("Workload", "team-a", "w1")] == before
+    lease = kube.get(LEASE_API, "Lease", "gpustack-admission-driver", "gpustack-system")
+    assert lease is not None and lease["spec"]["holderIdentity"] == "a"
+
+
+def test_follower_takes_over_an_expired_lease() -> None:
+    kube = _world()
+    clock = [0.0]
+    a = Elector(kube, "a", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+    b = Elector(kube, "b", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+    assert a.lead() and not b.lead()
+    clock[0] = 3.0
+    assert not b.lead()
+    clock[0] = 8.0  # a stopped renewing 8 s ago (b saw the record unchanged since t=0)
+    assert b.lead() and not a.lead()
+
+
+def test_pool_wide_assignment_reads_the_flavor_pool() -> None:
+    # Without a node assignment only the flavor's pool is read (2 whole cards free on n1).
+    kube = _world(pending(workload(2, name="w1")), pending(workload(3, name="w2")))
+    _driver(kube).step()
+    states = [
+        kube.objects[("Workload", "team-a", n)]["status"]["admissionChecks"][0]
+        for n in ("w1", "w2")
+    ]
+    assert [s["state"] for s in states] == ["Ready", "Retry"]
+    assert states[0]["message"] == POOL_READY
+    assert states[1]["message"] == POOL_RETRY.format(roles="")
+
+
+def test_a_malformed_workload_is_skipped() -> None:
+    bad = pending(workload(1, "n1", name="bad"))
+    bad["status"]["conditions"] = "not a list"
+    good = pending(workload(1, "n1", name="good"))
+    assert to_judge([bad, good], CHECKS) == [good]
+
+
+def test_healthz_follows_the_heartbeat() -> None:
+    clock = [0.0]
+    heartbeat = Heartbeat(30, clock=lambda: clock[0])
+    server = serve_health(heartbeat, 0, "127.0.0.1")
+    url = f"http://127.0.0.1:{server.server_address[1]}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert reply.status == 200
+        clock[0] = 31.0
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(url, timeout=5)
+        assert err.value.code == 503
+        heartbeat.beat()
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
