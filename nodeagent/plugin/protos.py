@@ -127,6 +127,12 @@ def podresources_grpc() -> ModuleType:
     return _messages_and_services("podresources_v1")[1]
 
 
+def grpc_runtime() -> ModuleType:
+    """grpcio itself. It ships no type information, so it is reached like the generated code:
+    as a `ModuleType` whose attributes are `Any`, with no mypy exception needed."""
+    return importlib.import_module("grpc")
+
+
 if __name__ == "__main__":
     generate()
     print(f"generated {', '.join(PROTOS)} into {GENERATED_DIR}")

@@ -1,0 +1,378 @@
+"""Allocate, GetPreferredAllocation and the advertised token list of one (manufacturer, mode)
+plugin (node-agent §4, §5), over the node's shared `NodeState`.
+
+Allocate runs: mutex { list Pods, identify the container, cross-mode check + sliced gate
+(`decide_grant`), reserve } then, outside the mutex, persist the annotation and render the
+container response. Kubelet sets no deadline and admits Pods one at a time, so a hung call would
+stall the whole node: every call carries a `Deadline`, and an `Attempt` decides once whether the
+answer is delivered or abandoned; a grant finished after its caller gave up is rolled back.
+
+Judgment calls:
+- GetPreferredAllocation does not wait for an unidentified Pod (upstream retries 5 x 3 s): a hint
+  is optional and waiting blocks admission; without a Pod it packs without size or preference.
+  It ranks already-served containers last, as Allocate does (upstream does not skip them): the
+  oldest pending Pod is often one whose grant is written but whose phase has not moved yet.
+- A failed identification is `Internal`; kubelet fails the Pod either way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from chain.allocation import (
+    Code,
+    DeviceToken,
+    GrantRequest,
+    PreferenceRequest,
+    Refusal,
+    card_tokens,
+    decide_grant,
+    held_mode,
+    plugin_resource,
+    preferred_allocation,
+    preferred_cards,
+    sliced_occupancy,
+    sliced_room,
+    units_per_token,
+)
+from chain.families import SLICED_UNITS
+from chain.ledger import Mode
+from chain.ledger_rebuild import (
+    ALLOCATED_ANNOTATION,
+    AllocationRecord,
+    CardRef,
+    Holder,
+    PodAllocations,
+    node_holdings,
+    render_allocated,
+)
+from chain.manufacturers import Manufacturer
+from chain.units import M
+from nodeagent.plugin import nvidia
+from nodeagent.plugin.identify import (
+    Candidate,
+    KubeletDevices,
+    KubeletPods,
+    container_limit,
+    identify,
+)
+from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.node import NodeState, Pod
+from nodeagent.plugin.response import ContainerResponse
+
+DEFAULT_DEADLINE_S = 0.8
+KUBELET_LIST_TIMEOUT_S = 2.0
+
+
+class Late(Exception):
+    """The internal deadline passed; kubelet gets DEADLINE_EXCEEDED and nothing is kept."""
+
+
+class Attempt:
+    """Delivered or abandoned, decided once (the worker and the waiting server race)."""
+
+    def __init__(self, seconds: float = DEFAULT_DEADLINE_S) -> None:
+        self.end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._state = "running"
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def _settle(self, to: str) -> bool:
+        with self._lock:
+            if self._state != "running":
+                return False
+            self._state = to
+            return True
+
+    def commit(self) -> bool:
+        return self.left() > 0 and self._settle("delivered")
+
+    def abandon(self) -> bool:
+        return self._settle("abandoned")
+
+
+@dataclasses.dataclass(frozen=True)
+class Advertised:
+    """One ListAndWatch device."""
+
+    id: str
+    healthy: bool
+    numa: tuple[int, ...] = ()
+
+
+def numa_nodes(ranges: str) -> tuple[int, ...]:
+    """`0-1,3` -> (0, 1, 3); junk is ignored (topology is only a hint)."""
+    nodes: list[int] = []
+    for part in ranges.split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            nodes.extend(range(int(low), int(high or low) + 1))
+    return tuple(nodes)
+
+
+def _make_dirs(path: str) -> None:
+    os.makedirs(path, mode=0o777, exist_ok=True)
+    os.chmod(path, 0o777)  # makedirs honours the umask; HAMi-core needs any user to write
+
+
+class Allocator:
+    """The decisions of one (manufacturer, mode) plugin."""
+
+    def __init__(
+        self,
+        node: NodeState,
+        maker: Manufacturer,
+        mode: Mode,
+        kubelet: KubeletPods | None = None,
+        channel: Channel | None = None,
+        make_dirs: Callable[[str], None] = _make_dirs,
+        pods_dir: str = nvidia.OPERATOR_PODS_DIR,
+    ) -> None:
+        if mode not in (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED):
+            raise ValueError(f"{mode} plugins are not served yet")
+        self.node = node
+        self.maker = maker
+        self.mode = mode
+        self.resource = plugin_resource(maker, mode)
+        self.kubelet = kubelet
+        self.channel = channel or Channel(maker.name, maker.runtime_name)
+        self.make_dirs = make_dirs
+        self.pods_dir = pods_dir
+
+    # --- ListAndWatch -----------------------------------------------------------------------
+
+    def advertised(self) -> list[Advertised]:
+        """Every token of the mode; a card held in another mode stays listed but Unhealthy."""
+        spec = self.node.spec()
+        with self.node.mutex:
+            # Listed under the mutex, so a reservation made for a Pod newer than the list is
+            # never pruned; a Pod gone since the last Allocate must not keep cards unhealthy.
+            pods = self.node.pods()
+            self.node.prune({pod.uid for pod in pods})
+            reservations = list(self.node.reservations.values())
+        status = self.node.ledger(pods)
+        found: list[Advertised] = []
+        for group, card in spec.cards():
+            if group.manufacturer != self.maker.name:
+                continue
+            ref = CardRef(group.manufacturer, card.id)
+            healthy = (
+                not card.status.unhealthy
+                and held_mode(ref, self.mode, status, reservations) == Mode.NONE
+            )
+            numa = numa_nodes(card.topology.numa_affinity)
+            found.extend(
+                Advertised(str(token), healthy, numa)
+                for token in card_tokens(group.id, card, self.mode)
+            )
+        return found
+
+    # --- shared by Allocate and the hint ----------------------------------------------------
+
+    def _units(self, candidate: Candidate) -> int:
+        if self.mode != Mode.SLICED:
+            return 0
+        return container_limit(candidate.container, self.maker.resource_name + SLICED_UNITS)
+
+    def _occupancy(self, pods: Sequence[PodAllocations]) -> dict[CardRef, dict[Holder, int]]:
+        holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
+        return sliced_occupancy(holdings)
+
+    def _kubelet_view(self, seconds: float) -> KubeletDevices | None:
+        if self.kubelet is None:
+            return None
+        return self.kubelet.devices(self.resource, max(min(KUBELET_LIST_TIMEOUT_S, seconds), 0.01))
+
+    def _served_test(self) -> Callable[[Candidate], bool]:
+        """Already granted (reserved here, or recorded in its annotation): ranked last."""
+        reserved = set(self.node.reservations)
+
+        def served(candidate: Candidate) -> bool:
+            holder = candidate.holder
+            return holder in reserved or holder.container in candidate.allocations.records
+
+        return served
+
+    # --- GetPreferredAllocation -------------------------------------------------------------
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        with self.node.mutex:
+            raw = self.node.source.pods()
+            pods = [PodAllocations.from_pod(pod) for pod in raw]
+            spec, status = self.node.spec(), self.node.ledger(pods)
+            occupancy = self._occupancy(pods)
+            served = self._served_test()
+        kubelet = self._kubelet_view(DEFAULT_DEADLINE_S)
+        try:
+            found: Candidate | None = identify(
+                raw, self.resource, size, kubelet, served, lambda _: True
+            )
+        except LookupError:
+            found = None
+        units, wanted, room = 0, frozenset[str](), dict[CardRef, int]()
+        if found is not None:
+            units = min(self._units(found), M)
+            wanted = preferred_cards(_annotations(found.pod), spec, self.maker.name)
+            if self.node.sliced_gate:
+                room = {
+                    CardRef(group.manufacturer, card.id): sliced_room(
+                        occupancy, CardRef(group.manufacturer, card.id), found.holder
+                    )
+                    for group, card in spec.cards()
+                }
+        request = PreferenceRequest(
+            self.maker.name, self.mode, tuple(available), tuple(must), size, units, wanted
+        )
+        return list(preferred_allocation(spec, status, request, room))
+
+    # --- Allocate ---------------------------------------------------------------------------
+
+    def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
+        """The container's response; `Refusal` or `Late` otherwise (nothing kept then)."""
+        try:  # malformed IDs are refused before anything is looked up or locked
+            for text in device_ids:
+                DeviceToken.parse(text)
+        except ValueError as error:
+            raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
+        if not device_ids:
+            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
+        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
+            raise Late("another allocation held the node past the deadline")
+        try:
+            found, record, prior = self._decide(device_ids, attempt)
+        finally:
+            self.node.mutex.release()
+        self.node.notify()
+        holder = found.holder
+        before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
+        meta = found.allocations
+        try:
+            if attempt.left() <= 0:
+                raise Late("the deadline passed before the grant was recorded")
+            self.node.writer.write(meta.namespace, meta.name, self._merged(found, record))
+        except Exception as error:
+            self._release(holder, prior)
+            if isinstance(error, Late):
+                raise
+            raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
+        try:
+            response = self._render(found, record)
+            if not attempt.commit():
+                raise Late("the deadline passed while the grant was answered")
+        except Exception as error:
+            self._rollback(found, before, holder, prior)
+            if isinstance(error, (Late, Refusal)):
+                raise
+            raise Refusal(Code.INTERNAL, str(error)) from error
+        return response
+
+    def _decide(
+        self, device_ids: Sequence[str], attempt: Attempt
+    ) -> tuple[Candidate, AllocationRecord, AllocationRecord | None]:
+        node = self.node
+        raw = node.source.pods()
+        pods = [PodAllocations.from_pod(pod) for pod in raw]
+        node.prune({pod.uid for pod in pods})
+        spec, status = node.spec(), node.ledger(pods)
+        occupancy = self._occupancy(pods)
+        kubelet = self._kubelet_view(attempt.left())
+        offered = _cards_of(device_ids)
+        served = self._served_test()
+
+        def feasible(candidate: Candidate) -> bool:
+            units = min(self._units(candidate), M)
+            return all(
+                sliced_room(occupancy, CardRef(self.maker.name, card), candidate.holder) >= units
+                for card in offered
+            )
+
+        try:
+            found = identify(raw, self.resource, len(device_ids), kubelet, served, feasible)
+        except LookupError as error:
+            raise Refusal(Code.INTERNAL, str(error)) from None
+        if found.allocations.problem:
+            raise Refusal(Code.INTERNAL, found.allocations.problem)
+        per_token = units_per_token(self._units(found)) if self.mode == Mode.SLICED else 1
+        request = GrantRequest(
+            self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
+        )
+        gate = occupancy if node.sliced_gate else None
+        record = decide_grant(spec, status, node.reservations, request, gate)
+        if attempt.left() <= 0:
+            raise Late("the deadline passed while the grant was decided")
+        prior = node.reservations.get(found.holder)
+        node.reservations[found.holder] = record
+        return found, record, prior
+
+    def _merged(self, found: Candidate, record: AllocationRecord) -> str:
+        """The Pod's annotation: what it holds, this process's reservations for its other
+        containers, and this container's new entry (overwriting makes a retry idempotent)."""
+        records = dict(found.allocations.records)
+        with self.node.mutex:
+            for holder, reserved in self.node.reservations.items():
+                if holder.pod_uid == found.allocations.uid:
+                    records[holder.container] = reserved
+        records[found.holder.container] = record
+        return render_allocated(records)
+
+    def _release(self, holder: Holder, prior: AllocationRecord | None) -> None:
+        with self.node.mutex:
+            if prior is None:
+                self.node.reservations.pop(holder, None)
+            else:
+                self.node.reservations[holder] = prior
+        self.node.notify()
+
+    def _rollback(
+        self, found: Candidate, before: str, holder: Holder, prior: AllocationRecord | None
+    ) -> None:
+        meta = found.allocations
+        try:
+            self.node.writer.write(meta.namespace, meta.name, before)
+        finally:
+            self._release(holder, prior)
+
+    def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
+        if self.maker.name != nvidia.MANUFACTURER:
+            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name} yet")
+        spec = self.node.spec()
+        channel = dataclasses.replace(self.channel, pod_runtime_class=_runtime_class(found.pod))
+        cards = nvidia.granted_cards(record, spec)
+        if self.mode != Mode.SLICED:
+            return nvidia.visibility_response(cards, channel)
+        response = nvidia.sliced_response(
+            cards,
+            nvidia.SlicedLimits.from_container(found.container, self.maker.resource_name),
+            nvidia.declared_env(found.container),
+            found.holder.pod_uid,
+            found.holder.container,
+            channel,
+            self.pods_dir,
+        )
+        for directory in response.directories:
+            self.make_dirs(directory)
+        return response
+
+
+def _cards_of(device_ids: Sequence[str]) -> set[str]:
+    return {text.split(":")[1] for text in device_ids if text.count(":") == 2}
+
+
+def _annotations(pod: Pod) -> Mapping[str, str]:
+    meta = pod.get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in found.items()}
+
+
+def _runtime_class(pod: Pod) -> str:
+    spec = pod.get("spec")
+    value = spec.get("runtimeClassName") if isinstance(spec, Mapping) else None
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,136 @@
+"""Which container an Allocate call is for (node-agent §5.2).
+
+Kubelet's request names no Pod, so the plugin guesses: kubelet's pod-resources `List` first (a
+container it knows but has not yet given devices of this resource is waiting for them), then the
+oldest pending Pod on the node whose container asks for exactly as many devices as offered.
+
+Judgment call: a container counts as already served when this process reserved for it *or* its
+Pod's annotation holds a record for it, so a restarted agent does not hand a second grant to a
+container whose first one survived only in the annotation; such containers stay last-resort
+candidates (a kubelet that lost its checkpoint asks again, and the oldest is replayed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from chain.ledger_rebuild import Holder, PodAllocations
+from chain.quantity import parse_quantity
+from nodeagent.plugin import protos
+from nodeagent.plugin.node import Pod
+
+grpc = protos.grpc_runtime()
+
+PENDING_PHASES = frozenset({"", "Pending"})
+KubeletDevices = dict[tuple[str, str], dict[str, bool]]
+"""(namespace, name) -> container -> whether kubelet reports devices of the resource for it."""
+
+
+class KubeletPods(Protocol):
+    def devices(self, resource: str, timeout: float) -> KubeletDevices | None:
+        """What kubelet holds per Pod, or None when it cannot be asked."""
+        ...
+
+
+class PodResourcesClient:
+    """Kubelet's pod-resources v1 `List`, dialled per call (kubelet may restart in between)."""
+
+    def __init__(self, socket_path: str = protos.POD_RESOURCES_SOCKET) -> None:
+        self.socket_path = socket_path
+
+    def devices(self, resource: str, timeout: float) -> KubeletDevices | None:
+        api = protos.podresources()
+        try:
+            with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
+                stub = protos.podresources_grpc().PodResourcesListerStub(channel)
+                answer = stub.List(api.ListPodResourcesRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
+        found: KubeletDevices = {}
+        for pod in answer.pod_resources:
+            found[(pod.namespace, pod.name)] = {
+                container.name: any(
+                    d.resource_name == resource and len(d.device_ids) > 0 for d in container.devices
+                )
+                for container in pod.containers
+            }
+        return found
+
+
+@dataclass(frozen=True)
+class Candidate:
+    pod: Pod
+    allocations: PodAllocations
+    container: Mapping[str, object]
+
+    @property
+    def holder(self) -> Holder:
+        return Holder(self.allocations.uid, str(self.container.get("name", "")))
+
+
+def container_limit(container: Mapping[str, object], key: str) -> int:
+    """A container's whole-number limit on `key` (0 when absent or not whole)."""
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    raw = limits.get(key) if isinstance(limits, Mapping) else None
+    if raw is None:
+        return 0
+    try:
+        value = parse_quantity(str(raw))
+    except ValueError:
+        return 0
+    return int(value) if value.denominator == 1 and value > 0 else 0
+
+
+def _containers(pod: Pod) -> list[Mapping[str, object]]:
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    found: list[Mapping[str, object]] = []
+    for key in ("initContainers", "containers"):
+        listed = spec.get(key)
+        if isinstance(listed, list):
+            found.extend(item for item in listed if isinstance(item, Mapping))
+    return found
+
+
+def candidates(pods: Sequence[Pod], resource: str, quantity: int) -> list[Candidate]:
+    """Pending Pods' containers asking for exactly `quantity` of `resource`, oldest Pod first."""
+    found: list[Candidate] = []
+    parsed = [(PodAllocations.from_pod(pod), pod) for pod in pods]
+    for allocations, pod in sorted(parsed, key=lambda item: (item[0].created, item[0].name)):
+        if allocations.phase not in PENDING_PHASES:
+            continue
+        for container in _containers(pod):
+            if container_limit(container, resource) == quantity:
+                found.append(Candidate(pod, allocations, container))
+    return found
+
+
+def identify(
+    pods: Sequence[Pod],
+    resource: str,
+    quantity: int,
+    kubelet: KubeletDevices | None,
+    served: Callable[[Candidate], bool],
+    feasible: Callable[[Candidate], bool],
+) -> Candidate:
+    """The container this Allocate is for; LookupError when no Pod fits."""
+    pool = candidates(pods, resource, quantity)
+    if kubelet is not None:
+        named = [
+            c
+            for c in pool
+            if (key := (c.allocations.namespace, c.allocations.name)) in kubelet
+            and not kubelet[key].get(c.holder.container, False)
+        ]
+        pool = named or pool
+    ranked = sorted(
+        enumerate(pool),
+        key=lambda item: (served(item[1]), not feasible(item[1]), item[0]),
+    )
+    if not ranked:
+        raise LookupError(f"no pending Pod on this node asks for {quantity} of {resource}")
+    return ranked[0][1]

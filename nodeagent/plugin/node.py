@@ -1,0 +1,87 @@
+"""What every device-plugin server of one node shares (node-agent §4): the node's Pods, the
+ledger they add up to, this process's reservations, one allocation mutex, and a notifier.
+
+Kubelet calls each mode's server on its own, yet one card can be asked for in several modes, so
+the decisions must see one state under one lock. The outside world is injected: a `PodSource`
+lists the node's Pods (raw API objects), an `AnnotationWriter` persists one Pod's
+`device.gpustack.ai/accelerator.allocated`. Both are slow I/O and are never called while a
+ListAndWatch stream waits; the Pod list is read under the mutex because the decision needs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from chain.devices import DevicesSpec
+from chain.ledger import DevicesStatus
+from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations, rebuild_status
+
+Pod = Mapping[str, object]
+
+
+class PodSource(Protocol):
+    def pods(self) -> Sequence[Pod]:
+        """Every Pod bound to this node (any phase)."""
+        ...
+
+
+class AnnotationWriter(Protocol):
+    def write(self, namespace: str, name: str, value: str) -> None:
+        """Set the Pod's allocation annotation to `value` (raises on failure)."""
+        ...
+
+
+class NodeState:
+    """The allocation state of one node, shared by all its plugin servers."""
+
+    def __init__(
+        self,
+        spec: Callable[[], DevicesSpec],
+        source: PodSource,
+        writer: AnnotationWriter,
+        release_terminated: bool = True,
+        sliced_gate: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.source = source
+        self.writer = writer
+        self.release_terminated = release_terminated
+        self.sliced_gate = sliced_gate
+        self.mutex = threading.Lock()
+        """Held around identify + decide + reserve (never around a write)."""
+        self.reservations: dict[Holder, AllocationRecord] = {}
+        self._changed = threading.Condition()
+        self._version = 0
+
+    def pods(self) -> list[PodAllocations]:
+        return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
+
+    def ledger(self, pods: Sequence[PodAllocations] | None = None) -> DevicesStatus:
+        """The ledger the Pods' annotations add up to (what the reconciler would publish)."""
+        listed = self.pods() if pods is None else pods
+        return rebuild_status(self.spec(), listed, self.release_terminated).status
+
+    def prune(self, live: set[str]) -> None:
+        """Forget reservations of Pods no longer on the node."""
+        for holder in [h for h in self.reservations if h.pod_uid not in live]:
+            del self.reservations[holder]
+
+    # --- notifier: ListAndWatch resends on every tick -------------------------------------
+
+    @property
+    def version(self) -> int:
+        with self._changed:
+            return self._version
+
+    def notify(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        """The version after a change past `seen`, or `seen` when `timeout` ran out."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != seen, timeout)
+            return self._version

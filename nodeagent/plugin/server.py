@@ -1,0 +1,257 @@
+"""One gRPC DevicePlugin server per (manufacturer, mode) on a unix socket (node-agent §4).
+
+Each server binds `<plugin dir>/<mfr>.<mode>.sock`, then registers with kubelet's Registration
+service and keeps watching: kubelet wipes the directory and recreates its own socket when it
+restarts, forgetting every plugin, so a changed kubelet socket (inode or mtime) means register
+again, and a vanished own socket means bind again first. Registration retries with backoff.
+
+Allocate runs on a worker thread while the RPC thread waits at most the internal deadline; late
+work is abandoned (and rolled back by the allocator), so kubelet's admission never hangs on us.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+from chain.allocation import Refusal, plugin_socket, served_modes
+from chain.ledger import Mode
+from chain.manufacturers import Manufacturer
+from nodeagent.plugin import protos
+from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Allocator, Attempt, Late
+from nodeagent.plugin.identify import KubeletPods
+from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.workdirs import WorkDirGC
+
+grpc = protos.grpc_runtime()
+
+log = logging.getLogger(__name__)
+
+LIST_RETRY_S = 2.0
+WATCH_TICK_S = 0.5
+REGISTER_TIMEOUT_S = 5.0
+
+
+class DevicePluginService:
+    """The `v1beta1.DevicePlugin` methods (grpc calls them by name; `context` is grpc's)."""
+
+    def __init__(
+        self,
+        allocator: Allocator,
+        stopped: threading.Event,
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        gc: WorkDirGC | None = None,
+    ) -> None:
+        self.allocator = allocator
+        self.stopped = stopped
+        self.deadline_s = deadline_s
+        self.gc = gc
+        self.workers = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="allocate")
+
+    def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
+        return protos.deviceplugin().DevicePluginOptions(
+            pre_start_required=False, get_preferred_allocation_available=True
+        )
+
+    def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:
+        api = protos.deviceplugin()
+        node = self.allocator.node
+        seen = node.version  # subscribe before the first list, so no change is missed
+        while context.is_active() and not self.stopped.is_set():
+            try:
+                advertised = self.allocator.advertised()
+            except Exception:
+                log.exception("cannot list %s devices; retrying", self.allocator.resource)
+                self.stopped.wait(LIST_RETRY_S)
+                continue
+            self._collect()
+            yield api.ListAndWatchResponse(
+                devices=[
+                    api.Device(
+                        ID=device.id,
+                        health=protos.HEALTHY if device.healthy else protos.UNHEALTHY,
+                        topology=(
+                            api.TopologyInfo(nodes=[api.NUMANode(ID=n) for n in device.numa])
+                            if device.numa
+                            else None
+                        ),
+                    )
+                    for device in advertised
+                ]
+            )
+            while seen == (now := node.wait_change(seen, WATCH_TICK_S)):
+                if not context.is_active() or self.stopped.is_set():
+                    return
+            seen = now
+
+    def _collect(self) -> None:
+        """The sliced server's per-tick work-dir GC; a failed Pod list counts no misses."""
+        if self.gc is None:
+            return
+        try:
+            live = {pod.uid for pod in self.allocator.node.pods()}
+        except Exception:
+            log.exception("cannot list pods; work-dir GC skips this tick")
+            return
+        for uid in self.gc.tick(live):
+            log.info("removed the work dir of gone pod %s", uid)
+
+    def GetPreferredAllocation(self, request: Any, context: Any) -> Any:
+        api = protos.deviceplugin()
+        answers = []
+        for asked in request.container_requests[:1]:  # kubelet sends one container per call
+            chosen = self.allocator.preferred(
+                list(asked.available_deviceIDs),
+                list(asked.must_include_deviceIDs),
+                asked.allocation_size,
+            )
+            answers.append(api.ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return api.PreferredAllocationResponse(container_responses=answers)
+
+    def Allocate(self, request: Any, context: Any) -> Any:
+        api = protos.deviceplugin()
+        if not request.container_requests:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no container request")
+        ids = list(request.container_requests[0].devices_ids)
+        attempt = Attempt(self.deadline_s)
+        work = self.workers.submit(self.allocator.allocate, ids, attempt)
+        try:
+            response = work.result(timeout=max(attempt.left(), 0.0))
+        except futures.TimeoutError:
+            if attempt.abandon():
+                context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"allocation did not finish within {self.deadline_s}s",
+                )
+            response = work.result()  # it was delivered just as the wait ran out
+        except Refusal as refusal:
+            context.abort(getattr(grpc.StatusCode, refusal.code.name), refusal.message)
+        except Late as late:
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(late))
+        return api.AllocateResponse(container_responses=[response.to_message()])
+
+    def PreStartContainer(self, request: Any, context: Any) -> Any:
+        return protos.deviceplugin().PreStartContainerResponse()
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_ino, info.st_mtime_ns)
+
+
+class PluginServer:
+    """Serve one plugin socket and keep it registered with kubelet."""
+
+    def __init__(
+        self,
+        allocator: Allocator,
+        plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
+        kubelet_socket: str | None = None,
+        poll_s: float = 1.0,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        deadline_s: float = DEFAULT_DEADLINE_S,
+        gc: WorkDirGC | None = None,
+    ) -> None:
+        self.allocator = allocator
+        self.endpoint = plugin_socket(allocator.maker.name, allocator.mode)
+        self.socket_path = os.path.join(plugin_dir, self.endpoint)
+        self.kubelet_socket = kubelet_socket or os.path.join(plugin_dir, "kubelet.sock")
+        self.poll_s = poll_s
+        self.backoff = backoff
+        self.stopped = threading.Event()
+        self.service = DevicePluginService(allocator, self.stopped, deadline_s, gc)
+        self.registrations = 0
+        self._server: Any = None
+        self._watcher: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._serve()
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"register-{self.endpoint}", daemon=True
+        )
+        self._watcher.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        if self._server is not None:
+            self._server.stop(grace=None)
+        self.service.workers.shutdown(wait=False, cancel_futures=True)
+
+    def _serve(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None)
+        if os.path.exists(self.socket_path):
+            os.unlink(self.socket_path)  # a stale socket from an earlier run blocks the bind
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
+        protos.deviceplugin_grpc().add_DevicePluginServicer_to_server(self.service, server)
+        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.start()
+        self._server = server
+
+    def register(self) -> None:
+        api = protos.deviceplugin()
+        with grpc.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
+            protos.deviceplugin_grpc().RegistrationStub(channel).Register(
+                api.RegisterRequest(
+                    version=protos.DEVICE_PLUGIN_VERSION,
+                    endpoint=self.endpoint,
+                    resource_name=self.allocator.resource,
+                    options=api.DevicePluginOptions(get_preferred_allocation_available=True),
+                ),
+                timeout=REGISTER_TIMEOUT_S,
+            )
+        self.registrations += 1
+
+    def _watch(self) -> None:
+        registered: tuple[int, int] | None = None
+        delay = self.backoff[0]
+        while not self.stopped.is_set():
+            if not os.path.exists(self.socket_path):
+                log.info("%s vanished (kubelet restarted?); serving it again", self.socket_path)
+                self._serve()
+                registered = None
+            stamp = _stamp(self.kubelet_socket)
+            if stamp is not None and stamp != registered:
+                try:
+                    self.register()
+                except grpc.RpcError as error:
+                    log.warning("registering %s failed: %s", self.endpoint, error.code())
+                    self.stopped.wait(delay)
+                    delay = min(delay * 2, self.backoff[1])
+                    continue
+                registered, delay = stamp, self.backoff[0]
+                log.info("registered %s as %s", self.endpoint, self.allocator.resource)
+            self.stopped.wait(self.poll_s)
+
+
+SERVED_MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED)
+"""The modes served so far; partitions and visibility come later."""
+
+
+def plugin_servers(
+    node: NodeState,
+    maker: Manufacturer,
+    plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
+    kubelet: KubeletPods | None = None,
+    shared: bool = True,
+    sliced: bool = True,
+) -> list[PluginServer]:
+    """One (not yet started) server per mode the manufacturer offers and this package serves;
+    the sliced one also collects the per-Pod work dirs its grants create."""
+    servers = []
+    for mode in served_modes(maker, shared, sliced):
+        if mode not in SERVED_MODES:
+            continue
+        allocator = Allocator(node, maker, mode, kubelet)
+        gc = WorkDirGC(allocator.pods_dir) if mode == Mode.SLICED else None
+        servers.append(PluginServer(allocator, plugin_dir, gc=gc))
+    return servers
