@@ -30,8 +30,10 @@ AGENT_NAMESPACE = "gpustack-system"
 DEMO_NAMESPACE = "team-a"
 # Namespaces that should not get LocalQueues in the demo (the chain setting for it).
 EXCLUDED = ["kube-node-lease", "kube-public", "kueue-system", "node-feature-discovery"]
-# GPU nodes of the demo: name -> simulated hardware profile (nodeagent/simulate/profiles).
-GPU_NODES = {"gpu-t4": "t4x4", "gpu-a10g": "a10gx1", "gpu-l4": "l4x2"}
+# GPU nodes of the demo: name -> (simulated hardware profile, cards). The card count is what
+# the kubelet would advertise for nvidia.com/gpu once the device plugin registered.
+GPU_NODES = {"gpu-t4": ("t4x4", 4), "gpu-a10g": ("a10gx1", 1), "gpu-l4": ("l4x2", 2)}
+
 NFD_CPU = {
     "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
     "feature.node.kubernetes.io/cpu-model.family": "25",
@@ -72,8 +74,11 @@ def _live(bed: Testbed) -> list[Obj]:
 
 def _start_agents(bed: Testbed) -> None:
     kubeconfig = bed.service_account_kubeconfig(AGENT_NAMESPACE, "gpustack-device-manager")
-    for name, profile in GPU_NODES.items():
-        register_node(bed.kube, node_object(name, cpu="32", labels=NFD_CPU))
+    for name, (profile, cards) in GPU_NODES.items():
+        register_node(
+            bed.kube,
+            node_object(name, cpu="32", labels=NFD_CPU, capacity={"nvidia.com/gpu": str(cards)}),
+        )
         bed.run(
             f"agent-{name}",
             [

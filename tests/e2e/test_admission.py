@@ -26,8 +26,8 @@ from testbed.harness import Testbed, free_port
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, load_yaml_documents, wait_for
 from testbed.nodes import node_object, register_node
+from testbed.workloads import condition, now, release_quota
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
-from tests.e2e.workloads import condition, now, release_quota
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"

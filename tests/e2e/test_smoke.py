@@ -10,7 +10,7 @@ import pytest
 from testbed.harness import Testbed, metacontroller_compat
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from tests.e2e.workloads import condition, now, release_quota
+from testbed.workloads import condition, now, release_quota
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 CHECK_MANAGER = "gpustack-smoke-check"
