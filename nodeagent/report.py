@@ -6,9 +6,9 @@
   what the object already holds so another manufacturer's agent keeps its groups.
 
 Judgment calls:
-- The Devices labels are `kubernetes.io/os`/`arch`, `gpustack.ai/managed` and the CPU key
-  presence labels (copied from the Node), and `acceleratable.feature.gpustack.ai/<aKey>=true`
-  per spec group with cards (never a `.count`).
+- The Devices labels are `kubernetes.io/os`/`arch`, `gpustack.ai/managed`, the topology profile
+  and the CPU key presence labels (copied from the Node), and
+  `acceleratable.feature.gpustack.ai/<aKey>=true` per spec group with cards (never a `.count`).
 - The owner reference is a controller reference with `blockOwnerDeletion`, like
   controller-runtime's `SetControllerReference`; deleting the Node deletes its Devices.
 """
@@ -26,6 +26,7 @@ from chain.labels import (
     MANAGED,
     OS,
     PART_OF,
+    TOPOLOGY_PROFILE,
     TRUE,
     accelerator_feature_key,
     accelerator_labels,
@@ -92,12 +93,14 @@ def devices_labels(
     """The labels on the Devices object, from the Node's labels and the (rendered, merged) spec
     groups: every manufacturer's models with cards count.
 
-    The Node's `gpustack.ai/managed` mark and its CPU key presence labels are mirrored too: the
-    pool views select a pool's Devices by them (`chain.views.pool_devices_selector`). Upstream
+    The Node's `gpustack.ai/managed` mark, its topology profile and its CPU key presence labels
+    are mirrored too: the pool views (`chain.views.pool_devices_selector`) and the per-card
+    verdict (a flavor's node labels, less the counts) select a pool's Devices by them. Upstream
     a separate worker controller mirrors them; here the agent, which reads its Node on every
     round and re-reports when those labels change, owns the whole label set.
     """
-    labels = {key: node_labels[key] for key in (OS, ARCH, MANAGED) if node_labels.get(key)}
+    mirrored = (OS, ARCH, MANAGED, TOPOLOGY_PROFILE)
+    labels = {key: node_labels[key] for key in mirrored if node_labels.get(key)}
     for key, value in node_labels.items():
         if key.startswith(GENERAL_PREFIX) and value == TRUE:
             labels[key] = value

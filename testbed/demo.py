@@ -15,8 +15,10 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build
@@ -24,6 +26,7 @@ from testbed.harness import CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
 from testbed.nodes import node_object, register_node
+from testbed.workloads import condition, release_quota
 
 SAMPLE = REPO / "examples" / "cluster.json"
 AGENT_NAMESPACE = "gpustack-system"
@@ -192,7 +195,125 @@ def main(root: Path | None = None) -> int:
             "planner run over the same Nodes\n"
         )
         print(table(_live(bed)))
+        _admission_scene(bed)
     finally:
         bed.down()
     print("testbed stopped")
     return 0
+
+
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+WORKER = "worker.gpustack.ai/v1alpha1"
+CHECK = "gpustack-node-devices"
+M = 1_600_000
+
+
+def _ledger(bed: Testbed, node: str, held: int) -> None:
+    """The node's ledger as its device plugin writes it: the first `held` cards taken whole by
+    tenants already running, the others free."""
+    devices = bed.kube.get(WORKER, "Devices", node)
+    assert devices is not None
+    [group] = devices["spec"]["groups"]
+    rows: list[Obj] = [
+        {"id": c["id"], "index": c["index"], "mode": 1}
+        if c["index"] < held
+        else {"id": c["id"], "index": c["index"], "mode": 0, "remaining": M}
+        for c in group["accelerators"]
+    ]
+    status = {
+        "groups": [{"id": group["id"], "manufacturer": group["manufacturer"], "accelerators": rows}]
+    }
+    bed.kube.apply(
+        {"apiVersion": WORKER, "kind": "Devices", "metadata": {"name": node}, "status": status},
+        "demo-device-plugin",
+        subresource="status",
+    )
+
+
+def _check(wl: Obj | None) -> Obj:
+    for entry in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        if entry["name"] == CHECK:
+            return dict(entry)
+    return {}
+
+
+def _admission_scene(bed: Testbed) -> None:
+    """Per-card admission: the credits say yes, the cards say not yet; then a card frees."""
+    kube = bed.kube
+    print("\nadmission: tenants already hold 2 of gpu-t4's 4 cards; the verdict driver starts")
+    _ledger(bed, "gpu-t4", held=2)
+    kubeconfig = bed.service_account_kubeconfig(AGENT_NAMESPACE, "gpustack-admission-driver")
+    bed.run(
+        "admission-driver",
+        [
+            sys.executable,
+            "-m",
+            "hooks.admission.driver",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--period",
+            "0.5",
+            "--health-port",
+            "-1",
+        ],
+    )
+
+    def queue_checks() -> list[str]:
+        spec = (kube.get(KUEUE, "ClusterQueue", T4_POOL) or {}).get("spec") or {}
+        return [
+            c["name"]
+            for c in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        ]
+
+    wait_for(lambda: CHECK in queue_checks(), 60, "the T4 queue to name the per-card check")
+    container = {
+        "name": "trainer",
+        "image": "trainer:latest",
+        "resources": {"requests": {"nvidia.com/gpu": "3"}, "limits": {"nvidia.com/gpu": "3"}},
+    }
+    kube.create(
+        {
+            "apiVersion": KUEUE,
+            "kind": "Workload",
+            "metadata": {"name": "train-3-cards", "namespace": DEMO_NAMESPACE},
+            "spec": {
+                "queueName": local_queue_name(T4_POOL),
+                "podSets": [
+                    {
+                        "name": "main",
+                        "count": 1,
+                        "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+                    }
+                ],
+            },
+        }
+    )
+    print(
+        f"submitted {DEMO_NAMESPACE}/train-3-cards: nvidia.com/gpu 3 = 4,800,000 of the "
+        "queue's 6,400,000 credits"
+    )
+
+    def when(ok: Callable[[Obj | None], bool]) -> Callable[[], Obj | None]:
+        def probe() -> Obj | None:
+            wl = kube.get(KUEUE, "Workload", "train-3-cards", DEMO_NAMESPACE)
+            # A bare Workload has no job controller: the demo plays its owner and gives the
+            # quota back when Kueue evicts it after a Retry.
+            if condition(wl, "Evicted") == "True" and condition(wl, "QuotaReserved") == "True":
+                release_quota(kube, DEMO_NAMESPACE, "train-3-cards", "demo-job-owner")
+            return wl if ok(wl) else None
+
+        return probe
+
+    wl = wait_for(when(lambda w: _check(w).get("state") == "Retry"), 120, "the Retry verdict")
+    print(f"  Kueue reserved the credits; the per-card check: Retry: {_check(wl)['message']}")
+    _ledger(bed, "gpu-t4", held=1)
+    freed = time.monotonic()
+    print("a tenant on gpu-t4 finished: 3 cards free; Kueue requeues the Workload after 30 s")
+    wl = wait_for(when(lambda w: condition(w, "Admitted") == "True"), 180, "the admission")
+    print(f"  per-card check: Ready: {_check(wl)['message']}")
+    print(
+        f"  {DEMO_NAMESPACE}/train-3-cards Admitted {time.monotonic() - freed:.0f}s after "
+        "the card freed"
+    )
+    bed.stop("admission-driver")
