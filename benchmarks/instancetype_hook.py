@@ -14,14 +14,12 @@ Interleaved in one run, time `json.loads` of the body alone and `json.loads` + `
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import random
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
+from benchmarks.timing import measure, percentile
 from chain.devices import (
     Accelerator,
     AcceleratorStatus,
@@ -263,37 +261,6 @@ def request(size: int) -> Obj:
     }
 
 
-def _timed(action: Callable[[], Any]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def _percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
-def measure(raw: bytes, repeats: int) -> tuple[list[float], list[float]]:
-    """Interleaved samples of decode-only and decode + sync + encode (order alternating)."""
-
-    def decode() -> None:
-        json.loads(raw)
-
-    def serve() -> None:
-        json.dumps(status.sync(json.loads(raw)))
-
-    serve()  # warm imports and caches outside the samples
-    decoded: list[float] = []
-    served: list[float] = []
-    for index in range(repeats):
-        pair = [(decoded, decode), (served, serve)]
-        for samples, action in pair if index % 2 == 0 else reversed(pair):
-            samples.append(_timed(action))
-    return decoded, served
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000])
@@ -308,9 +275,9 @@ def main() -> None:
         body = request(size)
         raw = json.dumps(body).encode()
         summary = status.sync(json.loads(raw))["status"]["acceleratorSummary"]
-        decoded, synced = measure(raw, args.repeats)
-        d50, d95 = statistics.median(decoded), _percentile(decoded, 0.95)
-        s50, s95 = statistics.median(synced), _percentile(synced, 0.95)
+        decoded, synced = measure(raw, status.sync, args.repeats)
+        d50, d95 = statistics.median(decoded), percentile(decoded, 0.95)
+        s50, s95 = statistics.median(synced), percentile(synced, 0.95)
         print(
             f"{size:>6} {size * 8:>6} {len(raw) / 2**20:>7.2f}Mi {d50 * 1e3:>7.1f}ms"
             f" {d95 * 1e3:>5.1f}ms {s50 * 1e3:>7.1f}ms {s95 * 1e3:>5.1f}ms"

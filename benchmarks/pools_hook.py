@@ -14,12 +14,8 @@ full Node objects instead of the summaries.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import statistics
-import time
-from collections.abc import Callable
-from typing import Any
 
 from benchmarks.cluster import (
     Obj,
@@ -29,6 +25,7 @@ from benchmarks.cluster import (
     served,
     settings_object,
 )
+from benchmarks.timing import measure, percentile
 from hooks.flavor import node, pools
 
 
@@ -65,37 +62,6 @@ def build(size: int) -> tuple[bytes, bytes, int, int]:
     )
 
 
-def _timed(action: Callable[[], Any]) -> float:
-    gc.collect()
-    start = time.perf_counter()
-    action()
-    return time.perf_counter() - start
-
-
-def _percentile(samples: list[float], fraction: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
-
-
-def measure(raw: bytes, repeats: int) -> tuple[list[float], list[float]]:
-    """Interleaved samples of decode-only and decode + sync + encode (order alternating)."""
-
-    def decode() -> None:
-        json.loads(raw)
-
-    def serve() -> None:
-        json.dumps(pools.sync(json.loads(raw)))
-
-    serve()  # warm caches (manufacturer table, imports) outside the samples
-    decoded: list[float] = []
-    served_: list[float] = []
-    for index in range(repeats):
-        pair = [(decoded, decode), (served_, serve)]
-        for samples, action in pair if index % 2 == 0 else reversed(pair):
-            samples.append(_timed(action))
-    return decoded, served_
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
@@ -108,9 +74,9 @@ def main() -> None:
     )
     for size in args.sizes:
         raw, with_nodes, count, attached = build(size)
-        decoded, synced = measure(raw, args.repeats)
-        d50, d95 = statistics.median(decoded), _percentile(decoded, 0.95)
-        s50, s95 = statistics.median(synced), _percentile(synced, 0.95)
+        decoded, synced = measure(raw, pools.sync, args.repeats)
+        d50, d95 = statistics.median(decoded), percentile(decoded, 0.95)
+        s50, s95 = statistics.median(synced), percentile(synced, 0.95)
         print(
             f"{size:>6} {count:>9} {attached:>8} {len(raw) / 2**20:>7.2f}Mi"
             f" {len(with_nodes) / 2**20:>9.2f}Mi {d50 * 1e3:>7.1f}ms {d95 * 1e3:>5.1f}ms"
