@@ -18,22 +18,13 @@ NVIDIA's 128; the spec found no Iluvatar-specific count.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
-
-from chain.manufacturers import Manufacturer
 from nodeagent.detect.nvidia import compute_capability, runtime_version
-from nodeagent.detect.nvmlike import IXML_SYMBOLS, NvmlLike, open_nvmlike
-from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.nvmlike import IXML_SYMBOLS, NvmlLike
+from nodeagent.detect.nvmlike_detector import NvmlLikeDetector
 from nodeagent.detect.vendor import (
     CardReading,
     GroupFacts,
-    VendorDetector,
-    VendorError,
     bus_address,
-    env_home,
-    environ_or,
-    library_candidates,
     logically_sliced,
     optional,
 )
@@ -43,52 +34,14 @@ LOGICAL_SLICES = 128
 HEALTH_OK = 0
 
 
-def ixml_candidates(environ: Mapping[str, str]) -> list[str]:
-    home = Path(env_home(environ, ("COREX_HOME",), "/usr/local/corex"))
-    return library_candidates("libixml.so", [home / "lib64", home / "lib"])
-
-
-class IluvatarDetector(VendorDetector[NvmlLike]):
+class IluvatarDetector(NvmlLikeDetector):
     manufacturer = ILUVATAR
+    library = "libixml.so"
+    home_variables = ("COREX_HOME",)
+    default_home = "/usr/local/corex"
+    symbols = IXML_SYMBOLS
 
-    def __init__(
-        self,
-        ixml: NvmlLike | None = None,
-        sysfs: Sysfs | None = None,
-        maker: Manufacturer | None = None,
-        group_id_with_memory: bool = False,
-        opener: Callable[[], NvmlLike | None] | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        env = environ_or(environ)
-        super().__init__(
-            ixml,
-            opener or (lambda: open_nvmlike(ixml_candidates(env), IXML_SYMBOLS)),
-            sysfs,
-            maker,
-            group_id_with_memory,
-        )
-        self._handles: dict[str, int] = {}
-
-    def read_cards(self, interface: NvmlLike) -> list[CardReading]:
-        try:
-            count = interface.device_count()
-        except VendorError:
-            return []
-        self._handles = {}
-        cards = []
-        for position in range(count):
-            try:
-                handle = interface.handle(position)
-                card = self._card(interface, handle, position)
-            except VendorError:
-                continue
-            self._handles[card.id] = handle
-            cards.append(card)
-        return cards
-
-    @staticmethod
-    def _card(ixml: NvmlLike, handle: int, position: int) -> CardReading:
+    def read_card(self, ixml: NvmlLike, handle: int, position: int) -> CardReading:
         ident = ixml.uuid(handle)
         address = bus_address(ixml.bus_id(handle))
         name = ixml.name(handle)
@@ -106,7 +59,7 @@ class IluvatarDetector(VendorDetector[NvmlLike]):
         )
 
     def group_facts(self, interface: NvmlLike, card: CardReading) -> GroupFacts:
-        handle = self._handles[card.id]
+        handle = self.handle(card)
         major, minor = optional(lambda: interface.compute_capability(handle), (0, 0))
         return GroupFacts(
             driver_version=optional(interface.driver_version, ""),

@@ -15,24 +15,17 @@ Facts kept from upstream:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Sequence
 
 from chain.devices import AcceleratorStatus
-from chain.manufacturers import Manufacturer
 from nodeagent.detect.nvidia import compute_capability, runtime_version
-from nodeagent.detect.nvmlike import DEVICE_MIG_ENABLE, HGML_SYMBOLS, NvmlLike, open_nvmlike
-from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.nvmlike import DEVICE_MIG_ENABLE, HGML_SYMBOLS, NvmlLike
+from nodeagent.detect.nvmlike_detector import NvmlLikeDetector
 from nodeagent.detect.thead_mig import agree_within_groups, mig_profiles, physical_sliced
 from nodeagent.detect.vendor import (
     CardReading,
     GroupFacts,
-    VendorDetector,
-    VendorError,
     bus_address,
-    env_home,
-    environ_or,
-    library_candidates,
     logically_sliced,
     optional,
 )
@@ -41,51 +34,17 @@ THEAD = "thead"
 LOGICAL_SLICES = 128
 
 
-def hgml_candidates(environ: Mapping[str, str]) -> list[str]:
-    home = Path(env_home(environ, ("PPU_HOME",), "/usr/local/PPU_SDK"))
-    return library_candidates("libhgml.so", [home / "lib64", home / "lib"])
-
-
-class TheadDetector(VendorDetector[NvmlLike]):
+class TheadDetector(NvmlLikeDetector):
     manufacturer = THEAD
+    library = "libhgml.so"
+    home_variables = ("PPU_HOME",)
+    default_home = "/usr/local/PPU_SDK"
+    symbols = HGML_SYMBOLS
 
-    def __init__(
-        self,
-        hgml: NvmlLike | None = None,
-        sysfs: Sysfs | None = None,
-        maker: Manufacturer | None = None,
-        group_id_with_memory: bool = False,
-        opener: Callable[[], NvmlLike | None] | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        env = environ_or(environ)
-        super().__init__(
-            hgml,
-            opener or (lambda: open_nvmlike(hgml_candidates(env), HGML_SYMBOLS)),
-            sysfs,
-            maker,
-            group_id_with_memory,
-        )
-        self._handles: dict[str, int] = {}
+    def finish(self, cards: Sequence[CardReading]) -> list[CardReading]:
+        return agree_within_groups(list(cards))
 
-    def read_cards(self, interface: NvmlLike) -> list[CardReading]:
-        try:
-            count = interface.device_count()
-        except VendorError:
-            return []
-        self._handles = {}
-        cards = []
-        for position in range(count):
-            try:
-                handle = interface.handle(position)
-                card = self._card(interface, handle)
-            except VendorError:
-                continue
-            self._handles[card.id] = handle
-            cards.append(card)
-        return agree_within_groups(cards)
-
-    def _card(self, hgml: NvmlLike, handle: int) -> CardReading:
+    def read_card(self, hgml: NvmlLike, handle: int, position: int) -> CardReading:
         ident = hgml.uuid(handle)
         address = bus_address(hgml.bus_id(handle))
         name = hgml.name(handle)
@@ -109,7 +68,7 @@ class TheadDetector(VendorDetector[NvmlLike]):
         )
 
     def group_facts(self, interface: NvmlLike, card: CardReading) -> GroupFacts:
-        handle = self._handles[card.id]
+        handle = self.handle(card)
         major, minor = optional(lambda: interface.compute_capability(handle), (0, 0))
         return GroupFacts(
             cores=optional(lambda: interface.core_count(handle), 0),

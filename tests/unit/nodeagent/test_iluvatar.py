@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.iluvatar import IluvatarDetector, ixml_candidates
+from nodeagent.detect.iluvatar import IluvatarDetector
 from nodeagent.detect.nvmlike import IXML_SYMBOLS, NvmlLike, open_nvmlike
 from nodeagent.detect.sysfs import pci_address
 from tests.unit.nodeagent.fake_nvmlike import FakeNvmlLike
@@ -31,7 +31,10 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
     absent = IluvatarDetector(maker=table["iluvatar"], opener=lambda: None)
     assert absent.detect() == ()
     assert absent.monitor() == ()
-    assert open_nvmlike(ixml_candidates({"COREX_HOME": "/nowhere"}), IXML_SYMBOLS) is None
+    assert (
+        open_nvmlike(IluvatarDetector().candidates({"COREX_HOME": "/nowhere"}), IXML_SYMBOLS)
+        is None
+    )
 
 
 def test_two_bi_v150(tmp_path: Path, table: ManufacturerTable) -> None:

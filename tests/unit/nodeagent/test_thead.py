@@ -12,7 +12,7 @@ from chain.manufacturers import ManufacturerTable
 from chain.partitions import Placement
 from nodeagent.detect.nvmlike import HGML_SYMBOLS, open_nvmlike
 from nodeagent.detect.sysfs import pci_address
-from nodeagent.detect.thead import TheadDetector, hgml_candidates
+from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.thead_mig import agree_within_groups, memory_slices, physical_sliced
 from nodeagent.detect.vendor import CardReading
 from tests.unit.nodeagent.fake_nvmlike import FakeNvmlLike
@@ -30,7 +30,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
     absent = TheadDetector(maker=table["thead"], opener=lambda: None)
     assert absent.detect() == ()
     assert absent.monitor() == ()
-    assert open_nvmlike(hgml_candidates({"PPU_HOME": "/nowhere"}), HGML_SYMBOLS) is None
+    assert open_nvmlike(TheadDetector().candidates({"PPU_HOME": "/nowhere"}), HGML_SYMBOLS) is None
 
 
 def test_two_ppus_one_in_mig_mode(tmp_path: Path, table: ManufacturerTable) -> None:

@@ -1,0 +1,78 @@
+"""What the detectors over NVML-like libraries (Iluvatar's IXML, T-Head's HGML) share: opening the
+library from its install folder, walking the cards by handle (a card whose required readings fail
+is skipped), and remembering each card's handle for the group readings that follow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from chain.manufacturers import Manufacturer
+from nodeagent.detect.nvmlike import NvmlLike, open_nvmlike
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.vendor import (
+    CardReading,
+    VendorDetector,
+    VendorError,
+    env_home,
+    environ_or,
+    library_candidates,
+)
+
+
+class NvmlLikeDetector(VendorDetector[NvmlLike]):
+    library: str
+    """The shared object, e.g. `libixml.so`."""
+    home_variables: tuple[str, ...]
+    default_home: str
+    symbols: Mapping[str, tuple[str, ...]]
+
+    def __init__(
+        self,
+        interface: NvmlLike | None = None,
+        sysfs: Sysfs | None = None,
+        maker: Manufacturer | None = None,
+        group_id_with_memory: bool = False,
+        opener: Callable[[], NvmlLike | None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = environ_or(environ)
+        super().__init__(
+            interface,
+            opener or (lambda: open_nvmlike(self.candidates(env), self.symbols)),
+            sysfs,
+            maker,
+            group_id_with_memory,
+        )
+        self._handles: dict[str, int] = {}
+
+    def candidates(self, environ: Mapping[str, str]) -> list[str]:
+        home = Path(env_home(environ, self.home_variables, self.default_home))
+        return library_candidates(self.library, [home / "lib64", home / "lib"])
+
+    def read_cards(self, interface: NvmlLike) -> list[CardReading]:
+        try:
+            count = interface.device_count()
+        except VendorError:
+            return []
+        self._handles = {}
+        cards = []
+        for position in range(count):
+            try:
+                handle = interface.handle(position)
+                card = self.read_card(interface, handle, position)
+            except VendorError:
+                continue
+            self._handles[card.id] = handle
+            cards.append(card)
+        return self.finish(cards)
+
+    def read_card(self, interface: NvmlLike, handle: int, position: int) -> CardReading:
+        raise NotImplementedError
+
+    def finish(self, cards: Sequence[CardReading]) -> list[CardReading]:
+        """A last look across all cards (T-Head aligns MIG geometry within a group)."""
+        return list(cards)
+
+    def handle(self, card: CardReading) -> int:
+        return self._handles[card.id]
