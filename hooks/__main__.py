@@ -10,8 +10,10 @@ from pathlib import Path
 
 import yaml
 
+from chain.manufacturers import default_manufacturers
 from chain.settings import StartupEnv
 from hooks.plan import parse_setting, plan, table
+from hooks.plan_admission import admission, admission_table
 from hooks.shell import BadRequest
 
 
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"{args.cluster}: expected a Kubernetes List with items")
         overrides = dict(parse_setting(s) for s in args.setting)
         objects = plan(items, overrides, StartupEnv.from_env(os.environ))
+        results = admission(items, objects, default_manufacturers())
     except (OSError, ValueError, yaml.YAMLError) as err:
         print(f"plan: {err}", file=sys.stderr)
         return 2
@@ -50,12 +53,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if args.output == "json":
-        json.dump({"objects": objects}, sys.stdout, indent=2, sort_keys=True)
+        json.dump({"objects": objects, "admission": results}, sys.stdout, indent=2, sort_keys=True)
         print()
     elif args.output == "yaml":
-        yaml.safe_dump_all(objects, sys.stdout, sort_keys=True)
+        yaml.safe_dump_all([*objects, {"admission": results}], sys.stdout, sort_keys=True)
     else:
         sys.stdout.write(table(objects))
+        sys.stdout.write(admission_table(results))
     return 0
 
 

@@ -89,3 +89,22 @@ def test_cli_outputs(output: str) -> None:
         check=True,
     )
     assert "gpustack--nvidia-tesla-t4-linux-amd64" in out.stdout
+
+
+def test_sample_admission() -> None:
+    from chain.manufacturers import manufacturers
+    from hooks.plan_admission import admission
+
+    items = json.loads(SAMPLE.read_text())["items"]
+    results = {
+        r["name"]: r for r in admission(items, plan(items, {}, StartupEnv()), manufacturers({}))
+    }
+    assert results["slice-20-percent"]["allowed"] and results["slice-20-percent"]["folded"]
+    # The 4 GiB slice folds against the planned T4 pool's card memory from the catalog.
+    assert results["slice-4gib"]["allowed"] and results["slice-4gib"]["folded"]
+    assert not results["slice-without-memory"]["allowed"]
+    assert (
+        "memory-percentage or nvidia.com/gpu.sliced.memory-mib"
+        in (results["slice-without-memory"]["message"])
+    )
+    assert "only one accelerator family" in results["two-families"]["message"]

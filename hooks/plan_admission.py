@@ -1,0 +1,114 @@
+"""The planner's admission step: what the webhooks and the per-card check make of the snapshot's
+Pods and Workloads, given the pools the planner computed.
+
+- Every Pod goes through the Pod webhook (fold, defaults, request rules), with a pool catalog
+  built from the planned InstanceTypes (stamped as the InstanceType webhook would stamp them).
+- Every Workload goes through the Workload webhook (the fit pin) and, when it carries Kueue's
+  admission (a snapshot taken from a live cluster), through the per-card verdict, with the planned
+  flavors and the snapshot's Devices, Nodes, Workloads and Pods as the related objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from chain.apis import CHAIN_API, INSTANCE_TYPE, RESOURCE_FLAVOR, SETTINGS, WORKLOAD
+from chain.devices import DEVICES_KIND
+from chain.manufacturers import ManufacturerTable
+from hooks.admission.catalog import Catalog, parse_catalog
+from hooks.admission.judge import judge_request
+from hooks.admission.pods import mutate_pods
+from hooks.admission.workloads import mutate_workloads
+from hooks.instancetype.webhook import desired_labels
+from hooks.shell import Obj
+
+RELATED_KINDS = (RESOURCE_FLAVOR, DEVICES_KIND, "Node", WORKLOAD, "Pod")
+
+
+def _of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
+    return [o for o in objects if o.get("kind") == kind]
+
+
+def catalog(planned: list[Obj]) -> Catalog:
+    """The pool catalog the webhooks would read, from the planned InstanceTypes and Settings."""
+    items: list[Obj] = []
+    for obj in _of_kind(planned, INSTANCE_TYPE):
+        meta = dict(obj["metadata"])
+        meta["labels"] = desired_labels(
+            meta["name"], obj.get("spec") or {}, meta.get("labels") or {}
+        )
+        items.append({**obj, "metadata": meta})
+    items += [o for o in _of_kind(planned, SETTINGS) if o.get("apiVersion") == CHAIN_API]
+    return parse_catalog({"items": items})
+
+
+def _review(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": f"plan-{meta.get('namespace', '')}-{meta['name']}",
+            "operation": "CREATE",
+            "namespace": meta.get("namespace", ""),
+            "object": obj,
+        },
+    }
+
+
+def _related(objects: list[Obj]) -> dict[str, dict[str, Obj]]:
+    related: dict[str, dict[str, Obj]] = {}
+    for obj in objects:
+        if obj.get("kind") in RELATED_KINDS:
+            meta = obj["metadata"]
+            key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+            related.setdefault(f"{obj['kind']}.{obj['apiVersion']}", {})[key] = obj
+    return related
+
+
+def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable) -> list[Obj]:
+    """One result per Pod and Workload of the snapshot, in snapshot order."""
+    pools = catalog(planned)
+    results: list[Obj] = []
+    for pod in _of_kind(snapshot, "Pod"):
+        response: dict[str, Any] = mutate_pods(_review(pod), pools, table)["response"]
+        results.append(_result(pod, response, "folded"))
+    related = _related([*_of_kind(planned, RESOURCE_FLAVOR), *snapshot])
+    for workload in _of_kind(snapshot, WORKLOAD):
+        response = mutate_workloads(_review(workload), pools, table)["response"]
+        result = _result(workload, response, "pinned")
+        if (workload.get("status") or {}).get("admission"):
+            result["verdict"] = judge_request({"workload": workload, "related": related}, table)
+        results.append(result)
+    return results
+
+
+def _result(obj: Obj, response: dict[str, Any], patched: str) -> Obj:
+    meta = obj["metadata"]
+    return {
+        "kind": obj["kind"],
+        "namespace": meta.get("namespace", ""),
+        "name": meta["name"],
+        "allowed": bool(response.get("allowed")),
+        "message": (response.get("status") or {}).get("message", ""),
+        patched: bool(response.get("patch")),
+    }
+
+
+def admission_table(results: list[Obj]) -> str:
+    """The admission results as a table (empty when the snapshot has no Pods or Workloads)."""
+    if not results:
+        return ""
+    lines = ["", "Admission (webhooks and the per-card check)"]
+    for r in results:
+        where = f"{r['namespace']}/{r['name']}" if r["namespace"] else r["name"]
+        if not r["allowed"]:
+            outcome = f"denied: {r['message']}"
+        elif "verdict" in r:
+            outcome = f"{r['verdict']['state']}: {r['verdict']['message']}"
+        else:
+            changed = r.get("folded") or r.get("pinned")
+            outcome = "admitted, " + ("mutated" if changed else "unchanged")
+        lines.append(f"  {r['kind']:9} {where:40} {outcome}")
+    return "\n".join(lines) + "\n"
