@@ -8,7 +8,10 @@ differs from what the API already holds:
   only the groups of the manufacturers it serves, under a field manager of its own, so agents of
   different manufacturers on one node never overwrite each other's groups;
 - the counting keys on the Node's `status.capacity` (control-plane §1.5), as a merge patch that
-  also nulls the keys that no longer apply.
+  also nulls the keys that no longer apply;
+- the fit labels on the Node (`sliced-max-free-units.fit.gpustack.ai/<aKey>`,
+  `shared-free-cards.fit.gpustack.ai/<aKey>`, control-plane §3.3) from the Devices ledger, which
+  the Workload webhook pins against.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 
 from chain.capacity import node_capacity_patch
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices
+from chain.fit import fit_label_patch, fit_labels
+from chain.labels import is_managed
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
 from nodeagent.detect.loop import DetectionRound
@@ -52,33 +57,39 @@ class Reporter:
     table: ManufacturerTable
     _reported: str = field(default="", init=False)
 
-    def _node_signature(self, node: Obj) -> str:
-        """What of the Node the report depends on: its labels and its capacity."""
+    def _node_signature(self, node: Obj, devices: Obj | None) -> str:
+        """What the report depends on: the Node's labels and capacity, and the ledger."""
         return repr(
             (
                 sorted((node["metadata"].get("labels") or {}).items()),
                 sorted(((node.get("status") or {}).get("capacity") or {}).items()),
+                (devices or {}).get("status"),
             )
         )
 
     def node_changed(self) -> bool:
-        """True when the Node moved since the last report (a label, the kubelet's tokens)."""
+        """True when the Node or its ledger moved since the last report (a label, the kubelet's
+        tokens, an allocation)."""
         try:
             node = self.kube.get("v1", "Node", self.node)
+            devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         except Exception as error:  # the next round reports the failure properly
             log.warning("reading Node %s failed: %s", self.node, error)
             return False
-        return node is not None and self._node_signature(node) != self._reported
+        return node is not None and self._node_signature(node, devices) != self._reported
 
     def __call__(self, current: DetectionRound) -> None:
         node = self.kube.get("v1", "Node", self.node)
         if node is None:
             raise RuntimeError(f"Node {self.node} does not exist")
-        self._reported = self._node_signature(node)
         groups = [g for g in current.groups if g.manufacturer in self.owned]
         self._node_feature(groups)
         devices = self._devices(node, groups)
-        self._capacity(node, devices)
+        node = self._capacity(node, devices)
+        node = self._fit_labels(node, devices)
+        self._reported = self._node_signature(
+            node, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+        )
 
     def _node_feature(self, groups: list[Any]) -> None:
         desired: dict[str, Any] = node_feature(self.node, self.namespace, groups)
@@ -110,15 +121,23 @@ class Reporter:
             return Devices.parse(written)
         return Devices.parse(existing)
 
-    def _capacity(self, node: Obj, devices: Devices | None) -> None:
+    def _capacity(self, node: Obj, devices: Devices | None) -> Obj:
         labels = node["metadata"].get("labels") or {}
         capacity = (node.get("status") or {}).get("capacity") or {}
         patch = node_capacity_patch(labels, capacity, devices, self.table)
         body = patch.merge_patch()
-        if body:
-            patched = self.kube.merge_patch("v1", "Node", self.node, body, subresource="status")
-            self._reported = self._node_signature(patched)
-            log.info("Node %s counting keys: %s", self.node, body["status"])
+        if not body:
+            return node
+        log.info("Node %s counting keys: %s", self.node, body["status"])
+        return self.kube.merge_patch("v1", "Node", self.node, body, subresource="status")
+
+    def _fit_labels(self, node: Obj, devices: Devices | None) -> Obj:
+        labels = node["metadata"].get("labels") or {}
+        patch = fit_label_patch(labels, fit_labels(devices, is_managed(labels)))
+        if not patch:
+            return node
+        log.info("Node %s fit labels: %s", self.node, patch)
+        return self.kube.merge_patch("v1", "Node", self.node, {"metadata": {"labels": patch}})
 
 
 def stop_on_signals() -> Callable[[], bool]:

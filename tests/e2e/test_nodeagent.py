@@ -182,3 +182,12 @@ def test_ledger_edits_move_the_views(
         wait_for(lambda: _summary(kube, pool) == expected, 90, "the views to follow the ledger")
     except TimeoutError:
         pytest.fail(f"views read {_summary(kube, pool)!r}, expected {expected!r}")
+
+    # The agent follows its ledger with the fit labels the Workload webhook pins against. They
+    # read the ledger's rows (control-plane §3.3): the sliced card has 1,280,000 units of room,
+    # and neither row is a card with a free share (one is Exclusive, one Sliced).
+    fit = {
+        "sliced-max-free-units.fit.gpustack.ai/nvidia-tesla-t4": "1280000",
+        "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4": "0",
+    }
+    wait_for(lambda: fit.items() <= _labels(kube, "Node", t4a).items(), 60, "the fit labels")
