@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from flask.testing import FlaskClient
 
 from hooks.queue.app import app
+from tests.unit.hooks.fixture_runner import check_fixture, routes
 from tests.unit.hooks.queue.cases import CASES
 from tests.unit.hooks.queue.fixtures import DIRECTORY, render
 
@@ -34,20 +33,8 @@ def test_fixture_file_is_current(name: str) -> None:
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
 def test_fixture(client: FlaskClient, path: Path) -> None:
-    fixture: dict[str, Any] = json.loads(path.read_text())
-    data = fixture["rawRequest"] if "rawRequest" in fixture else json.dumps(fixture["request"])
-    reply = client.post(fixture["path"], data=data, content_type="application/json")
-    answer = reply.get_json(silent=True)
-    assert reply.status_code == fixture.get("status", 200), answer
-    if reply.status_code != 200:
-        # Never a 200 without attachments on bad input: a JSON error that says what is wrong.
-        assert isinstance(answer, dict) and answer["error"], answer
-        assert "attachments" not in answer
-        assert answer.get("field") == fixture.get("errorField"), answer
-        return
-    assert answer == fixture["response"]
+    check_fixture(client, path, "attachments")
 
 
 def test_every_route_has_a_fixture() -> None:
-    routes = {json.loads(f.read_text())["path"] for f in FILES}
-    assert routes == {"/sync", "/finalize", "/customize"}
+    assert routes(FILES) == {"/sync", "/finalize", "/customize"}
