@@ -12,6 +12,12 @@ differs from what the API already holds:
 - the fit labels on the Node (`sliced-max-free-units.fit.gpustack.ai/<aKey>`,
   `shared-free-cards.fit.gpustack.ai/<aKey>`, control-plane §3.3) from the Devices ledger, which
   the Workload webhook pins against.
+
+With `ledger` on (the agent serves the device plugins, `--device-plugin-dir`), the Reporter also
+keeps the ledger: `Devices.status` rebuilt from the allocation annotations of the node's Pods,
+applied on the status subresource when it differs from what the API holds. It is checked on every
+monitor round (a Pod list), so an allocation or a finished Pod reaches the ledger within a
+period. Without it the agent never touches `status`.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from chain.capacity import node_capacity_patch
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
+from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
 from nodeagent.detect.loop import DetectionRound
@@ -36,6 +43,7 @@ from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object
 log = logging.getLogger("nodeagent")
 
 FIELD_MANAGER = "gpustack-device-manager"
+LEDGER_MANAGER = "gpustack-device-manager-ledger"
 
 
 def _manager(owned: tuple[str, ...]) -> str:
@@ -55,6 +63,9 @@ class Reporter:
     namespace: str
     owned: tuple[str, ...]
     table: ManufacturerTable
+    ledger: bool = False
+    """Write `Devices.status` from the node's Pods (only when serving the device plugins)."""
+    release_terminated: bool = True
     _reported: str = field(default="", init=False)
 
     def _node_signature(self, node: Obj, devices: Obj | None) -> str:
@@ -73,6 +84,8 @@ class Reporter:
         try:
             node = self.kube.get("v1", "Node", self.node)
             devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+            if self.ledger and devices is not None:
+                devices = self._write_ledger(devices)
         except Exception as error:  # the next round reports the failure properly
             log.warning("reading Node %s failed: %s", self.node, error)
             return False
@@ -85,6 +98,8 @@ class Reporter:
         groups = [g for g in current.groups if g.manufacturer in self.owned]
         self._node_feature(groups)
         devices = self._devices(node, groups)
+        if self.ledger and devices is not None:
+            devices = Devices.parse(self._write_ledger(devices.render()))
         node = self._capacity(node, devices)
         node = self._fit_labels(node, devices)
         self._reported = self._node_signature(
@@ -120,6 +135,27 @@ class Reporter:
             log.info("Devices %s written (%d groups)", self.node, len(own_groups))
             return Devices.parse(written)
         return Devices.parse(existing)
+
+    def _write_ledger(self, devices: Obj) -> Obj:
+        """Apply the ledger the node's Pods add up to, when it differs; the Devices object."""
+        current = Devices.parse(devices)
+        pods = self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={self.node}")
+        rebuilt = rebuild_status(
+            current.spec, [PodAllocations.from_pod(pod) for pod in pods], self.release_terminated
+        )
+        if rebuilt.status == current.status:
+            return devices
+        for problem in rebuilt.problems:
+            log.warning("ledger of %s: %s", self.node, problem)
+        body: dict[str, Any] = {
+            "apiVersion": DEVICES_API,
+            "kind": DEVICES_KIND,
+            "metadata": {"name": self.node},
+            "status": rebuilt.status.render(),
+        }
+        written = self.kube.apply(body, LEDGER_MANAGER, subresource="status")
+        log.info("Devices %s ledger written", self.node)
+        return written
 
     def _capacity(self, node: Obj, devices: Devices | None) -> Obj:
         labels = node["metadata"].get("labels") or {}

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 
 import yaml
@@ -26,6 +26,7 @@ from nodeagent.agent import Reporter, node_name, stop_on_signals
 from nodeagent.detect.loop import (
     MONITOR_PERIOD_SECONDS,
     REDETECT_EVERY_MONITOR_ROUNDS,
+    DetectionRound,
     DetectLoop,
 )
 from nodeagent.detect.registry import (
@@ -80,6 +81,22 @@ def _parser() -> argparse.ArgumentParser:
         default=REDETECT_EVERY_MONITOR_ROUNDS,
         help="monitor rounds between two detections (and reports)",
     )
+    serve.add_argument(
+        "--device-plugin-dir",
+        metavar="DIR",
+        help="serve the kubelet device plugins in DIR (e.g. /var/lib/kubelet/device-plugins) "
+        "and keep the Devices ledger; off by default",
+    )
+    serve.add_argument(
+        "--pod-resources-socket",
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        help="kubelet's pod-resources socket, read by the device plugins",
+    )
+    serve.add_argument(
+        "--pods-dir",
+        default="/var/lib/gpustack/operator/pods",
+        help="where the sliced plugin keeps its per-Pod work dirs",
+    )
     return parser
 
 
@@ -105,15 +122,35 @@ def detect(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _ignore(detected: frozenset[str]) -> None:
+    """`publish` without device plugins: nobody subscribes."""
+
+
 def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     table = manufacturers(os.environ)
     env = StartupEnv.from_env(os.environ)
     names = requested_manufacturers(args.manufacturer, table)
-    reporter = Reporter(
-        Kube.from_environment(args.kubeconfig), node_name(args.node), args.namespace, names, table
-    )
+    kube = Kube.from_environment(args.kubeconfig)
+    node = node_name(args.node)
+    plugins = args.device_plugin_dir is not None
+    reporter = Reporter(kube, node, args.namespace, names, table, ledger=plugins)
+    publish: Callable[[frozenset[str]], None] = _ignore
+    report: Callable[[DetectionRound], None] = reporter
     with ExitStack() as stack:
+        if plugins:  # imported here: the gRPC stubs are generated on first use
+            from nodeagent.plugin.running import DevicePlugins
+
+            servers = DevicePlugins(
+                kube, node, table, args.device_plugin_dir, args.pod_resources_socket, args.pods_dir
+            )
+            stack.callback(servers.stop)
+            publish = servers.publish
+
+            def report(current: DetectionRound) -> None:
+                reporter(current)
+                servers.refresh()  # ListAndWatch lists the spec just written
+
         if args.simulate:
             nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
             setup = DetectorSetup(table, env, sysfs, nvml)
@@ -122,8 +159,8 @@ def serve(args: argparse.Namespace) -> int:
         loop = DetectLoop(
             detections(names, setup),
             names,
-            publish=lambda detected: None,  # the device plugin servers subscribe here
-            report=reporter,
+            publish=publish,
+            report=report,
             no_fast_failed=args.no_fast_failed,
             no_pci_check=args.no_pci_check,
             period=args.period,

@@ -1,9 +1,9 @@
 """The plugin's I/O over the Kubernetes API: the node's Pods, its `Devices` spec, and the
 allocation annotation (a JSON merge patch touching that one key).
 
-Not wired into `python -m nodeagent serve` yet. Each call goes to the API server (no informer
-cache): correct, but a Pod list per Allocate costs a round trip inside the 0.8 s budget, so a
-watch-fed cache is the next step before large nodes.
+Used by `python -m nodeagent serve --device-plugin-dir` (`running.DevicePlugins`). Each call
+goes to the API server (no informer cache): correct, but a Pod list per Allocate costs a round
+trip inside the 0.8 s budget, so a watch-fed cache is the next step before large nodes.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Allocator, Attempt, Late
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
 from nodeagent.plugin.workdirs import WorkDirGC
 
 grpc = protos.grpc_runtime()
@@ -244,6 +245,7 @@ def plugin_servers(
     kubelet: KubeletPods | None = None,
     shared: bool = True,
     sliced: bool = True,
+    pods_dir: str = OPERATOR_PODS_DIR,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
     the sliced one also collects the per-Pod work dirs its grants create."""
@@ -251,7 +253,7 @@ def plugin_servers(
     for mode in served_modes(maker, shared, sliced):
         if mode not in SERVED_MODES:
             continue
-        allocator = Allocator(node, maker, mode, kubelet)
+        allocator = Allocator(node, maker, mode, kubelet, pods_dir=pods_dir)
         gc = WorkDirGC(allocator.pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc))
     return servers

@@ -1,0 +1,164 @@
+"""The node agent's device plugins end to end: kubelet emulator, real API server, shipped RBAC.
+
+One simulated T4 node runs `python -m nodeagent serve --device-plugin-dir ...` as the shipped
+ServiceAccount. The kubelet emulator serves Registration and pod-resources in a temp dir, the
+agent's plugins register there, and a Pod bound to the node is admitted the way kubelet would:
+the Allocate answer names the card, the Pod gets its allocation annotation, and the agent's
+ledger (Devices.status) charges that card.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from chain.devices import Devices
+from chain.ledger import Mode
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from chain.units import M
+from testbed.harness import Testbed
+from testbed.install import Installed
+from testbed.kube import Obj, wait_for
+from testbed.nodes import node_object, register_node
+from tests.kubelet_emulator import KubeletEmulator
+
+WORKER = "worker.gpustack.ai/v1alpha1"
+AGENT_NS = "gpustack-system"
+GPU = "nvidia.com/gpu"
+
+
+@dataclass
+class PluginNode:
+    name: str
+    namespace: str
+    kubelet: KubeletEmulator
+
+
+@pytest.fixture
+def plugin_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
+    kube = testbed.kube
+    tag = uuid.uuid4().hex[:5]
+    name, namespace = f"dp-{tag}", f"dp-{tag}"
+    # Unix socket paths are limited to 107 bytes: keep the root short.
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
+    kubelet = KubeletEmulator(root)
+    register_node(kube, node_object(name, cpu="16"))
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager")
+    testbed.run(
+        f"agent-{name}",
+        [
+            sys.executable,
+            "-m",
+            "nodeagent",
+            "serve",
+            "--node",
+            name,
+            "--namespace",
+            AGENT_NS,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--simulate",
+            "t4x4",
+            "--manufacturer",
+            "nvidia",
+            "--period",
+            "0.5",
+            "--device-plugin-dir",
+            str(kubelet.plugin_dir),
+            "--pod-resources-socket",
+            str(kubelet.pod_resources_socket),
+            "--pods-dir",
+            str(root / "pods"),
+        ],
+    )
+    try:
+        yield PluginNode(name, namespace, kubelet)
+    finally:
+        testbed.stop(f"agent-{name}")
+        kubelet.stop()
+        kube.delete("v1", "Namespace", namespace)
+        kube.delete(
+            "nfd.k8s-sigs.io/v1alpha1", "NodeFeature", f"{name}-gpustack-device-manager", AGENT_NS
+        )
+        kube.delete(WORKER, "Devices", name)
+        kube.delete("v1", "Node", name)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _pod(node: PluginNode) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train", "namespace": node.namespace},
+        "spec": {
+            "nodeName": node.name,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+                }
+            ],
+        },
+    }
+
+
+def _row_mode(testbed: Testbed, node: str, card: str) -> Mode | None:
+    found = testbed.kube.get(WORKER, "Devices", node)
+    if found is None:
+        return None
+    row = Devices.parse(found).status.row("nvidia", "tesla-t4", card)
+    return row.mode if row is not None else None
+
+
+def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
+    testbed: Testbed, plugin_node: PluginNode
+) -> None:
+    kube = testbed.kube
+    kubelet = plugin_node.kubelet
+    # The agent registered its plugins and advertises the four cards from its Devices spec.
+    exclusive = kubelet.wait_devices(GPU, lambda d: len(d) == 4, timeout=90)
+    cards = {token.split(":")[1] for token in exclusive}
+    # The agent keeps the ledger: every card free before any Pod.
+    for card in cards:
+        wait_for(
+            lambda c=card: _row_mode(testbed, plugin_node.name, c) == Mode.NONE,
+            60,
+            f"the ledger row of {card}",
+        )
+
+    pod = kube.create(_pod(plugin_node))
+    kubelet.admit(pod)
+
+    [(container, resource, response)] = kubelet.responses
+    assert (container, resource) == ("main", GPU)
+    card = response.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert card in cards
+
+    stored = kube.get("v1", "Pod", "train", plugin_node.namespace) or {}
+    annotation = (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+    rows = [claim.row for claim in parse_allocated(annotation)["main"].claims()]
+    assert [(row.id, row.mode, row.allocated) for row in rows] == [(card, Mode.EXCLUSIVE, M)]
+
+    wait_for(
+        lambda: _row_mode(testbed, plugin_node.name, card) == Mode.EXCLUSIVE,
+        60,
+        "the ledger to charge the allocated card",
+    )
+    others = cards - {card}
+    assert all(_row_mode(testbed, plugin_node.name, c) == Mode.NONE for c in others)
+
+    # The ledger is written only when it changes: rounds go by (period 0.5 s), nothing is written.
+    before = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]
+    time.sleep(2.5)
+    after = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]
+    assert after == before
