@@ -25,8 +25,8 @@ from nodeagent.detect.vendor import (
     CardReading,
     GroupFacts,
     VendorDetector,
-    VendorError,
     bus_address,
+    cards_by_handle,
     environ_or,
     logically_sliced,
     optional,
@@ -65,21 +65,13 @@ class CambriconDetector(VendorDetector[Cndev]):
         self._handles: dict[str, int] = {}
 
     def read_cards(self, interface: Cndev) -> list[CardReading]:
-        try:
-            count = interface.device_count()
-        except VendorError:
-            return []
-        self._handles = {}
-        cards = []
-        for position in range(count):
-            try:
-                handle = interface.handle(position)
-                card = self._card(interface, handle, position)
-            except VendorError:
-                continue
-            self._handles[card.id] = handle
-            cards.append(card)
-        return cards
+        found = cards_by_handle(
+            interface.device_count,
+            interface.handle,
+            lambda handle, position: self._card(interface, handle, position),
+        )
+        self._handles = {card.id: handle for handle, card in found}
+        return [card for _, card in found]
 
     @staticmethod
     def _card(cndev: Cndev, handle: int, position: int) -> CardReading:

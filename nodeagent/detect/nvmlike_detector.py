@@ -13,7 +13,7 @@ from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.vendor import (
     CardReading,
     VendorDetector,
-    VendorError,
+    cards_by_handle,
     env_home,
     environ_or,
     library_candidates,
@@ -51,21 +51,13 @@ class NvmlLikeDetector(VendorDetector[NvmlLike]):
         return library_candidates(self.library, [home / "lib64", home / "lib"])
 
     def read_cards(self, interface: NvmlLike) -> list[CardReading]:
-        try:
-            count = interface.device_count()
-        except VendorError:
-            return []
-        self._handles = {}
-        cards = []
-        for position in range(count):
-            try:
-                handle = interface.handle(position)
-                card = self.read_card(interface, handle, position)
-            except VendorError:
-                continue
-            self._handles[card.id] = handle
-            cards.append(card)
-        return self.finish(cards)
+        found = cards_by_handle(
+            interface.device_count,
+            interface.handle,
+            lambda handle, position: self.read_card(interface, handle, position),
+        )
+        self._handles = {card.id: handle for handle, card in found}
+        return self.finish([card for _, card in found])
 
     def read_card(self, interface: NvmlLike, handle: int, position: int) -> CardReading:
         raise NotImplementedError

@@ -352,3 +352,27 @@ def key_value(content: str, key: str) -> str:
 
 def environ_or(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
+
+
+def cards_by_handle(
+    count: Callable[[], int],
+    handle: Callable[[int], int],
+    read: Callable[[int, int], CardReading],
+) -> list[tuple[int, CardReading]]:
+    """Every card of a handle-based library as (handle, reading), in enumeration order.
+
+    A library that cannot count its cards has none to report; a card whose handle or required
+    readings fail is skipped, as the driver refusing one card says nothing about the others.
+    """
+    try:
+        total = count()
+    except VendorError:
+        return []
+    found = []
+    for position in range(total):
+        try:
+            card_handle = handle(position)
+            found.append((card_handle, read(card_handle, position)))
+        except VendorError:
+            continue
+    return found
