@@ -324,31 +324,53 @@ def visibility_owner(
     spec: DevicesSpec,
     manufacturer: str,
     requested: int,
-) -> AllocationRecord:
-    """The record whose cards a visibility grant shows (§5.1): another container of the same
-    Pod, this process's reservation first, the lowest container name winning. Fails closed."""
+) -> tuple[Holder, AllocationRecord]:
+    """The container whose cards a visibility grant shows (§5.1), and its record: another
+    container of the same Pod, this process's reservation first, the lowest container name
+    winning. Fails closed: a visibility container must never see a card its Pod does not hold."""
     reserved = sorted(
         (h.container, r) for h, r in reservations.items() if h.pod_uid == me.pod_uid and h != me
     )
     if reserved:
-        owner = reserved[0][1]
+        name, owner = reserved[0]
     elif pod is None or pod.problem:
-        why = pod.problem if pod is not None else "its Pod is unknown"
-        raise Refusal(Code.FAILED_PRECONDITION, f"no owner record to show: {why}")
+        why = pod.problem if pod is not None else "its Pod is not on this node"
+        raise Refusal(
+            Code.FAILED_PRECONDITION,
+            f"container {me.container} cannot be shown its Pod's {manufacturer} cards: {why}",
+        )
     else:
         names = sorted(name for name in pod.records if name != me.container)
         if not names:
-            raise Refusal(Code.FAILED_PRECONDITION, "no other container of the Pod holds cards")
-        owner = pod.records[names[0]]
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"container {me.container} asks to see its Pod's {manufacturer} cards, but no "
+                f"other container of the Pod holds any; give another container a card resource",
+            )
+        name, owner = names[0], pod.records[names[0]]
     claims = [c for c in owner.claims() if c.manufacturer == manufacturer]
     known = {card.id for group, card in spec.cards() if group.manufacturer == manufacturer}
-    missing = [c.row.id for c in claims if c.row.id not in known]
-    if missing or len(claims) != requested:
+    missing = sorted(c.row.id for c in claims if c.row.id not in known)
+    if missing:
         raise Refusal(
             Code.FAILED_PRECONDITION,
-            f"the owner holds {len(claims)} cards ({len(missing)} gone), {requested} requested",
+            f"card {', '.join(missing)} of container {name} is no longer on this node",
         )
-    return owner
+    if len(claims) != requested:
+        raise Refusal(
+            Code.FAILED_PRECONDITION,
+            f"container {name} holds {len(claims)} {manufacturer} cards but {me.container} "
+            f"asks to see {requested}; ask for as many visibility devices as it holds cards",
+        )
+    return Holder(me.pod_uid, name), owner
+
+
+def shown_partitions(owner: AllocationRecord) -> tuple[str, ...]:
+    """The owner's cards that hold a partition: showing one means naming the partition,
+    never its parent card."""
+    return tuple(
+        c.row.id for c in owner.claims() if c.holds_partition or c.row.mode == Mode.PARTITIONED
+    )
 
 
 # --- GetPreferredAllocation ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from typing import cast
 
 import yaml
 
@@ -29,6 +30,7 @@ from nodeagent.detect.loop import (
     DetectionRound,
     DetectLoop,
 )
+from nodeagent.detect.nvml import load_nvml
 from nodeagent.detect.registry import (
     ALL,
     DetectorSetup,
@@ -36,6 +38,7 @@ from nodeagent.detect.registry import (
     requested_manufacturers,
 )
 from nodeagent.detect.sysfs import Sysfs
+from nodeagent.plugin.mig import MigNvml
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import load_profile, shipped_profiles, simulated_node
 
@@ -97,6 +100,11 @@ def _parser() -> argparse.ArgumentParser:
         default="/var/lib/gpustack/operator/pods",
         help="where the sliced plugin keeps its per-Pod work dirs",
     )
+    serve.add_argument(
+        "--mig-dir",
+        help="where the partitioned plugin keeps the ownership markers of its MIG instances "
+        "(default: mig/ beside the pods dir, /var/lib/gpustack/operator/mig)",
+    )
     return parser
 
 
@@ -138,11 +146,29 @@ def serve(args: argparse.Namespace) -> int:
     publish: Callable[[frozenset[str]], None] = _ignore
     report: Callable[[DetectionRound], None] = reporter
     with ExitStack() as stack:
+        # The partitioned plugin cuts MIG instances through the same NVML the detector reads
+        # (the simulator keeps its instances in that one object).
+        partitions: MigNvml | None
+        if args.simulate:
+            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
+            setup = DetectorSetup(table, env, sysfs, nvml)
+            partitions = nvml
+        else:
+            setup = DetectorSetup(table, env, Sysfs("/"))
+            partitions = cast(MigNvml | None, load_nvml())
         if plugins:  # imported here: the gRPC stubs are generated on first use
             from nodeagent.plugin.running import DevicePlugins
 
             servers = DevicePlugins(
-                kube, node, table, args.device_plugin_dir, args.pod_resources_socket, args.pods_dir
+                kube,
+                node,
+                table,
+                args.device_plugin_dir,
+                args.pod_resources_socket,
+                args.pods_dir,
+                nvml=partitions,
+                mig_dir=args.mig_dir
+                or os.path.join(os.path.dirname(os.path.normpath(args.pods_dir)), "mig"),
             )
             stack.callback(servers.stop)
             publish = servers.publish
@@ -151,11 +177,6 @@ def serve(args: argparse.Namespace) -> int:
                 reporter(current)
                 servers.refresh()  # ListAndWatch lists the spec just written
 
-        if args.simulate:
-            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
-            setup = DetectorSetup(table, env, sysfs, nvml)
-        else:
-            setup = DetectorSetup(table, env, Sysfs("/"))
         loop = DetectLoop(
             detections(names, setup),
             names,

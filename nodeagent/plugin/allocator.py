@@ -124,6 +124,9 @@ def _make_dirs(path: str) -> None:
 class Allocator:
     """The decisions of one (manufacturer, mode) plugin."""
 
+    MODES: tuple[Mode, ...] = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED)
+    """The modes this class decides (subclasses serve the others)."""
+
     def __init__(
         self,
         node: NodeState,
@@ -134,7 +137,7 @@ class Allocator:
         make_dirs: Callable[[str], None] = _make_dirs,
         pods_dir: str = nvidia.OPERATOR_PODS_DIR,
     ) -> None:
-        if mode not in (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED):
+        if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
         self.node = node
         self.maker = maker
@@ -293,7 +296,9 @@ class Allocator:
             )
 
         try:
-            found = identify(raw, self.resource, len(device_ids), kubelet, served, feasible)
+            found = identify(
+                raw, self.resource, len(device_ids), kubelet, served, feasible, offered=device_ids
+            )
         except LookupError as error:
             raise Refusal(Code.INTERNAL, str(error)) from None
         if found.allocations.problem:
@@ -342,7 +347,7 @@ class Allocator:
         if self.maker.name != nvidia.MANUFACTURER:
             raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name} yet")
         spec = self.node.spec()
-        channel = dataclasses.replace(self.channel, pod_runtime_class=_runtime_class(found.pod))
+        channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
         cards = nvidia.granted_cards(record, spec)
         if self.mode != Mode.SLICED:
             return nvidia.visibility_response(cards, channel)
@@ -372,7 +377,7 @@ def _annotations(pod: Pod) -> Mapping[str, str]:
     return {str(k): str(v) for k, v in found.items()}
 
 
-def _runtime_class(pod: Pod) -> str:
+def runtime_class(pod: Pod) -> str:
     spec = pod.get("spec")
     value = spec.get("runtimeClassName") if isinstance(spec, Mapping) else None
     return value if isinstance(value, str) else ""

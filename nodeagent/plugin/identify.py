@@ -7,7 +7,11 @@ oldest pending Pod on the node whose container asks for exactly as many devices 
 Judgment call: a container counts as already served when this process reserved for it *or* its
 Pod's annotation holds a record for it, so a restarted agent does not hand a second grant to a
 container whose first one survived only in the annotation; such containers stay last-resort
-candidates (a kubelet that lost its checkpoint asks again, and the oldest is replayed).
+candidates (a kubelet that lost its checkpoint asks again, and the oldest is replayed). A
+served container whose record names exactly the offered device IDs is replayed before the
+oldest: kubelet asking again with a container's own IDs means that container, and replaying
+another one in its place would move that one's record onto these cards and leave its own
+cards charged to nobody (found by the agent-restart test).
 """
 
 from __future__ import annotations
@@ -109,6 +113,13 @@ def candidates(pods: Sequence[Pod], resource: str, quantity: int) -> list[Candid
     return found
 
 
+def replays(candidate: Candidate, offered: Sequence[str]) -> bool:
+    """Whether the container's recorded grant holds exactly these device IDs. Kubelet hears of
+    a grant only after its record is written, so the annotation is where a replay is seen."""
+    record = candidate.allocations.records.get(candidate.holder.container)
+    return bool(offered) and record is not None and sorted(record.device_ids) == sorted(offered)
+
+
 def identify(
     pods: Sequence[Pod],
     resource: str,
@@ -116,9 +127,14 @@ def identify(
     kubelet: KubeletDevices | None,
     served: Callable[[Candidate], bool],
     feasible: Callable[[Candidate], bool],
+    skip: Callable[[Candidate], bool] = lambda _: False,
+    offered: Sequence[str] = (),
 ) -> Candidate:
-    """The container this Allocate is for; LookupError when no Pod fits."""
-    pool = candidates(pods, resource, quantity)
+    """The container this Allocate is for; LookupError when no Pod fits. `skip` leaves a
+    container out entirely (the visibility plugin's already granted ones), where `served`
+    only ranks it last; among the served, one whose recorded grant names exactly the
+    `offered` device IDs goes first (kubelet asking again for that very container)."""
+    pool = [c for c in candidates(pods, resource, quantity) if not skip(c)]
     if kubelet is not None:
         named = [
             c
@@ -129,7 +145,12 @@ def identify(
         pool = named or pool
     ranked = sorted(
         enumerate(pool),
-        key=lambda item: (served(item[1]), not feasible(item[1]), item[0]),
+        key=lambda item: (
+            served(item[1]),
+            not replays(item[1], offered),
+            not feasible(item[1]),
+            item[0],
+        ),
     )
     if not ranked:
         raise LookupError(f"no pending Pod on this node asks for {quantity} of {resource}")

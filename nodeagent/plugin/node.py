@@ -52,6 +52,11 @@ class NodeState:
         self.mutex = threading.Lock()
         """Held around identify + decide + reserve (never around a write)."""
         self.reservations: dict[Holder, AllocationRecord] = {}
+        self.grants: set[Holder] = set()
+        """Containers already shown their Pod's cards by the visibility plugin (§5.1): never
+        identified again, so a second visibility container of a Pod gets its own call."""
+        self.live_listeners: list[Callable[[frozenset[str]], None]] = []
+        """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()
         self._version = 0
 
@@ -64,9 +69,12 @@ class NodeState:
         return rebuild_status(self.spec(), listed, self.release_terminated).status
 
     def prune(self, live: set[str]) -> None:
-        """Forget reservations of Pods no longer on the node."""
+        """Forget reservations and visibility grants of Pods no longer on the node."""
         for holder in [h for h in self.reservations if h.pod_uid not in live]:
             del self.reservations[holder]
+        self.grants = {holder for holder in self.grants if holder.pod_uid in live}
+        for listener in self.live_listeners:
+            listener(frozenset(live))
 
     # --- notifier: ListAndWatch resends on every tick -------------------------------------
 

@@ -2,6 +2,8 @@
 
 - Whole, shared and visibility grants: the cards' UUIDs, in index order, through the injection
   channel (`NVIDIA_VISIBLE_DEVICES`, or the CDI annotation naming `nvidia.com/gpu=<uuid>`).
+- Partitioned grants: the MIG device UUID made for the container, always as
+  `NVIDIA_VISIBLE_DEVICES` (never CDI), never the parent card.
 - Sliced grants: the same visibility plus HAMi-core. Its `libvgpu.so` is preloaded through a
   mounted `/etc/ld.so.preload` and enforces the SM share and a per-device memory cap read from
   `CUDA_DEVICE_*` variables; containers sharing a card coordinate through the host's
@@ -81,6 +83,12 @@ def visibility_response(cards: tuple[GrantedCard, ...], channel: Channel) -> Con
         [f"{CDI_KIND}={granted.card.id}" for granted in cards],
     )
     return ContainerResponse(envs=shown.envs, annotations=shown.annotations)
+
+
+def partition_response(mig_uuid: str) -> ContainerResponse:
+    """A MIG partition: the container sees its MIG device only, never the parent card. Always
+    the environment variable: CDI specs name whole cards, not instances made at Allocate."""
+    return ContainerResponse(envs={VISIBLE_DEVICES_ENV: mig_uuid})
 
 
 @dataclass(frozen=True)

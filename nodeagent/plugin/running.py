@@ -19,8 +19,11 @@ from chain.manufacturers import Manufacturer
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.kube import KubeClient, KubeNode
+from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.nvidia import MANUFACTURER as NVIDIA
 from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
+from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.server import PluginServer, plugin_servers
 
 log = logging.getLogger(__name__)
@@ -40,6 +43,8 @@ class DevicePlugins:
         plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
         pod_resources_socket: str = protos.POD_RESOURCES_SOCKET,
         pods_dir: str = OPERATOR_PODS_DIR,
+        nvml: MigNvml | None = None,
+        mig_dir: str = OPERATOR_MIG_DIR,
     ) -> None:
         self.io = KubeNode(kube, node_name)
         self.node = NodeState(self.io.spec, self.io, self.io)
@@ -48,15 +53,26 @@ class DevicePlugins:
         self.kubelet = PodResourcesClient(pod_resources_socket)
         self.pods_dir = pods_dir
         self.servers: dict[str, list[PluginServer]] = {}
+        # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
+        self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
+        self.reclaim: ReclaimLoop | None = None
 
     def publish(self, detected: frozenset[str]) -> None:
         """Start the servers of newly detected manufacturers; wake the running ones."""
         for name in sorted(detected & SERVED_MANUFACTURERS):
             if name in self.servers or name not in self.table:
                 continue
+            partitioner = self.partitioner if name == NVIDIA else None
             servers = plugin_servers(
-                self.node, self.table[name], self.plugin_dir, self.kubelet, pods_dir=self.pods_dir
+                self.node,
+                self.table[name],
+                self.plugin_dir,
+                self.kubelet,
+                pods_dir=self.pods_dir,
+                partitioner=partitioner,
             )
+            if partitioner is not None:
+                self._start_reclaim(partitioner)
             started: list[PluginServer] = []
             self.servers[name] = started
             for server in servers:
@@ -64,6 +80,17 @@ class DevicePlugins:
                 started.append(server)
                 log.info("serving %s on %s", server.allocator.resource, server.socket_path)
         self.refresh()
+
+    def _start_reclaim(self, partitioner: Partitioner) -> None:
+        """The MIG reclaimer, fed every live-Pod set the plugins list (§6.3)."""
+
+        def cards() -> list[str]:
+            spec = self.node.spec()
+            return [c.id for g, c in spec.cards() if g.manufacturer == NVIDIA and c.is_partitioned]
+
+        self.reclaim = ReclaimLoop(MigReclaimer(partitioner, cards).reconcile)
+        self.node.live_listeners.append(self.reclaim.broadcast)
+        self.reclaim.start()
 
     def refresh(self) -> None:
         """The spec or the Pods may have moved: ListAndWatch lists again."""
@@ -74,3 +101,6 @@ class DevicePlugins:
             for server in servers:
                 server.stop()
         self.servers.clear()
+        if self.reclaim is not None:
+            self.reclaim.stop()
+            self.reclaim = None

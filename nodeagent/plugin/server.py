@@ -14,18 +14,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
-from typing import Any
+from typing import Any, Protocol
 
 from chain.allocation import Refusal, plugin_socket, served_modes
 from chain.ledger import Mode
 from chain.manufacturers import Manufacturer
 from nodeagent.plugin import protos
-from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Allocator, Attempt, Late
+from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
 from nodeagent.plugin.identify import KubeletPods
+from nodeagent.plugin.mig import Partitioner
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
+from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
+from nodeagent.plugin.response import ContainerResponse
+from nodeagent.plugin.visibility import LivePartition, VisibilityAllocator
 from nodeagent.plugin.workdirs import WorkDirGC
 
 grpc = protos.grpc_runtime()
@@ -37,12 +41,35 @@ WATCH_TICK_S = 0.5
 REGISTER_TIMEOUT_S = 5.0
 
 
+class ModeAllocator(Protocol):
+    """What a server needs of one (manufacturer, mode) plugin's decisions: the workload
+    modes' `Allocator`, or the `VisibilityAllocator`."""
+
+    @property
+    def node(self) -> NodeState: ...
+
+    @property
+    def maker(self) -> Manufacturer: ...
+
+    @property
+    def mode(self) -> Mode: ...
+
+    @property
+    def resource(self) -> str: ...
+
+    def advertised(self) -> list[Advertised]: ...
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]: ...
+
+    def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse: ...
+
+
 class DevicePluginService:
     """The `v1beta1.DevicePlugin` methods (grpc calls them by name; `context` is grpc's)."""
 
     def __init__(
         self,
-        allocator: Allocator,
+        allocator: ModeAllocator,
         stopped: threading.Event,
         deadline_s: float = DEFAULT_DEADLINE_S,
         gc: WorkDirGC | None = None,
@@ -152,7 +179,7 @@ class PluginServer:
 
     def __init__(
         self,
-        allocator: Allocator,
+        allocator: ModeAllocator,
         plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
         kubelet_socket: str | None = None,
         poll_s: float = 1.0,
@@ -234,8 +261,8 @@ class PluginServer:
             self.stopped.wait(self.poll_s)
 
 
-SERVED_MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED)
-"""The modes served so far; partitions and visibility come later."""
+SERVED_MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.VISIBILITY)
+"""The modes served by `Allocator` / `VisibilityAllocator`; Partitioned needs a partitioner."""
 
 
 def plugin_servers(
@@ -246,14 +273,34 @@ def plugin_servers(
     shared: bool = True,
     sliced: bool = True,
     pods_dir: str = OPERATOR_PODS_DIR,
+    partitioner: Partitioner | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
-    the sliced one also collects the per-Pod work dirs its grants create."""
+    the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
+    runs only with a `partitioner` (an NVML to make MIG instances with)."""
     servers = []
     for mode in served_modes(maker, shared, sliced):
+        if mode == Mode.PARTITIONED and partitioner is not None:
+            partitioned = PartitionedAllocator(node, maker, partitioner, kubelet)
+            servers.append(PluginServer(partitioned, plugin_dir, deadline_s=PARTITION_DEADLINE_S))
+            continue
         if mode not in SERVED_MODES:
             continue
-        allocator = Allocator(node, maker, mode, kubelet, pods_dir=pods_dir)
-        gc = WorkDirGC(allocator.pods_dir) if mode == Mode.SLICED else None
+        allocator: ModeAllocator
+        if mode == Mode.VISIBILITY:
+            allocator = VisibilityAllocator(
+                node, maker, kubelet, partitions=_live_partitions(partitioner)
+            )
+        else:
+            allocator = Allocator(node, maker, mode, kubelet, pods_dir=pods_dir)
+        gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc))
     return servers
+
+
+def _live_partitions(partitioner: Partitioner | None) -> LivePartition | None:
+    """What lets the visibility plugin show a partition-backed owner: the partitioner's
+    ownership markers checked against the card's live instances."""
+    if partitioner is None:
+        return None
+    return lambda owner: partitioner.live_partition(owner.pod_uid, owner.container)

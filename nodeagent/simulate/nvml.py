@@ -22,6 +22,7 @@ from nodeagent.detect.nvml import (
     Utilization,
 )
 from nodeagent.detect.sysfs import pci_address
+from nodeagent.simulate.mig import GpuState, MigHandle, MigMaterialization
 from nodeagent.simulate.profile import Card, MigProfile, Profile
 
 IDLE_TEMPERATURE_CELSIUS = 33
@@ -35,8 +36,9 @@ class Handle:
     number: int
 
 
-class SimulatedNvml:
-    """NVML over a `Profile`. `passes` counts `nvmlDeviceGetCount` calls (see profile faults)."""
+class SimulatedNvml(MigMaterialization):
+    """NVML over a `Profile`. `passes` counts `nvmlDeviceGetCount` calls (see profile faults);
+    MIG instances live in `MigMaterialization` and start empty, as after a driver reload."""
 
     def __init__(self, profile: Profile) -> None:
         self._nv: Any = importlib.import_module("pynvml")
@@ -53,6 +55,18 @@ class SimulatedNvml:
         self.NVML_GPU_INSTANCE_PROFILE_COUNT: int = nv.NVML_GPU_INSTANCE_PROFILE_COUNT
         self.NVML_TEMPERATURE_GPU: int = nv.NVML_TEMPERATURE_GPU
         self.nvmlMemory_v2: int = nv.nvmlMemory_v2
+        self.NVML_ERROR_IN_USE: int = nv.NVML_ERROR_IN_USE
+        self.NVML_ERROR_NOT_FOUND: int = nv.NVML_ERROR_NOT_FOUND
+        self.NVML_COMPUTE_INSTANCE_PROFILE_COUNT: int = nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
+        self.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED: int = (
+            nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+        )
+        self.c_nvmlGpuInstance_t: Any = nv.c_nvmlGpuInstance_t
+        self.c_nvmlComputeInstance_t: Any = nv.c_nvmlComputeInstance_t
+        self.c_nvmlGpuInstancePlacement_t: Any = nv.c_nvmlGpuInstancePlacement_t
+        self._serial = 0
+        self._gpus: dict[int, dict[int, GpuState]] = {}
+        self._failures: dict[str, str] = {}
 
     def _error(self, name: str) -> Exception:
         error: Exception = self._nv.NVMLError(getattr(self._nv, f"NVML_ERROR_{name}"))
@@ -73,6 +87,14 @@ class SimulatedNvml:
         if not isinstance(handle, Handle) or not 0 <= handle.number < len(self.profile.cards):
             raise self._error("INVALID_ARGUMENT")
         return self.profile.cards[handle.number]
+
+    def _card_number(self, handle: object) -> int:
+        self._card(handle)
+        assert isinstance(handle, Handle)
+        return handle.number
+
+    def profile_cards(self) -> tuple[Card, ...]:
+        return self.profile.cards
 
     # System
 
@@ -108,7 +130,18 @@ class SimulatedNvml:
             raise self._error("GPU_IS_LOST")
         return Handle(index)
 
+    def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes, /) -> object:
+        self._require_init()
+        wanted = uuid.decode() if isinstance(uuid, bytes) else uuid
+        for number, card in enumerate(self.profile.cards):
+            if card.uuid == wanted:
+                return Handle(number)
+        raise self._error("NOT_FOUND")
+
     def nvmlDeviceGetUUID(self, handle: object, /) -> str:
+        if isinstance(handle, MigHandle):
+            self._require_init()
+            return self._mig(handle).uuid
         return self._card(handle).uuid
 
     def nvmlDeviceGetName(self, handle: object, /) -> str:

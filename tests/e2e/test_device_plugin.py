@@ -27,8 +27,8 @@ from chain.units import M
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
+from testbed.kubelet import KubeletEmulator
 from testbed.nodes import node_object, register_node
-from tests.kubelet_emulator import KubeletEmulator
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 AGENT_NS = "gpustack-system"

@@ -438,12 +438,13 @@ def test_visibility_shows_the_owner_reservation_first() -> None:
     pod = PodAllocations(uid="p", records={"a": annotated})
     reservations = {Holder("p", "z"): reserved, Holder("p", "ssh"): owner_record(3)}
     owner = visibility_owner(Holder("p", "ssh"), pod, reservations, spec(), NV, 1)
-    assert owner == reserved
+    assert owner == (Holder("p", "z"), reserved)
 
 
 def test_visibility_falls_back_to_the_lowest_named_annotated_container() -> None:
     pod = PodAllocations(uid="p", records={"b": owner_record(1), "a": owner_record(2, 3)})
-    owner = visibility_owner(Holder("p", "ssh"), pod, {}, spec(), NV, 2)
+    holder, owner = visibility_owner(Holder("p", "ssh"), pod, {}, spec(), NV, 2)
+    assert holder == Holder("p", "a")
     assert [c.row.id for c in owner.claims()] == ["dev-2", "dev-3"]
 
 

@@ -21,9 +21,9 @@ from chain.manufacturers import Manufacturer, manufacturers
 from nodeagent.plugin.allocator import Allocator
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.node import NodeState
-from nodeagent.plugin.server import PluginServer
+from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.plugin.workdirs import WorkDirGC
-from tests.kubelet_emulator import KubeletEmulator
+from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.helpers import detect
 
 NVIDIA: Manufacturer = manufacturers({})["nvidia"]
@@ -149,3 +149,35 @@ def rig(
             )
             servers[mode].start()
         yield Rig(kubelet, cluster, node, servers, made)
+
+
+@contextmanager
+def emulated_kubelet() -> Iterator[KubeletEmulator]:
+    """A kubelet emulator in a short temp dir (unix socket paths are limited to 107 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
+    try:
+        kubelet = KubeletEmulator(root)
+        try:
+            yield kubelet
+        finally:
+            kubelet.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def agent(kubelet: KubeletEmulator, cluster: FakeCluster, spec: DevicesSpec) -> Iterator[NodeState]:
+    """One node agent's NVIDIA plugin servers, wired as `nodeagent serve --device-plugin-dir`
+    wires them (`plugin_servers`), over a fresh `NodeState`; leaving stops them like an agent
+    that exits. Two in a row over the same kubelet and Pods are an agent restart."""
+    node = NodeState(lambda: spec, cluster, cluster)
+    client = PodResourcesClient(str(kubelet.pod_resources_socket))
+    pods_dir = str(kubelet.plugin_dir.parent / "pods")
+    servers = plugin_servers(node, NVIDIA, str(kubelet.plugin_dir), client, pods_dir=pods_dir)
+    try:
+        for server in servers:
+            server.start()
+        yield node
+    finally:
+        for server in servers:
+            server.stop()

@@ -14,7 +14,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
 from chain.units import M
 from nodeagent.plugin import protos
-from tests.kubelet_emulator import AdmissionError
+from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, SLICED, Rig, rig, t4_spec
 
 grpc = protos.grpc_runtime()

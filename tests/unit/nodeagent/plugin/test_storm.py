@@ -13,7 +13,7 @@ from chain.devices import DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.units import M
-from tests.kubelet_emulator import AdmissionError
+from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, SLICED, Rig, rig, t4_spec
 
 STEPS = 200

@@ -1,10 +1,10 @@
-"""A kubelet stand-in for device-plugin tests (test support, never shipped).
+"""A kubelet stand-in for device-plugin tests, the demo and the Allocate benchmark.
 
 It serves Registration on `<root>/device-plugins/kubelet.sock` and pod-resources v1 (`List`,
 `GetAllocatableResources`) on `<root>/pod-resources/kubelet.sock`, dials each plugin that
 registers, follows its ListAndWatch, and admits Pods the way kubelet does: one Pod at a time,
 one Allocate call per container and resource, after a GetPreferredAllocation hint it checks
-against what it offered. Everything it saw is recorded for the tests to read.
+against what it offered. Everything it saw is recorded for its callers to read.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.plugin import protos
+from testbed.kube import Kube
 
 grpc = protos.grpc_runtime()
 Pod = Mapping[str, Any]
@@ -70,6 +72,9 @@ class KubeletEmulator:
         """(namespace, name) -> container -> resource -> device IDs (pod-resources' view)."""
         self.responses: list[tuple[str, str, Any]] = []
         """(container, resource, ContainerAllocateResponse) per successful Allocate."""
+        self.allocate_seconds: list[float] = []
+        """Wall time of each successful Allocate call, the span kubelet's
+        `kubelet_device_plugin_alloc_duration_seconds` observes."""
         self.hints: list[tuple[str, list[str]]] = []
         self._admit = threading.Lock()
         self._registered = threading.Condition()
@@ -216,19 +221,33 @@ class KubeletEmulator:
             self.hints.append((container, preferred))
             if len(preferred) == size and set(preferred) <= set(free):
                 chosen = preferred
+        started = time.perf_counter()
         try:
             answer = endpoint.stub.Allocate(
                 api.AllocateRequest(
                     container_requests=[api.ContainerAllocateRequest(devices_ids=chosen)]
                 ),
-                timeout=30,  # the test's guard; kubelet itself sets none
+                timeout=30,  # the caller's guard; kubelet itself sets none
             )
         except grpc.RpcError as error:
             raise AdmissionError(container, resource, error.code(), error.details()) from None
+        self.allocate_seconds.append(time.perf_counter() - started)
         for device in chosen:
             taken[device] = (uid, container)
         self.known[key].setdefault(container, {})[resource] = chosen
         self.responses.append((container, resource, answer.container_responses[0]))
+
+
+def delete_ended(kube: Kube, pod: Pod) -> None:
+    """Remove a bound Pod whose containers ended, as kubelet finally does (grace 0): without a
+    kubelet to confirm, a plain delete leaves it terminating, and still holding its cards."""
+    meta = pod["metadata"]
+    kube.request(
+        "DELETE",
+        kube.resource("v1", "Pod").path(meta["namespace"], meta["name"]),
+        body={"gracePeriodSeconds": 0},
+        ok_missing=True,
+    )
 
 
 class _Registration:

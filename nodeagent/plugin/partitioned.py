@@ -1,0 +1,244 @@
+"""The Partitioned (MIG) plugin's decisions (node-agent §4, §5 steps 2-5 for partitions).
+
+Allocate: mutex { list Pods, identify the container, pick profile/card/slot and check modes
+(`decide_partition`), reserve } then, outside the mutex, make the partition (per-card lock),
+record the grant with the MIG UUID on the Pod, and answer `NVIDIA_VISIBLE_DEVICES=<MIG UUID>`.
+Each step undoes the ones before it when it fails: a failed partition releases the reservation;
+a failed annotation write unmakes the partition it made and releases; a late answer restores
+the annotation, unmakes and releases. A retry of a recorded grant finds its instance again
+(ownership marker) and is never unmade by its own failure.
+
+Making a MIG instance takes the driver a second or more, so this plugin answers under a longer
+deadline than the others (`PARTITION_DEADLINE_S`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from chain.allocation import Code, DeviceToken, Refusal
+from chain.families import PARTITIONED_UNITS
+from chain.ledger import DevicesStatus, Mode
+from chain.ledger_rebuild import (
+    ALLOCATED_ANNOTATION,
+    AllocationRecord,
+    Holder,
+    PodAllocations,
+    node_holdings,
+    rebuild_status,
+)
+from chain.manufacturers import Manufacturer
+from chain.partition_grant import (
+    PartitionGrant,
+    PartitionRequest,
+    choose_site,
+    decide_partition,
+    occupied_placements,
+    partition_health,
+    prior_partition,
+    requested_profile,
+    with_partition_id,
+)
+from chain.partitions import vendor_profile_name
+from nodeagent.plugin import nvidia
+from nodeagent.plugin.allocator import Advertised, Allocator, Attempt, Late, _annotations
+from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
+from nodeagent.plugin.mig import Partitioner, PartitionError
+from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.response import ContainerResponse
+
+log = logging.getLogger(__name__)
+
+PARTITION_DEADLINE_S = 20.0
+
+
+def _limit_keys(container: Mapping[str, object]) -> list[str]:
+    """The container's limit keys with a positive whole value."""
+    resources = container.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    if not isinstance(limits, Mapping):
+        return []
+    return [str(key) for key in limits if container_limit(container, str(key)) > 0]
+
+
+def _holdings_status(
+    node: NodeState,
+    pods: Sequence[PodAllocations],
+    reservations: Mapping[Holder, AllocationRecord],
+) -> tuple[DevicesStatus, dict[Holder, AllocationRecord]]:
+    """The ledger with this process's reservations folded in (a partition being made holds its
+    slot before its annotation lands), and the holdings it adds up."""
+    holdings = node_holdings(pods, reservations, node.release_terminated)
+    by_pod: dict[str, dict[str, AllocationRecord]] = {}
+    for holder, record in holdings.items():
+        by_pod.setdefault(holder.pod_uid, {})[holder.container] = record
+    folded = [PodAllocations(uid, records=records) for uid, records in by_pod.items()]
+    return rebuild_status(node.spec(), folded, node.release_terminated).status, holdings
+
+
+class PartitionedAllocator(Allocator):
+    """The decisions of one manufacturer's Partitioned plugin."""
+
+    MODES = (Mode.PARTITIONED,)
+
+    def __init__(
+        self,
+        node: NodeState,
+        maker: Manufacturer,
+        partitioner: Partitioner,
+        kubelet: KubeletPods | None = None,
+    ) -> None:
+        super().__init__(node, maker, Mode.PARTITIONED, kubelet)
+        self.partitioner = partitioner
+
+    # --- ListAndWatch -----------------------------------------------------------------------
+
+    def advertised(self) -> list[Advertised]:
+        """Every partitioned token; `room` of them healthy, the held ones first (§4)."""
+        spec = self.node.spec()
+        with self.node.mutex:
+            pods = self.node.pods()
+            self.node.prune({pod.uid for pod in pods})
+            reservations = dict(self.node.reservations)
+        status, holdings = _holdings_status(self.node, pods, reservations)
+        held = [
+            text
+            for record in holdings.values()
+            if any(c.row.mode == Mode.PARTITIONED for c in record.claims())
+            for text in record.device_ids
+        ]
+        return [
+            Advertised(str(token), healthy)
+            for token, healthy in partition_health(spec, self.maker.name, status, held)
+        ]
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        """No hint: the plugin picks the card itself, whichever token kubelet hands over."""
+        return []
+
+    # --- Allocate ---------------------------------------------------------------------------
+
+    def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
+        try:
+            for text in device_ids:
+                DeviceToken.parse(text)
+        except ValueError as error:
+            raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
+        if not device_ids:
+            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
+        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
+            raise Late("another allocation held the node past the deadline")
+        try:
+            found, grant, prior, live = self._decide_partition(device_ids, attempt)
+        finally:
+            self.node.mutex.release()
+        self.node.notify()
+        holder = found.holder
+        site = grant.site
+        try:
+            made = self.partitioner.create(
+                site.card.id,
+                vendor_profile_name(self.maker.name, site.profile.name),
+                site.placement,
+                (holder.pod_uid, holder.container),
+                site.group.memory,
+                live,
+            )
+        except PartitionError as error:
+            self._release(holder, prior)
+            raise Refusal(Code.INTERNAL, str(error)) from error
+
+        def unmake() -> None:
+            if not made.new:
+                return  # a retry's instance belongs to the grant already recorded
+            try:
+                self.partitioner.destroy(site.card.id, site.placement)
+            except PartitionError:  # its marker stays: the reclaimer takes it once the Pod goes
+                log.exception("cannot unmake the partition of a failed grant")
+
+        record = with_partition_id(grant.record, made.mig_uuid)
+        with self.node.mutex:
+            self.node.reservations[holder] = record
+        before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
+        meta = found.allocations
+        try:
+            if attempt.left() <= 0:
+                raise Late("the deadline passed before the grant was recorded")
+            self.node.writer.write(meta.namespace, meta.name, self._merged(found, record))
+        except Exception as error:
+            try:
+                unmake()
+            finally:
+                self._release(holder, prior)
+            if isinstance(error, Late):
+                raise
+            raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
+        response = nvidia.partition_response(made.mig_uuid)
+        if not attempt.commit():
+            try:
+                self._rollback(found, before, holder, prior)
+            finally:
+                unmake()
+            raise Late("the deadline passed while the grant was answered")
+        return response
+
+    def _decide_partition(
+        self, device_ids: Sequence[str], attempt: Attempt
+    ) -> tuple[Candidate, PartitionGrant, AllocationRecord | None, frozenset[str]]:
+        node = self.node
+        raw = node.source.pods()
+        pods = [PodAllocations.from_pod(pod) for pod in raw]
+        node.prune({pod.uid for pod in pods})
+        spec = node.spec()
+        status = node.ledger(pods)
+        holdings = node_holdings(pods, node.reservations, node.release_terminated)
+        occupied = occupied_placements(holdings, self.maker.name)
+        kubelet = self._kubelet_view(attempt.left())
+
+        def feasible(candidate: Candidate) -> bool:
+            try:
+                profile = requested_profile(self.maker, _limit_keys(candidate.container))
+                choose_site(spec, self.maker.name, profile, occupied)
+            except Refusal:
+                return False
+            return True
+
+        try:
+            found = identify(
+                raw,
+                self.resource,
+                len(device_ids),
+                kubelet,
+                self._served_test(),
+                feasible,
+                offered=device_ids,
+            )
+        except LookupError as error:
+            raise Refusal(Code.INTERNAL, str(error)) from None
+        if found.allocations.problem:
+            raise Refusal(Code.INTERNAL, found.allocations.problem)
+        prior_claim = prior_partition(
+            found.holder, node.reservations, found.allocations.records, self.maker.name
+        )
+        mine = {h: r for h, r in holdings.items() if h != found.holder}
+        request = PartitionRequest(
+            self.maker.name,
+            tuple(device_ids),
+            found.holder,
+            requested_profile(self.maker, _limit_keys(found.container)),
+            container_limit(found.container, self.maker.resource_name + PARTITIONED_UNITS),
+        )
+        grant = decide_partition(
+            spec,
+            status,
+            node.reservations,
+            occupied_placements(mine, self.maker.name),
+            prior_claim,
+            request,
+        )
+        if attempt.left() <= 0:
+            raise Late("the deadline passed while the grant was decided")
+        prior = node.reservations.get(found.holder)
+        node.reservations[found.holder] = grant.record
+        return found, grant, prior, frozenset(pod.uid for pod in pods)

@@ -1,0 +1,185 @@
+"""The visibility plugin of one manufacturer (node-agent §4, §5.1): a container asking for
+`device.gpustack.ai/<mfr>.visibility` is shown the cards another container of its own Pod holds
+(an SSH sidecar seeing its workload's GPUs), and is charged nothing.
+
+Every card advertises 512 tokens, Healthy unless the card itself is: a visibility container
+never takes a card from anyone, so holds do not matter here. The token kubelet picked is
+ignored; only how many it picked counts, and it must equal the number of cards shown.
+
+Allocate runs: mutex { list Pods, identify the container (skipping ones already granted),
+record the grant, pick the owner record (`chain.allocation.visibility_owner`) } then, outside
+the mutex, render the vendor response. Any failure after the grant is recorded revokes it, so
+kubelet's retry can identify the same container again. No annotation, no ledger units.
+
+Judgment calls:
+- A failed identification is `Internal`, as for the workload modes; every refusal about the
+  owner is `FailedPrecondition` with a message naming the container and what to change.
+- Showing a partition-backed owner needs the Partitioned plugin's capability (`partitions`,
+  which names the MIG instance after checking it is live); without one the call fails closed
+  rather than showing the parent card.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from chain.allocation import (
+    Code,
+    Refusal,
+    card_tokens,
+    plugin_resource,
+    shown_partitions,
+    visibility_owner,
+)
+from chain.ledger import Mode
+from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations
+from chain.manufacturers import Manufacturer
+from nodeagent.plugin import nvidia
+from nodeagent.plugin.allocator import (
+    KUBELET_LIST_TIMEOUT_S,
+    Advertised,
+    Attempt,
+    Late,
+    numa_nodes,
+    runtime_class,
+)
+from nodeagent.plugin.identify import Candidate, KubeletPods, identify
+from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.response import ContainerResponse
+
+LivePartition = Callable[[Holder], str | None]
+"""The Partitioned plugin's word on an owner container: the MIG device UUID of its partition
+when an ownership marker names it and the instance is still on its card, else None."""
+
+
+class VisibilityAllocator:
+    """The decisions of one manufacturer's visibility plugin."""
+
+    mode = Mode.VISIBILITY
+
+    def __init__(
+        self,
+        node: NodeState,
+        maker: Manufacturer,
+        kubelet: KubeletPods | None = None,
+        channel: Channel | None = None,
+        partitions: LivePartition | None = None,
+    ) -> None:
+        self.node = node
+        self.maker = maker
+        self.resource = plugin_resource(maker, Mode.VISIBILITY)
+        self.kubelet = kubelet
+        self.channel = channel or Channel(maker.name, maker.runtime_name)
+        self.partitions = partitions
+
+    def advertised(self) -> list[Advertised]:
+        """512 tokens per card of the manufacturer; only a card's own fault makes them
+        Unhealthy."""
+        found: list[Advertised] = []
+        for group, card in self.node.spec().cards():
+            if group.manufacturer != self.maker.name:
+                continue
+            numa = numa_nodes(card.topology.numa_affinity)
+            found.extend(
+                Advertised(str(token), not card.status.unhealthy, numa)
+                for token in card_tokens(group.id, card, self.mode)
+            )
+        return found
+
+    def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        """No hint: every token of every card shows the same thing."""
+        return []
+
+    def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
+        """The response showing the owner's cards; `Refusal` or `Late` otherwise (then the
+        grant is revoked)."""
+        if not device_ids:
+            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
+        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
+            raise Late("another allocation held the node past the deadline")
+        try:
+            found, owner = self._decide(len(device_ids), attempt)
+        finally:
+            self.node.mutex.release()
+        try:
+            response = self._render(found, owner)
+            if not attempt.commit():
+                raise Late("the deadline passed while the grant was answered")
+        except Exception as error:
+            self._revoke(found.holder)
+            if isinstance(error, (Late, Refusal)):
+                raise
+            raise Refusal(Code.INTERNAL, str(error)) from error
+        return response
+
+    def _decide(
+        self, requested: int, attempt: Attempt
+    ) -> tuple[Candidate, tuple[Holder, AllocationRecord]]:
+        """Identify, grant and pick the owner; called under the node mutex."""
+        node = self.node
+        raw = node.source.pods()
+        node.prune({PodAllocations.from_pod(pod).uid for pod in raw})
+        kubelet = None
+        if self.kubelet is not None:
+            wait = max(min(KUBELET_LIST_TIMEOUT_S, attempt.left()), 0.01)
+            kubelet = self.kubelet.devices(self.resource, wait)
+        granted = set(node.grants)
+        try:
+            found = identify(
+                raw,
+                self.resource,
+                requested,
+                kubelet,
+                served=lambda _: False,
+                feasible=lambda _: True,
+                skip=lambda candidate: candidate.holder in granted,
+            )
+        except LookupError as error:
+            raise Refusal(Code.INTERNAL, str(error)) from None
+        node.grants.add(found.holder)
+        try:
+            owner = visibility_owner(
+                found.holder,
+                found.allocations,
+                node.reservations,
+                node.spec(),
+                self.maker.name,
+                requested,
+            )
+            if attempt.left() <= 0:
+                raise Late("the deadline passed while the owner was looked up")
+        except BaseException:
+            node.grants.discard(found.holder)
+            raise
+        return found, owner
+
+    def _revoke(self, holder: Holder) -> None:
+        with self.node.mutex:
+            self.node.grants.discard(holder)
+
+    def _render(
+        self, found: Candidate, owner: tuple[Holder, AllocationRecord]
+    ) -> ContainerResponse:
+        holder, record = owner
+        partitioned = shown_partitions(record)
+        if partitioned:
+            return self._show_partition(holder, partitioned)
+        if self.maker.name != nvidia.MANUFACTURER:
+            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name} yet")
+        channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
+        return nvidia.visibility_response(nvidia.granted_cards(record, self.node.spec()), channel)
+
+    def _show_partition(self, owner: Holder, cards: tuple[str, ...]) -> ContainerResponse:
+        """The owner's MIG device, never its parent card, and only once the Partitioned plugin
+        vouches that the instance is still there; fails closed otherwise."""
+        uuid = self.partitions(owner) if self.partitions is not None else None
+        if uuid is None:
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"container {owner.container} holds a partition of card {', '.join(cards)} "
+                f"that this node cannot vouch for (no live MIG instance is recorded for it); "
+                f"restart the Pod so its partition is made again",
+            )
+        return nvidia.partition_response(uuid)

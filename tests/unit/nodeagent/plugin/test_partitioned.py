@@ -1,0 +1,376 @@
+"""The Partitioned (MIG) plugin over a simulated A100 node: Allocate, rollbacks, ListAndWatch,
+and one grant through real gRPC and the kubelet emulator."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chain.allocation import Code, Refusal
+from chain.devices import Devices, DevicesSpec
+from chain.ledger import (
+    AcceleratorAllocation,
+    DevicesAllocationGroup,
+    DevicesStatus,
+    Mode,
+    ProfileCount,
+)
+from chain.ledger_rebuild import (
+    ALLOCATED_ANNOTATION,
+    AllocationRecord,
+    parse_allocated,
+    render_allocated,
+)
+from chain.manufacturers import manufacturers
+from chain.partitions import Placement
+from chain.units import M
+from nodeagent.plugin import protos
+from nodeagent.plugin.allocator import Attempt, Late
+from nodeagent.plugin.identify import PodResourcesClient
+from nodeagent.plugin.mig import Markers, Partitioner
+from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
+from nodeagent.plugin.reclaim import MigReclaimer
+from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.server import PluginServer, plugin_servers
+from nodeagent.simulate import SimulatedNvml, load_profile
+from testbed.kubelet import KubeletEmulator
+from tests.unit.nodeagent.helpers import detect
+from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster
+
+SPEC = DevicesSpec(tuple(detect("a100-40gb-mig")))
+GROUP = SPEC.groups[0].id
+CARDS = [card.id for _, card in SPEC.cards()]
+PART = "nvidia.com/gpu.partitioned"
+TOKEN = f"{GROUP}:{CARDS[0]}:0000"
+
+
+def limits(profile: str) -> dict[str, str]:
+    return {PART: "1", f"{PART}.mig-{profile}": "1"}
+
+
+@dataclass
+class Node:
+    cluster: FakeCluster
+    state: NodeState
+    nvml: SimulatedNvml
+    partitioner: Partitioner
+    allocator: PartitionedAllocator
+
+    def grant(self, pod: str, profile: str, token: str = TOKEN, deadline: float = 10.0) -> str:
+        self.cluster.add(pod, ("main", limits(profile)))
+        response = self.allocator.allocate([token], Attempt(deadline))
+        assert dict(response.envs).keys() == {"NVIDIA_VISIBLE_DEVICES"}
+        assert not response.annotations and not response.cdi_devices
+        return response.envs["NVIDIA_VISIBLE_DEVICES"]
+
+    def row(self, pod: str) -> Any:
+        (claim,) = parse_allocated(self.cluster.annotation(pod))["main"].claims()
+        return claim.row
+
+    def refused(
+        self, pod: str, profile: str, container_limits: dict[str, str] | None = None
+    ) -> Refusal:
+        self.cluster.add(pod, ("main", container_limits or limits(profile)))
+        with pytest.raises(Refusal) as caught:
+            self.allocator.allocate([TOKEN], Attempt(10.0))
+        return caught.value
+
+
+def make_node(root: Path) -> Node:
+    nvml = SimulatedNvml(load_profile("a100-40gb-mig"))
+    cluster = FakeCluster()
+    state = NodeState(lambda: SPEC, cluster, cluster)
+    partitioner = Partitioner(nvml, Markers(str(root / "mig")))
+    return Node(cluster, state, nvml, partitioner, PartitionedAllocator(state, NVIDIA, partitioner))
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    return make_node(tmp_path)
+
+
+def nothing_left(node: Node) -> None:
+    assert node.nvml.instances() == []
+    assert node.state.reservations == {}
+    assert list(node.partitioner.markers.all()) == []
+
+
+# --- Allocate -----------------------------------------------------------------------------------
+
+
+def test_grant_shows_only_the_mig_device_and_records_the_partition(node: Node) -> None:
+    mig = node.grant("p1", "1g.5gb")
+    (view,) = node.nvml.instances()
+    assert view.mig_uuids == (mig,) and (view.card, view.start) == (CARDS[0], 0)
+    row = node.row("p1")
+    assert (row.id, row.mode) == (CARDS[0], Mode.PARTITIONED)
+    assert row.allocated == 4864 * M // 40960
+    assert row.allocated_physical_profile == "1g.5gb"
+    assert row.allocated_physical_placements == (Placement(0, 1),)
+    assert row.allocated_physical_id == mig
+    ledger = node.state.ledger().row("nvidia", GROUP, CARDS[0])
+    assert ledger is not None
+    assert ledger.allocated_profiles == (ProfileCount("1g.5gb", 1),)
+    assert ledger.remaining_of("1g.5gb") == 6
+    assert ledger.remaining_of("7g.40gb") == 0
+
+
+def test_partitions_pack_onto_the_fullest_card(node: Node) -> None:
+    node.grant("p1", "1g.5gb")
+    node.grant("p2", "1g.5gb", token=f"{GROUP}:{CARDS[5]}:0003")  # the token's card is no hint
+    node.grant("p3", "7g.40gb")
+    assert [(view.card, view.start) for view in node.nvml.instances()] == [
+        (CARDS[0], 0),
+        (CARDS[0], 1),
+        (CARDS[1], 0),
+    ]
+
+
+def test_a_retry_reuses_the_recorded_partition(node: Node) -> None:
+    first = node.grant("p1", "3g.20gb")
+    again = node.allocator.allocate([TOKEN], Attempt(10.0)).envs["NVIDIA_VISIBLE_DEVICES"]
+    assert again == first
+    assert len(node.nvml.instances()) == 1
+    assert node.row("p1").allocated_physical_id == first
+
+
+def test_a_card_held_in_another_mode_is_refused(node: Node) -> None:
+    node.cluster.add("whole", ("main", {"nvidia.com/gpu": "1"}))
+    whole = AcceleratorAllocation(CARDS[0], 0, Mode.EXCLUSIVE, M)
+    record = AllocationRecord(DevicesStatus((DevicesAllocationGroup(GROUP, "nvidia", (whole,)),)))
+    annotations = node.cluster.by_key[("default", "whole")]["metadata"]["annotations"]
+    annotations[ALLOCATED_ANNOTATION] = render_allocated({"main": record})
+    refusal = node.refused("p1", "1g.5gb")
+    assert refusal.code == Code.FAILED_PRECONDITION
+    assert refusal.message == (
+        f"card {CARDS[0]} is held in Exclusive mode, cannot allocate it in Partitioned mode"
+    )
+    nothing_left(node)
+    assert node.cluster.writes == []
+
+
+def test_no_profile_key_is_refused(node: Node) -> None:
+    refusal = node.refused("p1", "", {PART: "1"})
+    assert refusal.code == Code.FAILED_PRECONDITION
+    nothing_left(node)
+
+
+def test_a_profile_no_card_can_host_is_resource_exhausted(node: Node) -> None:
+    for n in range(8):
+        node.grant(f"full{n}", "7g.40gb")
+    refusal = node.refused("p1", "1g.5gb")
+    assert refusal.code == Code.RESOURCE_EXHAUSTED
+    assert len(node.nvml.instances()) == 8
+
+
+def test_actuation_failure_releases_the_reservation(node: Node) -> None:
+    node.nvml.fail_next("nvmlGpuInstanceCreateComputeInstance", "INSUFFICIENT_RESOURCES")
+    refusal = node.refused("p1", "2g.10gb")
+    assert refusal.code == Code.INTERNAL
+    nothing_left(node)
+    assert node.cluster.writes == []
+
+
+def test_annotation_write_failure_unmakes_the_partition(node: Node) -> None:
+    node.cluster.fail = RuntimeError("the API server is away")
+    refusal = node.refused("p1", "3g.20gb")
+    assert refusal.code == Code.INTERNAL and "cannot record the grant" in refusal.message
+    nothing_left(node)
+
+
+def test_a_late_answer_restores_the_annotation_and_unmakes(node: Node) -> None:
+    node.cluster.add("p1", ("main", limits("1g.5gb")))
+    node.cluster.delay = 0.4
+    with pytest.raises(Late):
+        node.allocator.allocate([TOKEN], Attempt(0.3))
+    nothing_left(node)
+    assert node.cluster.annotation("p1") == ""
+
+
+# --- ListAndWatch and the hint ------------------------------------------------------------------
+
+
+def test_healthy_set_follows_the_room(node: Node) -> None:
+    listed = node.allocator.advertised()
+    assert len(listed) == 8 * 7 and all(device.healthy for device in listed)
+    assert all(device.numa == () for device in listed)
+    node.grant("p1", "3g.20gb", token=f"{GROUP}:{CARDS[7]}:0006")
+    listed = node.allocator.advertised()
+    healthy = [device.id for device in listed if device.healthy]
+    assert len(listed) == 56  # tokens are never removed
+    assert len(healthy) == (1 + 3) + 7 * 7
+    assert f"{GROUP}:{CARDS[7]}:0006" in healthy  # the held token stays healthy
+
+
+def test_listing_broadcasts_the_live_pods(node: Node) -> None:
+    heard: list[frozenset[str]] = []
+    node.state.live_listeners.append(heard.append)
+    node.cluster.add("p1", ("main", limits("1g.5gb")))
+    node.allocator.advertised()
+    assert heard == [frozenset({"uid-p1"})]
+
+
+def test_no_preferred_allocation(node: Node) -> None:
+    assert node.allocator.preferred([TOKEN], [], 1) == []
+
+
+def test_plugin_servers_serve_partitions_only_with_a_partitioner(node: Node) -> None:
+    with_mig = plugin_servers(node.state, NVIDIA, "/nonexistent", partitioner=node.partitioner)
+    assert "nvidia.partitioned.sock" in [server.endpoint for server in with_mig]
+    partitioned = next(s for s in with_mig if s.allocator.mode == Mode.PARTITIONED)
+    assert partitioned.allocator.resource == PART
+    without = plugin_servers(node.state, NVIDIA, "/nonexistent")
+    assert all(server.allocator.mode != Mode.PARTITIONED for server in without)
+
+
+def test_a_sidecar_is_shown_the_owner_partition_while_it_lives(node: Node) -> None:
+    """The visibility plugin built by `plugin_servers` asks the partitioner, which checks the
+    ownership marker against the card's live instances: the MIG device, never the parent."""
+    servers = plugin_servers(node.state, NVIDIA, "/nonexistent", partitioner=node.partitioner)
+    visibility = next(s.allocator for s in servers if s.allocator.mode == Mode.VISIBILITY)
+    seen = "device.gpustack.ai/nvidia.visibility"
+    node.cluster.add("p1", ("main", limits("2g.10gb")), ("ssh", {seen: "1"}))
+    mig = node.allocator.allocate([TOKEN], Attempt(10.0)).envs["NVIDIA_VISIBLE_DEVICES"]
+    shown = visibility.allocate([TOKEN], Attempt(10.0))
+    assert dict(shown.envs) == {"NVIDIA_VISIBLE_DEVICES": mig}
+    node.state.grants.clear()  # kubelet asks again, as after its own restart
+    assert node.partitioner.destroy(CARDS[0], node.row("p1").allocated_physical_placements[0])
+    with pytest.raises(Refusal) as caught:
+        visibility.allocate([TOKEN], Attempt(10.0))
+    assert caught.value.code == Code.FAILED_PRECONDITION
+    assert "cannot vouch for" in caught.value.message
+
+
+# --- through gRPC -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[KubeletEmulator, Node]]:
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))  # unix socket paths stay short
+    kubelet = KubeletEmulator(root)
+    node = make_node(root)
+    node.allocator.kubelet = PodResourcesClient(str(kubelet.pod_resources_socket))
+    server = PluginServer(
+        node.allocator, str(kubelet.plugin_dir), poll_s=0.05, deadline_s=PARTITION_DEADLINE_S
+    )
+    server.start()
+    try:
+        yield kubelet, node
+    finally:
+        server.stop()
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def healthy(devices: dict[str, str]) -> int:
+    return sum(1 for state in devices.values() if state == protos.HEALTHY)
+
+
+def test_kubelet_admits_a_partitioned_pod(served: tuple[KubeletEmulator, Node]) -> None:
+    kubelet, node = served
+    kubelet.wait_devices(PART, lambda d: len(d) == 56 and healthy(d) == 56)
+    assert (PART, "nvidia.partitioned.sock") in kubelet.registrations
+    pod = node.cluster.add("infer", ("main", limits("3g.20gb")))
+    started = time.monotonic()
+    kubelet.admit(pod)
+    assert time.monotonic() - started < PARTITION_DEADLINE_S
+    container, resource, response = kubelet.responses[-1]
+    assert (container, resource) == ("main", PART)
+    mig = response.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert mig.startswith("MIG-") and mig not in CARDS
+    assert [view.mig_uuids for view in node.nvml.instances()] == [(mig,)]
+    assert node.row("infer").allocated_physical_id == mig
+    assert ("main", []) in kubelet.hints  # the plugin gives no hint
+    node.state.notify()
+    kubelet.wait_devices(PART, lambda d: len(d) == 56 and healthy(d) == 53)
+
+
+# --- the serve wiring ---------------------------------------------------------------------------
+
+
+class FakeKube:
+    """The API calls `DevicePlugins` makes, over a `FakeCluster` and a fixed `Devices`."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        return Devices(name, SPEC).render() if kind == "Devices" else None
+
+    def list(self, api_version: str, kind: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.cluster.pods()
+
+    def merge_patch(
+        self, api_version: str, kind: str, name: str, patch: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        value = patch["metadata"]["annotations"][ALLOCATED_ANNOTATION]
+        self.cluster.write(kwargs.get("namespace") or "default", name, value)
+        return {}
+
+
+def test_serve_starts_the_partitioned_plugin_and_its_reclaimer() -> None:
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
+    kubelet = KubeletEmulator(root)
+    cluster = FakeCluster()
+    nvml = SimulatedNvml(load_profile("a100-40gb-mig"))
+    plugins = DevicePlugins(
+        FakeKube(cluster),
+        "node-a",
+        manufacturers({}),
+        str(kubelet.plugin_dir),
+        str(kubelet.pod_resources_socket),
+        str(root / "pods"),
+        nvml=nvml,
+        mig_dir=str(root / "mig"),
+    )
+    try:
+        plugins.publish(frozenset({"nvidia"}))
+        kubelet.wait_devices(PART, lambda d: len(d) == 56)
+        pod = cluster.add("infer", ("main", limits("1g.10gb")))
+        kubelet.admit(pod)
+        mig = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+        assert [view.mig_uuids for view in nvml.instances()] == [(mig,)]
+        assert list((root / "mig").glob("*/*.json"))  # the marker beside the pods dir
+        cluster.remove("infer")
+        kubelet.forget(pod)
+        deadline = time.monotonic() + 10
+        while nvml.instances() and time.monotonic() < deadline:
+            plugins.refresh()  # ListAndWatch lists the Pods: the reclaimer hears the live set
+            time.sleep(0.1)
+        assert nvml.instances() == []
+    finally:
+        plugins.stop()
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_gone_pods_partition_not_yet_reclaimed_gives_way(node: Node) -> None:
+    first = node.grant("p1", "1g.5gb")
+    node.cluster.remove("p1")  # the ledger frees the slot before the reclaimer sweeps
+    second = node.grant("p2", "1g.5gb")
+    assert second != first
+    assert [(view.card, view.start, view.mig_uuids) for view in node.nvml.instances()] == [
+        (CARDS[0], 0, (second,))
+    ]
+
+
+def test_a_partition_that_cannot_be_unmade_is_left_to_the_reclaimer(node: Node) -> None:
+    node.cluster.fail = RuntimeError("the API server is away")
+    node.nvml.fail_next("nvmlComputeInstanceDestroy", "IN_USE")
+    refusal = node.refused("p1", "1g.5gb")
+    assert refusal.code == Code.INTERNAL and "cannot record the grant" in refusal.message
+    assert node.state.reservations == {}
+    (marker,) = node.partitioner.markers.all()
+    assert marker.pod_uid == "uid-p1"
+    node.cluster.remove("p1")
+    sweep = MigReclaimer(node.partitioner, lambda: CARDS).reconcile(frozenset())
+    assert sweep.destroyed == [(CARDS[0], 0)]
+    nothing_left(node)
