@@ -28,6 +28,7 @@ WORKLOAD = "Workload"
 
 WORKER_API = "worker.gpustack.ai/v1alpha1"
 INSTANCE_TYPE = "InstanceType"
+INSTANCE_TYPE_RESOURCE = "instancetypes"
 
 
 def group_of(api_version: str) -> str:

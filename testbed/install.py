@@ -4,7 +4,9 @@ The testbed has no kubelet, so nothing the manifests deploy as Pods can run ther
 therefore changes only how the hooks are reached, never what is installed:
 
 - each hook Deployment's own gunicorn command line (`... hooks.<name>.app:app`) is served
-  locally by the testbed, and its Service is mapped to that local URL;
+  locally by the testbed, with the container's env, and its Service is mapped to that local URL;
+- its ConfigMap volumes are projected into local directories the env is pointed at, as a
+  kubelet would mount them (see `testbed.projection`);
 - Metacontroller hooks and admission webhooks that name a Service are pointed at the URL (and
   the testbed CA for https);
 - Deployments, Services and DaemonSets are then not applied (they would never start).
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from testbed.harness import Testbed, metacontroller_compat
 from testbed.kube import Obj, load_yaml_documents, wait_for
+from testbed.projection import Projection, configmap_volumes, container_env
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
@@ -44,15 +47,16 @@ def kustomize(directory: Path) -> list[Obj]:
     return objects
 
 
-def _gunicorn_app(deployment: Obj) -> tuple[str, list[str]] | None:
-    """`(module:attr, extra gunicorn args)` when the Deployment runs a hook app with gunicorn."""
+def _gunicorn_app(deployment: Obj) -> tuple[str, list[str], Obj] | None:
+    """`(module:attr, extra gunicorn args, container)` when the Deployment runs a hook app with
+    gunicorn."""
     for container in deployment["spec"]["template"]["spec"]["containers"]:
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
         if argv and argv[0].endswith("gunicorn"):
             app = next((a for a in argv[1:] if not a.startswith("-")), None)
             if app is not None:
                 tls = [a for a in argv if a.startswith(("--certfile", "--keyfile"))]
-                return app, tls
+                return app, tls, container
     return None
 
 
@@ -75,6 +79,8 @@ class Installed:
     objects: list[Obj]
     urls: dict[tuple[str, str], str] = field(default_factory=dict)
     """(namespace, service) -> the local base URL serving it."""
+    projections: list[Projection] = field(default_factory=list)
+    """The served hooks' ConfigMap volumes, followed until `stop()` or the run folder goes."""
 
 
 def _point_hooks(obj: Obj, urls: dict[tuple[str, str], str]) -> Obj:
@@ -110,9 +116,17 @@ def install(
         served = _gunicorn_app(deployment)
         if served is None:
             continue
-        app, tls = served
+        app, tls, container = served
         name = f"hook-{deployment['metadata']['name']}"
-        env = {"KUBERNETES_POD_NAMESPACE": namespace}
+        mounts = {}
+        for volume_name, volume in configmap_volumes(deployment, container).items():
+            projection = Projection(
+                bed.kubeconfig, volume, bed.root / "volumes" / name / volume_name
+            )
+            projection.start()
+            installed.projections.append(projection)
+            mounts[volume.mount_path] = projection.directory
+        env = {**container_env(container, mounts), "KUBERNETES_POD_NAMESPACE": namespace}
         if capture is not None:
             env |= {"CAPTURE_APP": app, "CAPTURE_DIR": str(capture / name)}
             app = "testbed.capture:app"

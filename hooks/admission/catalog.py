@@ -4,9 +4,11 @@ Upstream's Pod webhook reads the InstanceType fronting a Pod's queue (by the lab
 `schedule.gpustack.ai/queue-entrance=<queue>`) through the API. Our webhooks hold no
 credentials, so they read the same InstanceTypes from a file instead: a Kubernetes List of
 InstanceType objects (at least `metadata.name`, `metadata.labels`, `spec.acceleratorGroup` and
-`status.detail`), optionally with the chain's `Settings` singleton, e.g. a ConfigMap in the
-system namespace mounted into the webhook Pod. Only operator-owned objects feed it, never the
-user-writable LocalQueue, as upstream insists.
+`status.detail`), optionally with the chain's `Settings` singleton. In a cluster that file is the
+ConfigMap `gpustack-system/gpustack-admission-catalog` mounted into the webhook Pod, written by
+the InstanceType hook's catalog decorator; every item is read through `chain.catalog`'s
+`catalog_item`, the trimming the writer applies, so both sides agree on the shape. Only
+operator-owned objects feed it, never the user-writable LocalQueue, as upstream insists.
 
 The file is named by `GPUSTACK_ADMISSION_CATALOG` and re-read when it changes (the kubelet
 swaps a mounted ConfigMap in place). No file, or an unreadable one, is an empty catalog: Pods
@@ -19,6 +21,7 @@ more than 1 is an error"), logged once per load, so the fold never divides by th
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from chain.apis import CHAIN_API, INSTANCE_TYPE, SETTINGS, SETTINGS_NAME, WORKER_API
+from chain.catalog import catalog_items, is_settings
 from chain.labels import QUEUE_ENTRANCE
 from chain.requests import PoolFacts
 from chain.settings import Settings
@@ -48,21 +51,17 @@ class Catalog:
 
 def parse_catalog(document: object) -> Catalog:
     """A catalog from a List of InstanceTypes (and Settings); bad items are skipped, logged."""
-    items = document.get("items") if isinstance(document, dict) else None
-    if not isinstance(items, list):
-        raise ValueError("the catalog must be a Kubernetes List with items")
     found: dict[str, list[PoolFacts]] = {}
     settings = Settings()
-    for number, item in enumerate(items):
-        if not isinstance(item, dict):
+    for number, item in enumerate(catalog_items(document)):
+        if item is None:
             continue
-        kind, api = item.get("kind"), item.get("apiVersion")
         raw_meta = item.get("metadata")
         meta: dict[str, object] = raw_meta if isinstance(raw_meta, dict) else {}
         try:
-            if (kind, api) == (SETTINGS, CHAIN_API) and meta.get("name") == SETTINGS_NAME:
+            if is_settings(item):
                 settings = Settings.from_spec(item.get("spec"))
-            elif (kind, api) == (INSTANCE_TYPE, WORKER_API):
+            else:
                 labels = meta.get("labels") or {}
                 queue = labels.get(QUEUE_ENTRANCE) if isinstance(labels, dict) else None
                 if isinstance(queue, str) and queue:
@@ -77,6 +76,16 @@ def parse_catalog(document: object) -> Catalog:
             names = ", ".join(sorted(p.instance_type for p in facts))
             log.warning("queue %s is fronted by several InstanceTypes (%s): ignored", queue, names)
     return Catalog(pools, settings)
+
+
+def load_document(text: str) -> object:
+    """The catalog file's document: JSON as the writer renders it, else YAML (hand-made).
+
+    JSON first, because YAML 1.1 refuses some characters JSON carries raw."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return yaml.safe_load(text)
 
 
 class FileCatalog:
@@ -98,7 +107,7 @@ class FileCatalog:
         if stamp != self._stamp:
             try:
                 with open(self.path, encoding="utf-8") as handle:
-                    self._catalog = parse_catalog(yaml.safe_load(handle))
+                    self._catalog = parse_catalog(load_document(handle.read()))
             except (OSError, ValueError, yaml.YAMLError) as err:
                 log.warning("catalog %s unreadable, treated as empty: %s", self.path, err)
                 self._catalog = Catalog()

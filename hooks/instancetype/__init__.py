@@ -30,4 +30,8 @@ Status fields:
   profile list is written out as one string).
 
 Admission: `/mutate` and `/validate` (see `webhook`), served over TLS by their own Deployment.
+
+Catalog: DecoratorController `gpustack-admission-catalog` on the Settings singleton (hooks
+`/catalog/sync` and `/catalog/customize`) writes the ConfigMap the admission webhooks read each
+pool's card memory from (see `catalog`).
 """

@@ -1,18 +1,42 @@
-"""The Pod webhook on the real API server, through the shipped webhook configuration."""
+"""The Pod webhook on the real API server, through the shipped webhook configuration.
+
+The webhook learns each pool's card memory from the catalog ConfigMap the catalog decorator
+writes; the testbed projects that ConfigMap into the served webhook's directory, as a kubelet
+would mount it.
+"""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from chain.catalog import ANNOTATIONS_HEADROOM, annotation_bytes, catalog_configmap
 from chain.names import local_queue_name
+from chain.requests import PoolFacts
+from hooks.admission.catalog import load_document, parse_catalog
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import KubeError, Obj, wait_for
+from testbed.kube import Kube, KubeError, Obj, wait_for
+from testbed.nodes import node_object, register_node
+from tests.e2e.test_pools import (
+    NFD,
+    NFD_NS,
+    T4_POOL,
+    _shape,
+    device_manager_feature,
+    forget_pool,
+    nfd_worker_feature,
+)
 
-QUEUE = local_queue_name("gpustack--nvidia-tesla-t4-linux-amd64")
+QUEUE = local_queue_name(T4_POOL)
+CATALOG_FIXTURE = (
+    Path(__file__).resolve().parents[1]
+    / "unit/hooks/instancetype/catalog_fixtures/catalog-three-pools.json"
+)
 
 
 def _pod(name: str, limits: dict[str, str]) -> Obj:
@@ -71,3 +95,96 @@ def test_percentage_slice_is_folded_into_units(testbed: Testbed, namespace: str)
     limits = created["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu.sliced.units"] == "320k"  # 20 % of 1,600,000, as Kubernetes
     assert limits["nvidia.com/gpu.sliced.cores-percentage"] == "100"  # defaulted
+
+
+CATALOG = "gpustack-admission-catalog"
+NOT_KNOWN = "as far as the webhook knows"
+NOT_REPORTED = "has not reported"
+
+
+def _catalog_pool(kube: Kube) -> PoolFacts | None:
+    """The T4 pool as the webhook will read it from the catalog ConfigMap."""
+    cm = kube.get("v1", "ConfigMap", CATALOG, "gpustack-system")
+    text = ((cm or {}).get("data") or {}).get("catalog.yaml")
+    return parse_catalog(load_document(text)).pool(QUEUE) if text else None
+
+
+def _projected_pool(chain: Installed) -> PoolFacts | None:
+    """The T4 pool in the file the served webhook reads (the testbed's projected volume)."""
+    (projection,) = (p for p in chain.projections if p.volume.configmap == CATALOG)
+    path = projection.directory / "catalog.yaml"
+    return parse_catalog(load_document(path.read_text())).pool(QUEUE) if path.exists() else None
+
+
+def _create_or_none(kube: Kube, pod: Obj) -> Obj | None:
+    """The created Pod; None while the webhook has yet to read the pool's card memory."""
+    try:
+        return kube.create(pod)
+    except KubeError as err:
+        if NOT_KNOWN not in err.message and NOT_REPORTED not in err.message:
+            raise
+        return None
+
+
+def test_memory_slice_is_folded_once_the_pool_is_in_the_catalog(
+    testbed: Testbed, chain: Installed, namespace: str
+) -> None:
+    kube = testbed.kube
+    forget_pool(kube, T4_POOL)
+    wait_for(lambda: _projected_pool(chain) is None, 60, "the webhook's catalog without T4")
+    pod = _pod(
+        "three-gib",
+        {"nvidia.com/gpu.sliced": "1", "nvidia.com/gpu.sliced.memory-mib": "3072"},
+    )
+    pod["metadata"]["namespace"] = namespace
+    # No pool, no card memory: refused, with a message saying the webhook does not know it.
+    with pytest.raises(KubeError) as denied:
+        kube.create(pod)
+    assert NOT_KNOWN in denied.value.message
+
+    node = f"catalog-{uuid.uuid4().hex[:6]}"
+    register_node(kube, node_object(node, cpu="16"))
+    kube.apply(nfd_worker_feature(node))
+    kube.apply(device_manager_feature(node, 2))
+    try:
+        # The pool's derived InstanceType reports the T4's 15Gi; the decorator attaches the
+        # catalog (a namespaced ConfigMap) to the cluster-scoped Settings singleton.
+        facts = wait_for(
+            lambda: p if (p := _catalog_pool(kube)) and p.card_memory_mib else None,
+            120,
+            "the T4 pool's card memory in the catalog",
+        )
+        assert (facts.instance_type, facts.card_memory_mib) == (T4_POOL, 15360)
+        cm = kube.get("v1", "ConfigMap", CATALOG, "gpustack-system")
+        assert cm is not None
+        owner = cm["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["name"]) == ("Settings", "default")
+        # Metacontroller keeps a copy in an annotation (256 KiB for all of them): the hook's
+        # size measure is that copy's size, less the annotations Metacontroller adds.
+        kept = cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"]
+        assert json.loads(kept)["data"] == cm["data"]
+        measured = annotation_bytes(catalog_configmap(cm["data"]["catalog.yaml"]))
+        assert 0 <= len(kept.encode()) - measured < ANNOTATIONS_HEADROOM
+        # The catalog fixtures are shaped like what the real Metacontroller sent.
+        captured = testbed.root / "captured" / "hook-gpustack-hook-instancetype"
+        real = {
+            json.dumps(_shape(json.loads(f.read_bytes())))
+            for f in captured.glob("catalog-sync-*.json")
+        }
+        fixture = json.loads(CATALOG_FIXTURE.read_text())["request"]
+        assert json.dumps(_shape(fixture)) in real, real
+
+        # Admitted, folded: 3072 MiB of a 15360 MiB card is 20 % of 1,600,000 units.
+        created = wait_for(
+            lambda: _create_or_none(kube, pod),
+            30,
+            "the webhook to read the projected catalog",
+        )
+        limits = created["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu.sliced.units"] == "320k"
+        assert limits["nvidia.com/gpu.sliced.cores-percentage"] == "100"
+    finally:
+        kube.delete(NFD, "NodeFeature", node, NFD_NS)
+        kube.delete(NFD, "NodeFeature", f"{node}-gpustack-device-manager", NFD_NS)
+        kube.delete("v1", "Node", node)
+        forget_pool(kube, T4_POOL, (node,))

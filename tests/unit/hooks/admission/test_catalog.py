@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from chain.requests import PoolFacts
-from hooks.admission.catalog import CATALOG_ENV, FileCatalog, catalog_from_env, parse_catalog
+from hooks.admission.catalog import (
+    CATALOG_ENV,
+    FileCatalog,
+    catalog_from_env,
+    load_document,
+    parse_catalog,
+)
 from tests.unit.hooks.admission.helpers import QUEUE, T4, catalog, instance_type
 
 
@@ -57,3 +63,13 @@ def test_catalog_from_env(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(json.dumps({"items": [instance_type()]}))
     assert catalog_from_env({CATALOG_ENV: str(path)})().pool(QUEUE) is not None
+
+
+def test_the_file_is_read_as_json_first_then_as_yaml(tmp_path: Path) -> None:
+    # The writer's compact JSON may carry characters YAML 1.1 refuses in a stream (U+0080).
+    named = instance_type()
+    named["spec"]["displayName"] = "T4 \x80"
+    path = tmp_path / "catalog.yaml"
+    path.write_text(json.dumps({"items": [named]}, ensure_ascii=False), encoding="utf-8")
+    assert FileCatalog(str(path))().pool(QUEUE) is not None
+    assert load_document("items: []\nkind: List\n") == {"items": [], "kind": "List"}

@@ -1,0 +1,77 @@
+"""The pool catalog decorator: the ConfigMap the admission webhooks read pool facts from.
+
+DecoratorController `gpustack-admission-catalog` on the Settings singleton (hooks
+`/catalog/sync` and `/catalog/customize`, Service `gpustack-hook-instancetype`). Related: every
+InstanceType. Answer `attachments`: the one ConfigMap `gpustack-system/gpustack-admission-catalog`
+whose key `catalog.yaml` is the List of every InstanceType in catalog form plus the Settings
+(`chain.catalog`: trimmed to what the Pod fold reads, sorted, compact), so the ConfigMap changes
+only when a pool's facts do, not with every allocation that moves an InstanceType's views.
+
+InstanceTypes pass through as they are, malformed fields included: the webhook skips such an
+item with a warning, and one bad pool must not stop every other pool's facts from updating.
+A Settings spec the chain cannot read is a 400 naming the field, as in every other hook.
+
+A catalog too large to store is a 500 with the figures: Metacontroller keeps the last
+ConfigMap and retries, so the webhook goes on with the pools it knew (never an empty catalog).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chain.apis import (
+    CHAIN_API,
+    INSTANCE_TYPE,
+    INSTANCE_TYPE_RESOURCE,
+    SETTINGS,
+    SETTINGS_NAME,
+    WORKER_API,
+)
+from chain.catalog import (
+    ANNOTATIONS_HEADROOM,
+    ANNOTATIONS_LIMIT,
+    annotation_bytes,
+    catalog_configmap,
+    catalog_document,
+    render_catalog,
+)
+from hooks.shell import (
+    CUSTOMIZE_REQUEST_SCHEMA,
+    BadRequest,
+    Obj,
+    parse_shallow,
+    read_settings,
+    validate,
+)
+
+CATALOG_BUDGET = ANNOTATIONS_LIMIT - ANNOTATIONS_HEADROOM
+
+
+class CatalogTooLarge(RuntimeError):
+    """The catalog would not fit in the ConfigMap Metacontroller writes."""
+
+
+def customize(body: Any) -> Obj:
+    """Relate every InstanceType; the rule reads nothing of the parent (the answer is cached)."""
+    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
+    return {"relatedResources": [{"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE}]}
+
+
+def sync(body: Any) -> Obj:
+    request = parse_shallow(body)
+    parent = request.object
+    if parent["kind"] != SETTINGS or parent["apiVersion"] != CHAIN_API:
+        raise BadRequest("$.object.kind", f"expected a {CHAIN_API} Settings, got {parent['kind']}")
+    if parent["metadata"]["name"] != SETTINGS_NAME:
+        # Only the singleton carries the chain's settings; any other Settings object owns nothing.
+        return {"attachments": []}
+    read_settings(parent, "$.object")
+    document = catalog_document([parent, *request.related.of(INSTANCE_TYPE, WORKER_API)])
+    configmap = catalog_configmap(render_catalog(document))
+    size = annotation_bytes(configmap)
+    if size > CATALOG_BUDGET:
+        raise CatalogTooLarge(
+            f"the catalog of {len(document['items']) - 1} InstanceTypes takes {size} bytes; "
+            f"Metacontroller's copy in an annotation must stay under {CATALOG_BUDGET}"
+        )
+    return {"attachments": [configmap]}

@@ -1,0 +1,135 @@
+"""The catalog decorator: fixtures through the app, the webhook reading what it writes, size."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask.testing import FlaskClient
+
+from chain.names import local_queue_name
+from chain.requests import PoolFacts
+from chain.settings import Settings
+from hooks.admission.catalog import load_document, parse_catalog
+from hooks.instancetype.app import app
+from hooks.instancetype.catalog import CATALOG_BUDGET, sync
+from tests.unit.hooks.fixture_runner import check_fixture, routes
+from tests.unit.hooks.instancetype.catalog_cases import (
+    A100_TYPE,
+    CASES,
+    ENTRANCE,
+    GENERIC_TYPE,
+    SINGLETON,
+    T4_TYPE,
+    request,
+)
+from tests.unit.hooks.instancetype.catalog_fixtures import DIRECTORY
+from tests.unit.hooks.instancetype.fixtures import render
+
+FILES = sorted(DIRECTORY.glob("*.json"))
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[FlaskClient]:
+    yield app.test_client()
+
+
+def test_a_file_for_every_case() -> None:
+    assert {path.stem for path in FILES} == set(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_fixture_file_is_current(name: str) -> None:
+    """The JSON file is what the case renders to (regenerate with `-m ...catalog_fixtures`)."""
+    assert (DIRECTORY / f"{name}.json").read_text() == render(CASES[name])
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_fixture(client: FlaskClient, path: Path) -> None:
+    check_fixture(client, path, "attachments")
+
+
+def test_every_route_has_a_fixture() -> None:
+    assert routes(FILES) == {"/catalog/sync", "/catalog/customize"}
+
+
+def _catalog_text(answer: Obj) -> str:
+    (configmap,) = answer["attachments"]
+    text: str = configmap["data"]["catalog.yaml"]
+    return text
+
+
+def test_the_webhook_reads_the_same_pools_from_the_catalog_as_from_the_types() -> None:
+    types = [A100_TYPE, T4_TYPE, GENERIC_TYPE]
+    read = parse_catalog(load_document(_catalog_text(sync(request(SINGLETON, types)))))
+    assert read.settings == Settings(workload_fit_affinity=False)
+    expected = {t["metadata"]["labels"][ENTRANCE]: PoolFacts.from_instance_type(t) for t in types}
+    assert read.pools == expected
+    a100 = read.pools[local_queue_name(A100_TYPE["metadata"]["name"])]
+    assert (a100.card_memory_mib, dict(a100.profiles)) == (
+        81920,
+        {"1g.10gb": 9728, "3g.40gb": 40192},
+    )
+
+
+def test_a_malformed_type_is_left_to_the_reader_and_does_not_block_the_others() -> None:
+    broken = copy.deepcopy(T4_TYPE)
+    broken["status"]["detail"]["memory"] = "lots"
+    answer = sync(request(SINGLETON, [A100_TYPE, broken]))
+    read = parse_catalog(load_document(_catalog_text(answer)))
+    assert list(read.pools) == [A100_TYPE["metadata"]["labels"][ENTRANCE]]
+
+
+def test_the_catalog_changes_only_with_the_pools_facts() -> None:
+    busy = copy.deepcopy(T4_TYPE)
+    busy["status"]["accelerator"] = {"onceMaxRequest": "0", "remaining": "0", "capacity": "4"}
+    busy["metadata"]["resourceVersion"] = "99999"
+    before = sync(request(SINGLETON, [A100_TYPE, T4_TYPE]))
+    assert sync(request(SINGLETON, [busy, A100_TYPE])) == before
+
+
+def _pool(number: int, profiles: int) -> Obj:
+    """A CPU-aware card pool as served (long names, full views), `profiles` partition sizes."""
+    name = f"gpustack--amd-epyc-9654-{number:04d}--nvidia-h100-80gb-hbm3-linux-amd64"
+    pool = copy.deepcopy(A100_TYPE)
+    pool["metadata"]["name"] = name
+    pool["metadata"]["labels"][ENTRANCE] = local_queue_name(name)
+    pool["spec"]["acceleratorGroup"] = "nvidia-h100-80gb-hbm3"
+    physical = pool["status"]["detail"]["slicedDetail"]["physical"]
+    physical["profiles"] = [
+        {"name": f"{k}g.{10 * k}gb", "count": 7 // k, "memoryMib": 9856 * k}
+        for k in range(1, profiles + 1)
+    ]
+    return pool
+
+
+def _annotation_bytes(answer: Obj) -> int:
+    """Measured the way Metacontroller stores the desired ConfigMap (Go's json.Marshal)."""
+    (configmap,) = answer["attachments"]
+    return len(json.dumps(configmap, separators=(",", ":")).encode())
+
+
+def test_five_hundred_pools_fit_what_kubernetes_stores() -> None:
+    """500 card pools with long CPU-aware names: the file is far under a ConfigMap's 1 MiB, and
+    Metacontroller's copy of it (an annotation, 256 KiB for all of them) still fits."""
+    answer = sync(request(SINGLETON, [_pool(i, profiles=0) for i in range(500)]))
+    text = _catalog_text(answer)
+    assert len(text.encode()) < 256 * 1024
+    assert _annotation_bytes(answer) < CATALOG_BUDGET
+    assert len(parse_catalog(load_document(text)).pools) == 500
+
+
+def test_a_catalog_beyond_the_budget_is_a_500_and_the_last_one_stays(client: FlaskClient) -> None:
+    """500 pools with 7 partition profiles each do not fit: the hook answers 500 (never a 200
+    without attachments, which would delete the ConfigMap), saying how large it is."""
+    body = request(SINGLETON, [_pool(i, profiles=7) for i in range(500)])
+    reply = client.post("/catalog/sync", json=body)
+    assert reply.status_code == 500
+    answer = reply.get_json()
+    assert "attachments" not in answer
+    assert "the catalog of 500 InstanceTypes takes" in answer["error"]
