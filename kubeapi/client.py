@@ -106,27 +106,41 @@ class Kube:
         ok_missing: bool = False,
     ) -> Any:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body))
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
-        if self.token_file is not None:
-            # Re-read every call: projected service-account tokens are rotated on disk.
-            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
         resp = self.session.request(
             method,
             self.server + path,
             data=data,
             params=params,
-            headers=headers,
+            headers=self._headers(content_type),
             timeout=self.timeout,
         )
         if resp.status_code == 404 and ok_missing:
             return None
+        _raise_for(resp)
+        return resp.json() if resp.content else None
+
+    def stream(self, path: str, params: dict[str, str], read_timeout: float) -> requests.Response:
+        """An open streaming GET (a watch); the caller reads its lines and closes it."""
+        resp = self.session.get(
+            self.server + path,
+            params=params,
+            headers=self._headers("application/json"),
+            timeout=(self.timeout, read_timeout),
+            stream=True,
+        )
         if resp.status_code >= 400:
             try:
-                message = resp.json().get("message", resp.text)
-            except ValueError:
-                message = resp.text
-            raise KubeError(resp.status_code, message)
-        return resp.json() if resp.content else None
+                _raise_for(resp)
+            finally:
+                resp.close()
+        return resp
+
+    def _headers(self, content_type: str) -> dict[str, str]:
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        if self.token_file is not None:
+            # Re-read every call: projected service-account tokens are rotated on disk.
+            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
+        return headers
 
     # -- discovery ------------------------------------------------------------------------
 
@@ -164,14 +178,28 @@ class Kube:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]:
+        items: list[Obj] = self.list_object(
+            api_version, kind, namespace, label_selector, field_selector
+        )["items"]
+        return items
+
+    def list_object(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> Obj:
+        """The whole list, `metadata.resourceVersion` included (where a watch starts from)."""
         res = self.resource(api_version, kind)
         params = {}
         if label_selector:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
-        items: list[Obj] = self.request("GET", res.path(namespace), params=params or None)["items"]
-        return items
+        listing: Obj = self.request("GET", res.path(namespace), params=params or None)
+        return listing
 
     def apply(
         self, obj: Obj, manager: str = "gpustack-testbed", subresource: str | None = None
@@ -233,6 +261,16 @@ class Kube:
             body={"propagationPolicy": "Background"},
             ok_missing=True,
         )
+
+
+def _raise_for(resp: requests.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        message = resp.json().get("message", resp.text)
+    except ValueError:
+        message = resp.text
+    raise KubeError(resp.status_code, message)
 
 
 def load_yaml_documents(path: Path) -> list[Obj]:

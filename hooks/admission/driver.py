@@ -4,16 +4,23 @@ Kueue owns a Workload's status, so no Metacontroller hook may write it (DESIGN Â
 judges one Workload at a time with the pure verdict (`chain.feasibility.judge`) and applies only
 its own `status.admissionChecks` entries by server-side apply: its own field manager, `force`
 (Kueue co-owns the entry after every reset), and `resourceVersion` (a stale read fails with 409
-instead of overwriting). It keeps the AdmissionCheck Active, and a Lease makes sure that of all
-replicas only one judges: two judges could each promise the same free card.
+instead of overwriting). It keeps the AdmissionCheck Active, and a Lease (`lease`) makes sure
+that of all replicas only one judges: two judges could each promise the same free card.
 
-Reads are scoped (first version, polling every `--period` seconds): all Workloads in one list,
-filtered here by condition; only the ResourceFlavors named by assignments; the Devices and the
-Pods (field selector `spec.nodeName`) of the nodes Kueue assigned, or of the flavor's pool when
-an assignment names no nodes.
+Workloads come from a watch (`kubeapi.watch`): a pass runs as soon as the cache changes and at
+least every `--period` seconds (the resync tick, which also renews the Lease and lists the
+AdmissionChecks). An event pass judges only the Workloads whose object moved since they were last
+judged; a tick judges every waiting one again, so a card freed on a node (Devices and Pods are
+not watched) turns a Retry into Ready within a period. Followers keep their cache warm and judge
+nothing. Per verdict the reads are scoped: only the ResourceFlavors named by assignments; the
+Devices and the Pods (field selector `spec.nodeName`) of the nodes Kueue assigned, or of the
+flavor's pool when an assignment names no nodes.
 
-The Devices status is taken as the node agent last wrote it; the verdict counts a promised Pod as
-taken until its allocation record reaches the Pod (`charged_pods`).
+The ledger a verdict judges with is, card by card, the busier of the published `Devices.status`
+and the one the node's Pods' allocation annotations add up to (`chain.ledger_merge`): the node
+agent's write lags the annotations, and a card granted a moment ago must not be promised again.
+The verdict also counts a promised Pod as taken until its allocation record reaches the Pod
+(`charged_pods`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import requests
 
@@ -46,29 +53,25 @@ from chain.feasibility import (
     workload_shares,
 )
 from chain.labels import HOSTNAME
+from chain.ledger_merge import busier_ledger
+from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable, default_manufacturers
+from chain.settings import StartupEnv
 from hooks.admission.health import Heartbeat, serve_health
+from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
 from kubeapi import Kube, KubeError, Obj
+from kubeapi.watch import Cache, Watcher, key_of
 
 log = logging.getLogger("admission-driver")
 
 FIELD_MANAGER = "gpustack-admission-driver"
 """Owns our `admissionChecks` entries and the AdmissionCheck's Active condition."""
 RETRY_AFTER_SECONDS = 30
-LEASE_API = "coordination.k8s.io/v1"
-LEASE_NAME = "gpustack-admission-driver"
-LEASE_NAMESPACE = "gpustack-system"
-LEASE_SECONDS = 15
 ACTIVE_MESSAGE = "The admission check is active"
 
 
 def now_text() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time() -> str:
-    """A Lease `MicroTime`."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --- pure: which Workloads, which entries ----------------------------------------------------
@@ -77,11 +80,6 @@ def micro_time() -> str:
 def _meta(obj: Obj) -> Obj:
     meta = obj.get("metadata")
     return meta if isinstance(meta, dict) else {}
-
-
-def key_of(obj: Obj) -> tuple[str, str]:
-    meta = _meta(obj)
-    return str(meta.get("namespace", "")), str(meta.get("name", ""))
 
 
 def controllers(admission_checks: Iterable[Obj]) -> dict[str, str]:
@@ -227,9 +225,9 @@ def assigned_hosts(workload: Obj, table: ManufacturerTable) -> set[str] | None:
 
 @dataclass
 class Promises:
-    """Readys this driver wrote, kept until a listing shows the Workload past that write.
+    """Readys this driver wrote, kept until the watch cache shows the Workload past that write.
 
-    A listing can lag the write; without this a Workload promised cards a moment ago would look
+    The cache lags the write; without this a Workload promised cards a moment ago would look
     Pending and its cards free to the next verdict."""
 
     written: dict[tuple[str, str], tuple[str, str, Obj]] = field(default_factory=dict)
@@ -244,110 +242,42 @@ class Promises:
         )
 
     def merged(self, listed: Sequence[Obj]) -> list[Obj]:
-        """`listed` with each remembered Ready in place of a listing older than the write."""
+        """`listed` with each remembered Ready in place of a copy older than the write."""
         by_key = {key_of(w): w for w in listed}
         for key, (uid, before, after) in list(self.written.items()):
             seen = by_key.get(key)
             if seen is None or str(_meta(seen).get("uid", "")) != uid:
                 del self.written[key]  # gone or recreated: nothing is promised any more
             elif str(_meta(seen).get("resourceVersion", "")) != before:
-                del self.written[key]  # the listing includes our write (or a later change)
+                del self.written[key]  # the cache includes our write (or a later change)
             else:
                 by_key[key] = after
         return list(by_key.values())
 
 
-# --- pure: the Lease --------------------------------------------------------------------------
-
-
-def next_lease(
-    lease: Obj | None, identity: str, expired: bool, seconds: int, now: str
-) -> Obj | None:
-    """The Lease to write to lead (create when `lease` is None), or None to follow.
-
-    Standard semantics: a holder keeps it by renewing; another may take it only once it is
-    vacant or its record has not changed for its whole duration (`expired`, judged on the local
-    clock, so clock skew between replicas does not matter)."""
-    spec = dict((lease or {}).get("spec") or {})
-    holder = str(spec.get("holderIdentity") or "")
-    if lease is not None and holder and holder != identity and not expired:
-        return None
-    if holder != identity:
-        spec["acquireTime"] = now
-        if lease is not None:
-            spec["leaseTransitions"] = int(spec.get("leaseTransitions") or 0) + 1
-    spec.update({"holderIdentity": identity, "leaseDurationSeconds": seconds, "renewTime": now})
-    if lease is None:
-        return {
-            "apiVersion": LEASE_API,
-            "kind": "Lease",
-            "metadata": {"name": LEASE_NAME, "namespace": LEASE_NAMESPACE},
-            "spec": spec,
-        }
-    return {**lease, "spec": spec}
+def judged_ledger(devices: Devices, pods: Iterable[PodAllocations], release: bool) -> Devices:
+    """The node's Devices with, per card, the busier of its published and its Pods' ledger."""
+    rebuilt = rebuild_status(devices.spec, pods, release).status
+    return replace(devices, status=busier_ledger(devices.spec, devices.status, rebuilt))
 
 
 # --- I/O ------------------------------------------------------------------------------------
 
 
 @dataclass
-class Elector:
-    kube: Kube
-    identity: str
-    seconds: int = LEASE_SECONDS
-    namespace: str = LEASE_NAMESPACE
-    clock: Callable[[], float] = time.monotonic
-    _observed: tuple[str, str] | None = None
-    _observed_at: float = 0.0
-    leading: bool = False
-    _renewed_at: float = 0.0
-
-    def still_leading(self) -> bool:
-        """Within a pass: True while the last renewal is recent enough that no other replica
-        can have taken the Lease (it waits a whole duration after the last change it saw)."""
-        return self.leading and self.clock() - self._renewed_at < self.seconds / 2
-
-    def lead(self) -> bool:
-        """Take or renew the Lease; True while this replica may judge."""
-        # Counted from before the read: the write can only have landed later than this.
-        started = self.clock()
-        lease = self.kube.get(LEASE_API, "Lease", LEASE_NAME, self.namespace)
-        expired = False
-        if lease is not None:
-            spec = lease.get("spec") or {}
-            record = (str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or ""))
-            if record != self._observed:
-                self._observed, self._observed_at = record, self.clock()
-            duration = int(spec.get("leaseDurationSeconds") or self.seconds)
-            expired = self.clock() - self._observed_at > duration
-        wanted = next_lease(lease, self.identity, expired, self.seconds, micro_time())
-        if wanted is not None:
-            wanted["metadata"]["namespace"] = self.namespace
-            try:
-                written = self.kube.replace(wanted) if lease else self.kube.create(wanted)
-            except KubeError as err:
-                if err.status != 409:
-                    raise
-                wanted = None  # another replica wrote first
-            else:
-                spec = written["spec"]
-                self._observed = (self.identity, str(spec.get("renewTime")))
-                self._observed_at = self.clock()
-        leading = wanted is not None
-        if leading:
-            self._renewed_at = started
-        if leading != self.leading:
-            log.info("%s %s the lease", self.identity, "holds" if leading else "does not hold")
-        self.leading = leading
-        return leading
-
-
-@dataclass
 class Driver:
     kube: Kube
     elector: Elector
+    cache: Cache
+    """The Workloads, kept current by a `Watcher`."""
     table: ManufacturerTable = field(default_factory=default_manufacturers)
     promises: Promises = field(default_factory=Promises)
+    release_terminated: bool = True
+    """`GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS`, as the node agent rebuilds the ledger."""
+    checks: dict[str, str] = field(default_factory=dict)
+    """AdmissionCheck name -> controller, as of the last tick."""
+    judged: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Workload -> the resourceVersion last judged; an event pass skips those unchanged."""
 
     def ensure_active(self, checks: Iterable[Obj]) -> None:
         for ac in checks:
@@ -358,21 +288,35 @@ class Driver:
                 self.kube.apply(body, FIELD_MANAGER, subresource="status")
                 log.info("marked AdmissionCheck %s Active", _meta(ac).get("name"))
 
-    def step(self) -> None:
-        """One pass: lead, keep the check Active, judge each waiting Workload in turn."""
-        if not self.elector.lead():
-            return
-        acs = self.kube.list(KUEUE_API, ADMISSION_CHECK)
-        self.ensure_active(acs)
-        checks = controllers(acs)
-        workloads = self.promises.merged(self.kube.list(KUEUE_API, WORKLOAD_KIND))
-        for wl in to_judge(workloads, checks):
+    def step(self, tick: bool = True) -> bool:
+        """One pass: on a tick (or a Lease about to lapse) lead and keep the check Active; then,
+        leading, judge in turn each waiting Workload of the cache (on a tick all of them, else
+        those that moved). True once the cache has been filled (the pass saw the cluster)."""
+        if tick or (self.elector.leading and not self.elector.still_leading()):
+            if not self.elector.lead():
+                return self.cache.synced
+            acs = self.kube.list(KUEUE_API, ADMISSION_CHECK)
+            self.ensure_active(acs)
+            self.checks = controllers(acs)
+        if not self.cache.synced or not self.elector.still_leading():
+            return self.cache.synced
+        workloads = self.promises.merged(self.cache.items())
+        present = {key_of(w) for w in workloads}
+        self.judged = {k: v for k, v in self.judged.items() if k in present}
+        for wl in to_judge(workloads, self.checks):
+            version = str(_meta(wl).get("resourceVersion", ""))
+            if not tick and self.judged.get(key_of(wl)) == version:
+                continue  # unchanged since its verdict; the next tick looks again
             if not self.elector.still_leading():
-                return  # renew first (next pass) rather than judge on a Lease about to lapse
-            written = self.decide(wl, workloads, checks)
+                break  # renew first (next pass) rather than judge on a Lease about to lapse
+            self.judged[key_of(wl)] = version
+            written = self.decide(wl, workloads, self.checks)
             if written is not None:
+                # Our own write comes back as an event: that is no reason to judge again.
+                self.judged[key_of(wl)] = str(_meta(written).get("resourceVersion", ""))
                 # The next verdict of this pass must see the cards this one promised.
                 workloads = [written if key_of(w) == key_of(written) else w for w in workloads]
+        return True
 
     def decide(self, wl: Obj, workloads: Sequence[Obj], checks: Mapping[str, str]) -> Obj | None:
         ns, name = key_of(wl)
@@ -389,7 +333,13 @@ class Driver:
             written = self.kube.apply(body, FIELD_MANAGER, subresource="status")
         except KubeError as err:
             if err.status in (404, 409):
-                log.info("%s/%s moved on (%s); judged again next pass", ns, name, err.status)
+                # The cache brings the newer object, and that event a new pass.
+                log.info(
+                    "%s/%s moved on (%s); judged again when the cache shows it",
+                    ns,
+                    name,
+                    err.status,
+                )
                 return None
             raise
         log.info(
@@ -434,22 +384,39 @@ class Driver:
         hostnames = {
             n: str((_meta(obj).get("labels") or {}).get(HOSTNAME, "")) for n, obj in nodes.items()
         }
-        pods = [
-            pod
+        pods = {
+            n: self.kube.list(CORE_V1, "Pod", field_selector=f"spec.nodeName={n}")
             for n in sorted(devices)
-            for pod in self.kube.list(CORE_V1, "Pod", field_selector=f"spec.nodeName={n}")
-        ]
-        parsed = []
-        for obj in devices.values():
+        }
+        ledgers = []
+        for node_name, obj in devices.items():
             try:
-                parsed.append(Devices.parse(obj))
+                parsed = Devices.parse(obj)
             except ValueError as err:
                 # A node whose ledger cannot be read offers no cards.
-                log.warning("Devices %s unreadable: %s", _meta(obj).get("name"), err)
-        return Snapshot(flavors, parsed, hostnames, workloads, charged_pods(pods, hostnames, table))
+                log.warning("Devices %s unreadable: %s", node_name, err)
+                continue
+            ledgers.append(
+                judged_ledger(parsed, _allocations(pods[node_name]), self.release_terminated)
+            )
+        everyone = [pod for n in sorted(pods) for pod in pods[n]]
+        return Snapshot(
+            flavors, ledgers, hostnames, workloads, charged_pods(everyone, hostnames, table)
+        )
 
     def _get(self, kind: str, name: str) -> Obj | None:
         return self.kube.get(KUEUE_API, kind, name)
+
+
+def _allocations(pods: Iterable[Obj]) -> list[PodAllocations]:
+    out = []
+    for pod in pods:
+        try:
+            out.append(PodAllocations.from_pod(pod))
+        except ValueError as err:
+            # Its claims cannot be counted; the published ledger still charges them.
+            log.warning("pod %s/%s unreadable: %s", *key_of(pod), err)
+    return out
 
 
 def run(
@@ -458,23 +425,32 @@ def run(
     heartbeat: Heartbeat | None = None,
     stop: Callable[[], bool] = lambda: False,
 ) -> None:
+    """Pass on every change of the Workload cache, and at least every `period` (the tick)."""
+    next_tick = time.monotonic()
     while not stop():
-        started = time.monotonic()
+        # Noted before the pass: a change that lands during it wakes the next one at once.
+        seen = driver.cache.changes
+        now = time.monotonic()
+        tick = now >= next_tick
+        if tick:
+            next_tick = now + period
         try:
-            driver.step()
+            current = driver.step(tick)
         except (KubeError, requests.RequestException) as err:
             log.warning("pass failed: %s", err)
         else:
-            if heartbeat is not None:
+            if heartbeat is not None and current:
                 heartbeat.beat()
-        time.sleep(max(0.0, period - (time.monotonic() - started)))
+        driver.cache.wait(seen, max(0.0, next_tick - time.monotonic()))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m hooks.admission.driver")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
-    parser.add_argument("--period", type=float, default=1.0, help="seconds between passes")
+    parser.add_argument(
+        "--period", type=float, default=1.0, help="resync period: seconds between ticks"
+    )
     parser.add_argument("--lease-seconds", type=int, default=LEASE_SECONDS)
     parser.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
     parser.add_argument("--health-port", type=int, default=8080, help="/healthz; -1: none")
@@ -482,11 +458,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kube = Kube.from_environment(args.kubeconfig)
     elector = Elector(kube, args.identity, args.lease_seconds, args.lease_namespace)
-    # Unhealthy once passes have failed or hung for a whole Lease duration and then some.
+    # Unhealthy once passes have failed or hung (or the first list never came) for a whole
+    # Lease duration and then some.
     heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period))
     if args.health_port >= 0:
         serve_health(heartbeat, args.health_port)
-    run(Driver(kube, elector), args.period, heartbeat)
+    workloads = Watcher(kube, KUEUE_API, WORKLOAD_KIND).start()
+    release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
+    run(Driver(kube, elector, workloads.cache, release_terminated=release), args.period, heartbeat)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import pytest
 
 from chain.feasibility import NODE_DEVICES_CHECK, NODE_RETRY, PROMISED
 from chain.names import local_queue_name
-from hooks.admission.driver import FIELD_MANAGER, LEASE_NAME, LEASE_NAMESPACE
+from hooks.admission.driver import FIELD_MANAGER
+from hooks.admission.lease import LEASE_NAME, LEASE_NAMESPACE
 from testbed.harness import Testbed, free_port
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, load_yaml_documents, wait_for
@@ -241,6 +242,29 @@ def _settled(kube: Kube, ns: str, name: str) -> Obj | None:
     return None
 
 
+def _verdict_waits(kube: Kube, ns: str, names: tuple[str, ...]) -> dict[str, float]:
+    """Seconds each Workload waited between QuotaReserved and our first entry (measured, not
+    asserted: the figure for the report). Polled every 20 ms, so it reads at most that late."""
+    reserved: dict[str, float] = {}
+    answered: dict[str, float] = {}
+    deadline = time.monotonic() + 60
+    while len(answered) < len(names) and time.monotonic() < deadline:
+        for name in names:
+            if name in answered:
+                continue
+            wl = _get(kube, ns, name)
+            seen = time.monotonic()
+            if condition(wl, "QuotaReserved") == "True":
+                reserved.setdefault(name, seen)
+            entry = _check(wl)
+            said = entry.get("state") in ("Ready", "Retry")
+            # Kueue may reset a Retry to Pending between two polls; its message keeps the trace.
+            if (said or "Previously: Retry" in str(entry.get("message"))) and name in reserved:
+                answered[name] = seen
+        time.sleep(0.02)
+    return {name: answered[name] - reserved[name] for name in answered}
+
+
 def _admitted(kube: Kube, ns: str, name: str) -> bool:
     wl = _get(kube, ns, name)
     if condition(wl, "Evicted") == "True" and condition(wl, "QuotaReserved") == "True":
@@ -310,6 +334,8 @@ def test_driver_judges_card_by_card(testbed: Testbed, pool: list[str]) -> None:
         # (b) two Workloads of 2 cards on node A's 2 free cards: one Ready, the other held.
         _workload(kube, ns, "first", 2, node_a)
         _workload(kube, ns, "second", 2, node_a)
+        waits = _verdict_waits(kube, ns, ("first", "second"))
+        print(f"\nQuotaReserved -> verdict: {waits}")
         verdicts = {
             name: wait_for(lambda n=name: _settled(kube, ns, n), 90, f"a verdict on {name!r}")
             for name in ("first", "second")

@@ -1,8 +1,12 @@
-"""The verdict driver: its pure decisions, the Lease, and passes against an in-memory API."""
+"""The verdict driver: its pure decisions, the Lease, and passes against an in-memory API whose
+Workload events feed a real watch cache."""
 
 from __future__ import annotations
 
 import copy
+import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -18,22 +22,24 @@ from chain.feasibility import (
     State,
     Verdict,
 )
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION
+from chain.units import M
 from hooks.admission.driver import (
     FIELD_MANAGER,
-    LEASE_API,
     RETRY_AFTER_SECONDS,
     Driver,
-    Elector,
     Promises,
     active_patch,
     check_entry,
-    next_lease,
     owned_checks,
+    run,
     to_judge,
     verdict_patch,
 )
 from hooks.admission.health import Heartbeat, serve_health
+from hooks.admission.lease import LEASE_API, Elector, next_lease
 from kubeapi import KubeError
+from kubeapi.watch import Cache, Event
 from tests.unit.hooks.admission.test_judge import devices, node, rf, workload
 
 CHECKS = {NODE_DEVICES_CHECK: NODE_DEVICES_CONTROLLER, "other": "example.com/other"}
@@ -123,22 +129,42 @@ def test_promises_last_until_the_listing_shows_the_write() -> None:
 
 
 class FakeKube:
-    """Just enough of the API server: objects by (kind, namespace, name), SSA of our entry."""
+    """Just enough of the API server: objects by (kind, namespace, name), SSA of our entry, and
+    a Workload cache fed with each write's event (held back while `lagging`)."""
 
     def __init__(self, *objects: Obj) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.version = 1
+        self.cache = Cache()
+        self.lagging = False
+        self.held: list[Event] = []
+        self.reads = 0
         for obj in objects:
             self.put(copy.deepcopy(obj))
+        self.cache.replace(
+            [copy.deepcopy(o) for (k, _, _), o in self.objects.items() if k == "Workload"],
+            str(self.version),
+        )
 
     def put(self, obj: Obj) -> Obj:
         self.version += 1
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.version)
         self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
+        if obj["kind"] == "Workload":
+            self.held.append(Event("MODIFIED", copy.deepcopy(obj)))
+            if not self.lagging:
+                self.flush()
         return copy.deepcopy(obj)
 
+    def flush(self) -> None:
+        """The watch catches up."""
+        for event in self.held:
+            self.cache.apply(event)
+        self.held.clear()
+
     def get(self, api: str, kind: str, name: str, namespace: str | None = None) -> Obj | None:
+        self.reads += 1
         found = self.objects.get((kind, namespace or "", name))
         return copy.deepcopy(found) if found else None
 
@@ -150,7 +176,11 @@ class FakeKube:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]:
+        self.reads += 1
         out = [copy.deepcopy(o) for (k, _, _), o in sorted(self.objects.items()) if k == kind]
+        if field_selector and kind == "Pod":
+            node_name = field_selector.removeprefix("spec.nodeName=")
+            out = [o for o in out if o["spec"]["nodeName"] == node_name]
         if label_selector and kind == "Node":
             hosts = label_selector.split("(")[1].rstrip(")").split(",")
             out = [o for o in out if o["metadata"]["labels"]["kubernetes.io/hostname"] in hosts]
@@ -202,7 +232,12 @@ def _world(*workloads: Obj) -> FakeKube:
 
 
 def _driver(kube: FakeKube, identity: str = "a") -> Driver:
-    return Driver(kube, Elector(kube, identity))  # type: ignore[arg-type]
+    return Driver(kube, Elector(kube, identity), kube.cache)  # type: ignore[arg-type]
+
+
+def _state(kube: FakeKube, name: str) -> Obj:
+    entry: Obj = kube.objects[("Workload", "team-a", name)]["status"]["admissionChecks"][0]
+    return entry
 
 
 def test_two_workloads_never_share_a_card() -> None:
@@ -255,6 +290,103 @@ def test_pool_wide_assignment_reads_the_flavor_pool() -> None:
     assert [s["state"] for s in states] == ["Ready", "Retry"]
     assert states[0]["message"] == POOL_READY
     assert states[1]["message"] == POOL_RETRY.format(roles="")
+
+
+def test_a_ready_stays_promised_until_the_cache_shows_it() -> None:
+    kube = _world(pending(workload(2, "n1", name="w1")))
+    driver = _driver(kube)
+    kube.lagging = True  # the watch has not delivered our Ready yet
+    driver.step()
+    assert _state(kube, "w1")["state"] == "Ready"
+    assert kube.cache.get(("team-a", "w1"))["status"]["admissionChecks"][0]["state"] == "Pending"
+    w2 = kube.put(pending(workload(2, "n1", name="w2")))
+    kube.cache.apply(Event("ADDED", w2))  # w2 arrives, w1's write is still in flight
+    driver.step(tick=False)
+    retry = _state(kube, "w2")
+    assert retry["state"] == "Retry" and retry["message"].endswith(PROMISED)
+    kube.flush()
+    driver.step(tick=False)
+    assert not driver.promises.written  # the cache shows the write: nothing left to remember
+
+
+def test_an_event_pass_judges_what_moved_and_a_tick_judges_again() -> None:
+    kube = _world(pending(workload(2, "n1", name="w1")), pending(workload(1, "n1", name="w2")))
+    driver = _driver(kube)
+    driver.step()
+    assert [_state(kube, n)["state"] for n in ("w1", "w2")] == ["Ready", "Retry"]
+    # w1 finishes; the freed cards are not watched, so an event pass leaves w2 alone ...
+    finished = kube.objects[("Workload", "team-a", "w1")]
+    finished["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    kube.put(finished)
+    reads = kube.reads
+    driver.step(tick=False)
+    assert _state(kube, "w2")["state"] == "Retry" and kube.reads == reads
+    # ... and the next tick judges it again.
+    driver.step(tick=True)
+    assert _state(kube, "w2")["state"] == "Ready"
+
+
+def _pod(name: str, claims: dict[int, int] | None) -> Obj:
+    annotations = {}
+    if claims is not None:
+        rows = [{"id": f"n1-{i}", "index": i, "mode": 1, "allocated": u} for i, u in claims.items()]
+        group = {"id": "t4", "manufacturer": "nvidia", "accelerators": rows}
+        record = {"c": {"devices": {"groups": [group]}, "deviceIDs": []}}
+        annotations[ALLOCATED_ANNOTATION] = json.dumps(record)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-b",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+        "status": {"phase": "Running"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("claims", "state"),
+    [
+        ({0: M}, "Retry"),  # granted by the device plugin, not in the published ledger yet
+        (None, "Ready"),  # no device plugin on the node: the published ledger stands
+    ],
+)
+def test_the_verdict_counts_cards_granted_in_pod_annotations(
+    claims: dict[int, int] | None, state: str
+) -> None:
+    kube = _world(pending(workload(2, "n1", name="w1")))
+    kube.put(_pod("p", claims))
+    _driver(kube).step()
+    assert _state(kube, "w1")["state"] == state
+
+
+def test_run_judges_a_new_workload_without_waiting_for_the_tick() -> None:
+    kube = _world()
+    driver = _driver(kube)
+    stopping = threading.Event()
+    loop = threading.Thread(target=run, args=(driver, 60.0), kwargs={"stop": stopping.is_set})
+    loop.start()
+    try:
+        time.sleep(0.2)  # the first tick has passed; the next is a minute away
+        began = time.monotonic()
+        kube.put(pending(workload(1, "n1", name="w1")))
+        while _state_or_none(kube, "w1") != "Ready":
+            assert time.monotonic() - began < 5, "no pass on the cache change"
+            time.sleep(0.01)
+    finally:
+        stopping.set()
+        kube.put(pending(workload(1, "n1", name="wake")))  # wake the loop to see the stop
+        loop.join(5)
+    assert not loop.is_alive()
+
+
+def _state_or_none(kube: FakeKube, name: str) -> str | None:
+    found = kube.objects.get(("Workload", "team-a", name))
+    return None if found is None else str(found["status"]["admissionChecks"][0]["state"])
 
 
 def test_a_malformed_workload_is_skipped() -> None:

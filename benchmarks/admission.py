@@ -1,0 +1,477 @@
+"""How much the chain's AdmissionCheck slows Kueue's admissions, and how fast its verdicts come.
+
+    python -m benchmarks.admission [--workloads 2000] [--nodes 100 1000] [--latency 200] [--quick]
+
+One testbed run with the shipped manifests installed (as the e2e tests install them). The pool is
+built the way the chain builds it: Node objects (no kubelets) with the NodeFeatures nfd-worker and
+the node agent would publish, so the shipped hooks make the T4 pool's ResourceFlavor, Topology,
+ClusterQueue and LocalQueue; each node's `Devices` spec and ledger are then written directly (no
+node agents), every card free.
+
+1. Without the check: no verdict driver runs, so the AdmissionCheck is not Active and the queue
+   hook leaves it off the pool's ClusterQueue. Submit `--workloads` Workloads of one whole card
+   each; time from the first create to the last `Admitted`.
+2. With the check: start `python -m hooks.admission.driver` as the shipped ServiceAccount; the
+   queue hook names the check once the driver marks it Active. The same Workloads again.
+3. Verdict latency: `--latency` Workloads at `--rate` per second, on the first pool size and
+   again after the pool grew to the second; QuotaReserved -> our verdict, as seen by a watch.
+
+Every Workload is deleted as soon as it is admitted (there is no job to run it), so cards never
+run out. The API server's request counters around both runs show what the check costs per
+Workload in requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import pstats
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.admission_events import (
+    RequestKey,
+    Stages,
+    admission_latencies,
+    observed,
+    per_workload,
+    request_counts,
+    served_between,
+    throughput,
+    verdict_latencies,
+    verdict_pace,
+)
+from benchmarks.timing import percentile
+from chain.feasibility import NODE_DEVICES_CHECK
+from chain.labels import capacity_key, count_key
+from chain.names import local_queue_name
+from chain.quantity import parse_quantity
+from chain.units import M, credits_to_accelerators
+from kubeapi.watch import Cache, Event, Watcher, key_of
+from testbed import build
+from testbed.harness import Testbed
+from testbed.install import install
+from testbed.kube import Kube, Obj, wait_for
+from testbed.nodes import node_object, register_node
+from testbed.workloads import KUEUE, condition, now
+from tests.e2e.test_pools import T4_POOL, device_manager_feature, nfd_worker_feature
+
+WORKER = "worker.gpustack.ai/v1alpha1"
+T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+NAMESPACE = "bench"
+DRIVER = "admission-driver"
+DRIVER_ACCOUNT = ("gpustack-system", "gpustack-admission-driver")
+THREADS = 8
+
+
+# --- objects ----------------------------------------------------------------------------------
+
+
+def workload(name: str, cards: int = 1) -> Obj:
+    """A bare Workload of one Pod asking for `cards` whole T4 cards on the pool's queue."""
+    gpus = {"nvidia.com/gpu": str(cards)}
+    container = {"name": "c", "image": "busybox", "resources": {"requests": gpus, "limits": gpus}}
+    return {
+        "apiVersion": KUEUE,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "queueName": local_queue_name(T4_POOL),
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {"restartPolicy": "Never", "containers": [container]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def devices(node: str, labels: dict[str, str], cards: int) -> Obj:
+    """The node agent's `Devices` spec for `cards` Tesla T4s, labelled as the flavor selects."""
+    accelerators = [
+        {
+            "id": f"{node}-gpu-{i}",
+            "index": i,
+            "topology": {"pciBusId": f"0000:{i:02x}:00.0"},
+            "status": {"unhealthy": False, "logicalSliced": {"count": 128}},
+        }
+        for i in range(cards)
+    ]
+    group = {
+        "id": "tesla-t4",
+        "manufacturer": "nvidia",
+        "name": "Tesla T4",
+        "memory": 15360,
+        "accelerators": accelerators,
+    }
+    return {
+        "apiVersion": WORKER,
+        "kind": "Devices",
+        "metadata": {"name": node, "labels": labels},
+        "spec": {"groups": [group]},
+    }
+
+
+def free_ledger(node: str, cards: int) -> Obj:
+    """The device plugin's ledger with every card free."""
+    rows = [{"id": f"{node}-gpu-{i}", "index": i, "mode": 0, "remaining": M} for i in range(cards)]
+    return {
+        "apiVersion": WORKER,
+        "kind": "Devices",
+        "metadata": {"name": node},
+        "status": {"groups": [{"id": "tesla-t4", "manufacturer": "nvidia", "accelerators": rows}]},
+    }
+
+
+# --- the shell --------------------------------------------------------------------------------
+
+
+class Clients:
+    """One API client per thread: a `requests.Session` is not meant to be shared."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self._local = threading.local()
+
+    def get(self) -> Kube:
+        kube: Kube | None = getattr(self._local, "kube", None)
+        if kube is None:
+            kube = Kube.from_kubeconfig(self.kubeconfig)
+            self._local.kube = kube
+        return kube
+
+
+def in_parallel(action: Callable[[str], object], names: list[str]) -> None:
+    with ThreadPoolExecutor(THREADS) as pool:
+        for _ in pool.map(action, names):
+            pass
+
+
+def pool_flavor(kube: Kube, cards: int) -> Obj | None:
+    """The T4 pool's ResourceFlavor for nodes of `cards` cards, once the pools hook made it."""
+    for rf in kube.list(KUEUE, "ResourceFlavor"):
+        if (rf["spec"].get("nodeLabels") or {}).get(count_key(T4_KEY)) == str(cards):
+            return rf
+    return None
+
+
+def grow_pool(bed: Testbed, clients: Clients, names: list[str], cards: int, total: int) -> None:
+    """Register `names` as T4 nodes, wait until the pool counts `total` nodes, write ledgers."""
+
+    def add(name: str) -> None:
+        kube = clients.get()
+        register_node(kube, node_object(name, cpu="16", capacity={"nvidia.com/gpu": str(cards)}))
+        kube.apply(nfd_worker_feature(name))
+        kube.apply(device_manager_feature(name, cards))
+
+    in_parallel(add, names)
+    kube = bed.kube
+    flavor = wait_for(lambda: pool_flavor(kube, cards), 300, "the T4 pool's ResourceFlavor")
+    name = flavor["metadata"]["name"]
+
+    def sized() -> bool:
+        rf = kube.get(KUEUE, "ResourceFlavor", name) or {}
+        labels = rf.get("metadata", {}).get("labels") or {}
+        return labels.get(capacity_key(T4_KEY)) == str(total * cards)
+
+    wait_for(sized, 600, f"the pool's flavor to count {total} nodes", interval=1)
+    # The verdict finds a flavor's Devices by its node labels less the counts.
+    selector = {k: v for k, v in flavor["spec"]["nodeLabels"].items() if not k.endswith(".count")}
+
+    def ledger(node: str) -> None:
+        kube = clients.get()
+        kube.apply(devices(node, selector, cards))
+        kube.apply(free_ledger(node, cards), subresource="status")
+
+    in_parallel(ledger, names)
+    wait_for(lambda: _quota_cards(kube) == total * cards, 300, "the queue's credits", interval=1)
+
+
+def _quota_cards(kube: Kube) -> int:
+    """Whole cards the T4 ClusterQueue's nvidia credits stand for."""
+    cq = kube.get(KUEUE, "ClusterQueue", T4_POOL) or {}
+    for group in (cq.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for res in flavor.get("resources") or []:
+                if res["name"] == "credits.gpustack.ai/nvidia":
+                    return int(credits_to_accelerators(parse_quantity(str(res["nominalQuota"]))))
+    return 0
+
+
+def queue_checks(kube: Kube) -> list[str]:
+    spec = (kube.get(KUEUE, "ClusterQueue", T4_POOL) or {}).get("spec") or {}
+    strategy = spec.get("admissionChecksStrategy") or {}
+    return [str(c["name"]) for c in strategy.get("admissionChecks") or []]
+
+
+def queue_ready(kube: Kube, with_check: bool) -> bool:
+    cq = kube.get(KUEUE, "ClusterQueue", T4_POOL)
+    named = NODE_DEVICES_CHECK in queue_checks(kube)
+    return condition(cq, "Active") == "True" and named == with_check
+
+
+@dataclass
+class Run:
+    """One batch of Workloads: what was seen of each, keyed by name."""
+
+    stages: dict[str, Stages] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    admitted: queue.Queue[str] = field(default_factory=queue.Queue)
+
+    def created(self, name: str, at: float) -> None:
+        with self.lock:
+            self.stages[name] = Stages(created=at)
+
+    def event(self, obj: Obj) -> None:
+        at = time.monotonic()
+        name = obj["metadata"]["name"]
+        with self.lock:
+            before = self.stages.get(name, Stages())
+            after = observed(before, obj, at)
+            self.stages[name] = after
+        if before.admitted is None and after.admitted is not None:
+            self.admitted.put(name)
+
+
+class Stamped(Cache):
+    """A Workload cache that also hands each of the namespace's changes to `run` as it lands."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__()
+        self.run = run
+
+    def apply(self, event: Event) -> None:
+        super().apply(event)
+        if event.type in ("ADDED", "MODIFIED") and key_of(event.object)[0] == NAMESPACE:
+            self.run.event(event.object)
+
+
+def submit(
+    clients: Clients, prefix: str, count: int, rate: float | None, timeout: float
+) -> dict[str, Stages]:
+    """Create `count` Workloads (all at once, or `rate` per second), delete each once admitted,
+    and return what the watch saw of them."""
+    run = Run()
+    stop = threading.Event()
+    names = [f"{prefix}-{i:05d}" for i in range(count)]
+    kube = Kube.from_kubeconfig(clients.kubeconfig)
+    watcher = Watcher(kube, KUEUE, "Workload", cache=Stamped(run)).start()
+    wait_for(lambda: watcher.cache.synced, 30, "the Workload watch")
+    time.sleep(0.5)  # the list is done; let the watch request go out before the first create
+    deleter = threading.Thread(target=_release, args=(clients, run, stop), daemon=True)
+    deleter.start()
+    started = time.monotonic()
+
+    def create(index_name: tuple[int, str]) -> None:
+        index, name = index_name
+        if rate:
+            time.sleep(max(0.0, started + index / rate - time.monotonic()))
+        run.created(name, time.monotonic())
+        clients.get().create(workload(name))
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        for _ in pool.map(create, enumerate(names)):
+            pass
+    try:
+        wait_for(
+            lambda: all(run.stages[n].admitted is not None for n in names),
+            timeout,
+            f"{count} Workloads admitted",
+            interval=0.5,
+        )
+    finally:
+        stop.set()
+        watcher.stop()
+        deleter.join(timeout=60)
+    return {n: run.stages[n] for n in names}
+
+
+def _release(clients: Clients, run: Run, stop: threading.Event) -> None:
+    """Play the Workloads' owner: a job that is done with them (no job runs here)."""
+    kube = clients.get()
+    while not (stop.is_set() and run.admitted.empty()):
+        try:
+            name = run.admitted.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        kube.delete(KUEUE, "Workload", name, NAMESPACE)
+
+
+def api_requests(kube: Kube) -> Counter[RequestKey]:
+    reply = kube.session.get(kube.server + "/metrics", timeout=30)
+    reply.raise_for_status()
+    return request_counts(reply.text)
+
+
+def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
+    """The driver as the shipped ServiceAccount, by its command line (under cProfile when
+    `profile` names where to write the profile)."""
+    kubeconfig = bed.service_account_kubeconfig(*DRIVER_ACCOUNT)
+    wrap = [] if profile is None else ["benchmarks.profiled", str(profile)]
+    argv = [sys.executable, "-m", *wrap, "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
+    bed.run(DRIVER, [*argv, "--period", str(period), "--health-port", "-1"])
+    kube = bed.kube
+    wait_for(
+        lambda: (
+            condition(kube.get(KUEUE, "AdmissionCheck", NODE_DEVICES_CHECK), "Active") == "True"
+        ),
+        60,
+        "the driver to mark the AdmissionCheck Active",
+    )
+    wait_for(lambda: queue_ready(kube, True), 120, "the queue to name the check", interval=1)
+
+
+def print_profile(bed: Testbed, profile: Path) -> None:
+    """Ask the profiled driver for its profile so far; print where its wall time went."""
+    os.kill(bed.state.processes[DRIVER].pid, signal.SIGUSR1)
+    wait_for(lambda: profile.is_file() and profile.stat().st_size > 0, 30, "the driver's profile")
+    time.sleep(1)  # written in one go, but let it finish
+    print("the driver's wall time by function (cumulative, its own code and the API client):")
+    stats = pstats.Stats(str(profile), stream=sys.stdout)
+    stats.sort_stats("cumulative").print_stats(r"hooks/admission/driver\.py|kubeapi/client\.py", 14)
+
+
+# --- report -----------------------------------------------------------------------------------
+
+
+def _ms(samples: list[float], fraction: float) -> str:
+    return f"{percentile(samples, fraction) * 1e3:.0f} ms" if samples else "-"
+
+
+def report_run(label: str, stages: dict[str, Stages]) -> float:
+    values = list(stages.values())
+    rate = throughput(values)
+    waits = admission_latencies(values)
+    verdicts = verdict_latencies(values)
+    retried = sum(s.retried for s in values)
+    line = (
+        f"{label}: {len(values)} Workloads, {rate:.1f}/s; create->Admitted p50 "
+        f"{_ms(waits, 0.5)}, p99 {_ms(waits, 0.99)}"
+    )
+    if verdicts:
+        line += (
+            f"; QuotaReserved->verdict p50 {_ms(verdicts, 0.5)}, p99 {_ms(verdicts, 0.99)}"
+            f" ({len(verdicts)} judged, {retried} with a Retry)"
+        )
+    print(line, flush=True)
+    return rate
+
+
+def compare(
+    bed: Testbed,
+    clients: Clients,
+    count: int,
+    pool: str,
+    period: float,
+    profile: Path | None,
+    timeout: float,
+) -> None:
+    """The same burst of Workloads without the check, then with it (the driver started between).
+
+    Prints both throughputs, their ratio, and what the check adds in API requests."""
+    kube = bed.kube
+    before = api_requests(kube)
+    without = submit(clients, "plain", count, None, timeout)
+    plain_requests = served_between(before, api_requests(kube))
+    plain = report_run(f"without the check ({pool})", without)
+
+    start_driver(bed, period, profile)
+    before = api_requests(kube)
+    checked = submit(clients, "checked", count, None, timeout)
+    checked_requests = served_between(before, api_requests(kube))
+    rate = report_run(f"with the check ({pool})", checked)
+    print(
+        f"throughput ratio with/without: {rate / plain:.2f} (goal >= 0.8); the driver wrote"
+        f" a verdict every {verdict_pace(checked.values()) * 1e3:.0f} ms (median) while busy",
+        flush=True,
+    )
+    print("extra API requests per Workload with the check (verb resource/subresource):")
+    for (verb, resource, sub), n in per_workload(checked_requests - plain_requests, count):
+        print(f"  {n:6.2f}  {verb} {resource}{'/' + sub if sub else ''}")
+    if profile is not None:
+        print_profile(bed, profile)
+
+
+@contextlib.contextmanager
+def testbed() -> Iterator[Testbed]:
+    build.ensure()
+    bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-bench-admission-")))
+    bed.up()
+    try:
+        install(bed)
+        yield bed
+    finally:
+        bed.down()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--workloads", type=int, help="per throughput run (default 2000; 0: latency runs only)"
+    )
+    parser.add_argument("--nodes", type=int, nargs=2, help="the two pool sizes (100 1000)")
+    parser.add_argument("--latency", type=int, help="Workloads per latency run (default 200)")
+    parser.add_argument("--rate", type=float, default=2.0, help="latency runs: creates per s")
+    parser.add_argument("--cards", type=int, default=8, help="T4 cards per node")
+    parser.add_argument("--period", type=float, default=0.5, help="the driver's --period")
+    parser.add_argument("--quick", action="store_true", help="200 Workloads, 20/100 nodes, 50")
+    parser.add_argument(
+        "--profile", action="store_true", help="run the driver under cProfile (slower)"
+    )
+    args = parser.parse_args()
+    count = args.workloads if args.workloads is not None else (200 if args.quick else 2000)
+    small, large = args.nodes or ((20, 100) if args.quick else (100, 1000))
+    latency = args.latency or (50 if args.quick else 200)
+    timeout = max(300.0, float(count))
+
+    began = time.monotonic()
+    with testbed() as bed:
+        kube = bed.kube
+        clients = Clients(bed.kubeconfig)
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        grow_pool(bed, clients, [f"t4-{i:04d}" for i in range(small)], args.cards, small)
+        wait_for(
+            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), NAMESPACE),
+            120,
+            "the pool's LocalQueue",
+        )
+        wait_for(lambda: queue_ready(kube, False), 120, "the queue without the check")
+        print(
+            f"testbed ready in {time.monotonic() - began:.0f}s: {small} nodes x {args.cards} T4,"
+            f" queue {T4_POOL}",
+            flush=True,
+        )
+
+        profile = bed.root / "driver.prof" if args.profile else None
+        if count:
+            compare(bed, clients, count, f"{small} nodes", args.period, profile, timeout)
+        else:
+            start_driver(bed, args.period, profile)
+
+        paced = submit(clients, "paced-small", latency, args.rate, timeout)
+        report_run(f"verdict latency, {small} nodes, {args.rate:g}/s", paced)
+        grown = [f"t4-{i:04d}" for i in range(small, large)]
+        growing = time.monotonic()
+        grow_pool(bed, clients, grown, args.cards, large)
+        print(f"pool grown to {large} nodes in {time.monotonic() - growing:.0f}s", flush=True)
+        paced = submit(clients, "paced-large", latency, args.rate, timeout)
+        report_run(f"verdict latency, {large} nodes, {args.rate:g}/s", paced)
+        print(f"done in {time.monotonic() - began:.0f}s ({now()})", flush=True)
+
+
+if __name__ == "__main__":
+    main()

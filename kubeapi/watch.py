@@ -1,0 +1,257 @@
+"""List+watch of one kind into a thread-safe cache: a small informer over `Kube`.
+
+A `Watcher` thread lists the kind once, then follows a watch from the list's resourceVersion
+(`?watch=1&allowWatchBookmarks=true&timeoutSeconds=...`, one JSON event per line). The server
+ends each watch after `timeoutSeconds`; the next one resumes from the last resourceVersion seen
+(an object's or a BOOKMARK's), so no event is lost and nothing is listed again. Only a 410 Gone
+(that version left the server's window) makes it list afresh. A broken connection or a refused
+request is retried with a doubling backoff.
+
+The `Cache` holds the latest object per namespace/name and counts changes; a consumer notes
+`changes` before it reads and `wait`s for the count to move on, so a change that lands while it
+works wakes it at once instead of being slept through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import requests
+
+from kubeapi.client import Kube, KubeError, Obj
+
+log = logging.getLogger("kubeapi.watch")
+
+WATCH_SECONDS = 300
+"""How long the server keeps one watch open; the next resumes where it ended."""
+BACKOFF_MIN = 0.5
+BACKOFF_MAX = 30.0
+
+Key = tuple[str, str]
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _version(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One line of a watch: ADDED, MODIFIED, DELETED, BOOKMARK or ERROR, and its object."""
+
+    type: str
+    object: Obj
+
+    @classmethod
+    def parse(cls, line: bytes | str) -> Event:
+        try:
+            body = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"watch event is not JSON ({err.msg})") from None
+        if not isinstance(body, dict) or not isinstance(body.get("object"), dict):
+            raise ValueError("watch event without an object")
+        return cls(str(body.get("type", "")), body["object"])
+
+
+class Gone(Exception):
+    """The watch's resourceVersion is too old (410): only a fresh list can resume."""
+
+
+class Cache:
+    """The latest object per (namespace, name), as the list and the watch events left it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._objects: dict[Key, Obj] = {}
+        self._version = ""
+        self._changes = 0
+        self._synced = False
+
+    @property
+    def synced(self) -> bool:
+        """True once a first list has filled the cache."""
+        with self._cond:
+            return self._synced
+
+    @property
+    def resource_version(self) -> str:
+        with self._cond:
+            return self._version
+
+    @property
+    def changes(self) -> int:
+        with self._cond:
+            return self._changes
+
+    def items(self) -> list[Obj]:
+        """The objects, ordered by namespace/name; callers must not modify them."""
+        with self._cond:
+            return [self._objects[k] for k in sorted(self._objects)]
+
+    def get(self, key: Key) -> Obj | None:
+        with self._cond:
+            return self._objects.get(key)
+
+    def replace(self, items: Iterable[Obj], resource_version: str) -> None:
+        """A fresh list: everything not in it is gone."""
+        with self._cond:
+            self._objects = {key_of(obj): obj for obj in items}
+            self._version = resource_version
+            self._synced = True
+            self._bump()
+
+    def apply(self, event: Event) -> None:
+        """Fold one watch event in; ERROR is the caller's to handle."""
+        with self._cond:
+            version = _version(event.object)
+            if event.type in ("ADDED", "MODIFIED"):
+                self._objects[key_of(event.object)] = event.object
+                self._bump()
+            elif event.type == "DELETED":
+                self._objects.pop(key_of(event.object), None)
+                self._bump()
+            elif event.type != "BOOKMARK":
+                raise ValueError(f"unexpected watch event {event.type!r}")
+            # A BOOKMARK moves the resume point only: no object changed, so nobody wakes.
+            if version:
+                self._version = version
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """Block until the change count differs from `seen` or `timeout` passes; the count."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._changes != seen, timeout)
+            return self._changes
+
+    def _bump(self) -> None:
+        self._changes += 1
+        self._cond.notify_all()
+
+
+def _interrupt(response: requests.Response) -> None:
+    """Shut the socket under a read blocked on the next event. Closing the response would not
+    do: it waits for that very read to return, which can take the whole watch."""
+    connection = getattr(response.raw, "_connection", None)
+    sock = getattr(connection, "sock", None)
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+class Watcher:
+    """Keeps a `Cache` of one kind current from a background thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        api_version: str,
+        kind: str,
+        cache: Cache | None = None,
+        watch_seconds: int = WATCH_SECONDS,
+        backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX),
+    ) -> None:
+        self.kube = kube
+        self.api_version = api_version
+        self.kind = kind
+        self.cache = cache or Cache()
+        self.watch_seconds = watch_seconds
+        self.backoff = backoff
+        self.lists = 0
+        """Lists made so far (the first, then one per 410)."""
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._response: requests.Response | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Watcher:
+        self._thread = threading.Thread(target=self.run, name=f"watch-{self.kind}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._response is not None:
+                _interrupt(self._response)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def run(self) -> None:
+        delay = self.backoff[0]
+        fresh = True
+        while not self._stop.is_set():
+            try:
+                if fresh:
+                    self.relist()
+                    fresh = False
+                began = time.monotonic()
+                self.watch_once()
+                delay = self.backoff[0]
+                if time.monotonic() - began < delay:
+                    self._stop.wait(delay)  # a server ending every watch at once: no hot loop
+            except Gone:
+                log.info("%s watch expired (410): listing again", self.kind)
+                fresh = True
+            except Exception as err:
+                # Whatever broke (a refused request, a dropped connection, a garbled line, a
+                # stream closed under the read), a dead thread would freeze the cache silently.
+                if self._stop.is_set():
+                    break
+                log.warning("%s watch failed: %s; again in %.1fs", self.kind, err, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, self.backoff[1])
+
+    def relist(self) -> None:
+        listing = self.kube.list_object(self.api_version, self.kind)
+        self.lists += 1
+        meta = listing.get("metadata") or {}
+        self.cache.replace(listing.get("items") or [], str(meta.get("resourceVersion") or ""))
+
+    def watch_once(self) -> None:
+        """Follow one watch until the server ends it; Gone when it must list afresh."""
+        path = self.kube.resource(self.api_version, self.kind).path()
+        params = {
+            "watch": "1",
+            "resourceVersion": self.cache.resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_seconds),
+        }
+        try:
+            response = self.kube.stream(path, params, read_timeout=self.watch_seconds + 30)
+        except KubeError as err:
+            if err.status == 410:
+                raise Gone from err
+            raise
+        with self._lock:
+            self._response = response
+        try:
+            if self._stop.is_set():
+                return  # stopped while connecting: `stop` found nothing to interrupt
+            # chunk_size=None: each event as its chunk arrives, not once a buffer fills.
+            for line in response.iter_lines(chunk_size=None):
+                if self._stop.is_set():
+                    return
+                if line:
+                    self._fold(Event.parse(line))
+        finally:
+            with self._lock:
+                self._response = None
+            response.close()
+
+    def _fold(self, event: Event) -> None:
+        if event.type == "ERROR":
+            code = int(event.object.get("code") or 0)
+            if code == 410:
+                raise Gone
+            raise KubeError(code, str(event.object.get("message", "watch error")))
+        self.cache.apply(event)
