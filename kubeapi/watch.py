@@ -159,10 +159,22 @@ class Watcher:
         cache: Cache | None = None,
         watch_seconds: int = WATCH_SECONDS,
         backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX),
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> None:
         self.kube = kube
         self.api_version = api_version
         self.kind = kind
+        # The same selectors on the list and on every watch: an object that stops matching
+        # arrives as DELETED, one that starts matching as ADDED (the API server's rule).
+        self.selectors = {
+            name: value
+            for name, value in (
+                ("labelSelector", label_selector),
+                ("fieldSelector", field_selector),
+            )
+            if value
+        }
         self.cache = cache or Cache()
         self.watch_seconds = watch_seconds
         self.backoff = backoff
@@ -212,7 +224,12 @@ class Watcher:
                 delay = min(delay * 2, self.backoff[1])
 
     def relist(self) -> None:
-        listing = self.kube.list_object(self.api_version, self.kind)
+        listing = self.kube.list_object(
+            self.api_version,
+            self.kind,
+            label_selector=self.selectors.get("labelSelector"),
+            field_selector=self.selectors.get("fieldSelector"),
+        )
         self.lists += 1
         meta = listing.get("metadata") or {}
         self.cache.replace(listing.get("items") or [], str(meta.get("resourceVersion") or ""))
@@ -225,6 +242,7 @@ class Watcher:
             "resourceVersion": self.cache.resource_version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(self.watch_seconds),
+            **self.selectors,
         }
         try:
             response = self.kube.stream(path, params, read_timeout=self.watch_seconds + 30)

@@ -49,6 +49,7 @@ class FakeApi:
         self.list_version = "10"
         self.watches: queue.Queue[list[Step]] = queue.Queue()
         self.queries: list[dict[str, str]] = []
+        self.list_queries: list[dict[str, str]] = []
         self.closing = threading.Event()
         api = self
 
@@ -65,6 +66,7 @@ class FakeApi:
                     resources = [{"name": "workloads", "namespaced": True, "kind": "Workload"}]
                     self._json(200, {"resources": resources})
                 elif url.path == PATH and query.get("watch") != "1":
+                    api.list_queries.append(query)
                     body = {"items": api.items, "metadata": {"resourceVersion": api.list_version}}
                     self._json(200, body)
                 elif url.path == PATH:
@@ -179,6 +181,27 @@ def test_an_event_wakes_a_waiting_reader_without_waiting_for_the_watch_to_end(
     assert watcher.cache.wait(seen, 5.0) != seen
     assert time.monotonic() - began < 0.6  # the stream is still open for another 0.7 s
     assert names(watcher.cache) == {"a": "Pending"}
+
+
+def test_selectors_scope_the_list_and_every_watch(api: FakeApi) -> None:
+    api.items = [workload("a", "5")]
+    watcher = Watcher(
+        api.kube(),
+        API,
+        "Workload",
+        watch_seconds=1,
+        backoff=(0.05, 0.2),
+        label_selector="team=a",
+        field_selector="spec.nodeName=n1",
+    ).start()
+    try:
+        until(lambda: len(api.queries) >= 1)
+        scoped = {"labelSelector": "team=a", "fieldSelector": "spec.nodeName=n1"}
+        assert api.list_queries == [scoped]
+        assert {k: api.queries[0][k] for k in scoped} == scoped
+    finally:
+        api.closing.set()
+        watcher.stop()
 
 
 def test_a_bookmark_moves_the_resume_point_and_wakes_nobody(
