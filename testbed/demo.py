@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from chain import units
+from chain.allocation import DeviceToken
+from chain.devices import Devices
+from chain.ledger import AcceleratorAllocation, Mode
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
@@ -25,6 +31,7 @@ from testbed import build
 from testbed.harness import CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
+from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, release_quota
 
@@ -196,6 +203,7 @@ def main(root: Path | None = None) -> int:
         )
         print(table(_live(bed)))
         _admission_scene(bed)
+        _slicing_scene(bed)
     finally:
         bed.down()
     print("testbed stopped")
@@ -317,3 +325,149 @@ def _admission_scene(bed: Testbed) -> None:
         "the card freed"
     )
     bed.stop("admission-driver")
+
+
+SLICE_NODE = "gpu-l4"
+SLICED = "nvidia.com/gpu.sliced"
+# Two slices asked of one card: (Pod, units, memory %, SM %). The units split the card's
+# 1,600,000 like its memory, as the Pod webhook sizes them.
+SLICES = (("slice-a", 400_000, 25, 25), ("slice-b", 800_000, 50, 40))
+SHOWN_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_DEVICE_SM_LIMIT")
+
+
+def _slice_pod(name: str, units_asked: int, memory: int, cores: int) -> Obj:
+    limits = {
+        SLICED: "1",
+        f"{SLICED}.units": str(units_asked),
+        f"{SLICED}.memory-percentage": str(memory),
+        f"{SLICED}.cores-percentage": str(cores),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": DEMO_NAMESPACE},
+        "spec": {
+            "nodeName": SLICE_NODE,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "inference:latest",
+                    "resources": {"requests": limits, "limits": limits},
+                }
+            ],
+        },
+    }
+
+
+Card = tuple[str, str]
+"""(group, card ID): where a card's ledger row sits in the node's `Devices.status`."""
+
+
+def _rows(bed: Testbed) -> dict[Card, AcceleratorAllocation]:
+    found = bed.kube.get(WORKER, "Devices", SLICE_NODE)
+    if found is None:
+        return {}
+    return {(group.id, row.id): row for group, row in Devices.parse(found).status.rows()}
+
+
+def _shown(row: AcceleratorAllocation | None) -> str:
+    if row is None:
+        return "no ledger row"
+    return f"{row.mode}, remaining {row.remaining:,}, allocatedSlices {row.allocated_slices}"
+
+
+def _ledger_reaches(
+    bed: Testbed, card: Card, mode: Mode, slices: int, what: str
+) -> AcceleratorAllocation:
+    def probe() -> AcceleratorAllocation | None:
+        row = _rows(bed).get(card)
+        if row is None or (row.mode, row.allocated_slices) != (mode, slices):
+            return None
+        return row
+
+    return wait_for(probe, 30, what)
+
+
+def _slicing_scene(bed: Testbed) -> None:
+    """A sliced Pod through the device plugin: the grant, the Pod's record, the ledger moving."""
+    kube = bed.kube
+    started = time.monotonic()
+    agent = f"agent-{SLICE_NODE}"
+    # Unix socket paths are limited to 107 bytes: keep the emulator's root short.
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
+    kubelet = KubeletEmulator(root)
+    try:
+        argv = bed.state.processes[agent].argv
+        bed.stop(agent)
+        bed.run(
+            agent,
+            [
+                *argv,
+                "--device-plugin-dir",
+                str(kubelet.plugin_dir),
+                "--pod-resources-socket",
+                str(kubelet.pod_resources_socket),
+                "--pods-dir",
+                str(root / "pods"),
+            ],
+        )
+        advertised = kubelet.wait_devices(SLICED, lambda d: len(d) > 0, timeout=90)
+        tokens = [DeviceToken.parse(text) for text in advertised]
+        cards = sorted({(t.group, t.card) for t in tokens})
+        label: dict[Card, str] = {}
+        for card in cards:  # the agent writes every card's row, all free, before any grant
+            free = _ledger_reaches(bed, card, Mode.NONE, 0, f"the ledger row of {card[1]}")
+            label[card] = f"card {free.index}"
+        print(
+            f"\nslicing: {SLICE_NODE}'s agent restarts, now also serving the kubelet device "
+            f"plugins (a kubelet emulator in this process); kubelet sees {SLICED}: "
+            f"{len(tokens) // len(cards)} slice tokens on each of its {len(cards)} cards"
+        )
+        pods: list[Obj] = []
+        held: dict[Card, int] = {}
+        for name, units_asked, memory, cores in SLICES:
+            before = _rows(bed)
+            pod = kube.create(_slice_pod(name, units_asked, memory, cores))
+            pods.append(pod)
+            print(
+                f"{DEMO_NAMESPACE}/{name} bound to {SLICE_NODE} asks {SLICED} 1 (.units "
+                f"{units_asked:,}, .memory-percentage {memory}, .cores-percentage {cores})"
+            )
+            try:
+                kubelet.admit(pod)
+            except AdmissionError as error:
+                raise RuntimeError(f"kubelet could not admit {name}: {error}") from None
+            [chosen] = kubelet.known[(DEMO_NAMESPACE, name)]["main"][SLICED]
+            token = DeviceToken.parse(chosen)
+            card = (token.group, token.card)
+            envs = dict(kubelet.responses[-1][2].envs)
+            limits = [k for k in sorted(envs) if k.startswith("CUDA_DEVICE_MEMORY_LIMIT_")]
+            print(
+                f"  Allocate granted {label[card]} (token {token}); the container gets "
+                + ", ".join(f"{k}={envs[k]}" for k in [*SHOWN_ENV, *limits] if k in envs)
+            )
+            stored = kube.get("v1", "Pod", name, DEMO_NAMESPACE) or {}
+            record = (stored["metadata"].get("annotations") or {}).get(ALLOCATED_ANNOTATION)
+            print(f"  {ALLOCATED_ANNOTATION}: {record}")
+            held[card] = held.get(card, 0) + 1
+            after = _ledger_reaches(
+                bed, card, Mode.SLICED, held[card], f"the ledger to charge {name}'s slice"
+            )
+            print(
+                f"  Devices {SLICE_NODE} status, {label[card]}: {_shown(before.get(card))}"
+                f" -> {_shown(after)}"
+            )
+        for pod in pods:
+            kubelet.forget(pod)
+            delete_ended(kube, pod)
+        print(f"the Pods ended and kubelet deleted {', '.join(n for n, *_ in SLICES)}:")
+        for card in held:
+            row = _ledger_reaches(bed, card, Mode.NONE, 0, f"the ledger to free {label[card]}")
+            if row.remaining != units.M:
+                raise RuntimeError(f"{label[card]} freed with {row.remaining:,} units left")
+            print(f"  Devices {SLICE_NODE} status, {label[card]}: {_shown(row)} (free again)")
+        print(f"slicing scene: {time.monotonic() - started:.0f}s, agent restart included")
+    finally:
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
