@@ -16,8 +16,9 @@ differs from what the API already holds:
 With `ledger` on (the agent serves the device plugins, `--device-plugin-dir`), the Reporter also
 keeps the ledger: `Devices.status` rebuilt from the allocation annotations of the node's Pods,
 applied on the status subresource when it differs from what the API holds. It is checked on every
-monitor round (a Pod list), so an allocation or a finished Pod reaches the ledger within a
-period. Without it the agent never touches `status`.
+monitor round and, when the device plugins follow the node's Pods (`serve`), on every Pod change
+(`write_ledger`, reading the Pods from their cache), so an allocation or a finished Pod reaches the
+ledger within moments. Without it the agent never touches `status`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +67,10 @@ class Reporter:
     ledger: bool = False
     """Write `Devices.status` from the node's Pods (only when serving the device plugins)."""
     release_terminated: bool = True
+    pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None
+    """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
     _reported: str = field(default="", init=False)
+    _ledger_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def _node_signature(self, node: Obj, devices: Obj | None) -> str:
         """What the report depends on: the Node's labels and capacity, and the ledger."""
@@ -136,10 +140,23 @@ class Reporter:
             return Devices.parse(written)
         return Devices.parse(existing)
 
+    def write_ledger(self) -> None:
+        """Write the ledger now, if it moved (the node's Pods changed)."""
+        devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+        if self.ledger and devices is not None:
+            self._write_ledger(devices)
+
     def _write_ledger(self, devices: Obj) -> Obj:
         """Apply the ledger the node's Pods add up to, when it differs; the Devices object."""
+        with self._ledger_lock:  # the detect loop and the Pod-following thread both write
+            return self._write_ledger_locked(devices)
+
+    def _write_ledger_locked(self, devices: Obj) -> Obj:
         current = Devices.parse(devices)
-        pods = self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={self.node}")
+        if self.pods is not None:
+            pods: Sequence[Mapping[str, Any]] = self.pods()
+        else:
+            pods = self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={self.node}")
         rebuilt = rebuild_status(
             current.spec, [PodAllocations.from_pod(pod) for pod in pods], self.release_terminated
         )

@@ -169,8 +169,11 @@ def serve(args: argparse.Namespace) -> int:
                 nvml=partitions,
                 mig_dir=args.mig_dir
                 or os.path.join(os.path.dirname(os.path.normpath(args.pods_dir)), "mig"),
+                watch_pods=kube,
             )
             stack.callback(servers.stop)
+            reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger
+            servers.on_pods = reporter.write_ledger
             publish = servers.publish
 
             def report(current: DetectionRound) -> None:

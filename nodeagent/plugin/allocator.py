@@ -61,7 +61,7 @@ from nodeagent.plugin.identify import (
     identify,
 )
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.node import NodeState, Pod
+from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 DEFAULT_DEADLINE_S = 0.8
@@ -248,7 +248,9 @@ class Allocator:
         if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
             raise Late("another allocation held the node past the deadline")
         try:
-            found, record, prior = self._decide(device_ids, attempt)
+            found, record, prior = self.node.identified(
+                lambda fresh: self._decide(device_ids, attempt, fresh)
+            )
         finally:
             self.node.mutex.release()
         self.node.notify()
@@ -276,10 +278,10 @@ class Allocator:
         return response
 
     def _decide(
-        self, device_ids: Sequence[str], attempt: Attempt
+        self, device_ids: Sequence[str], attempt: Attempt, fresh: bool
     ) -> tuple[Candidate, AllocationRecord, AllocationRecord | None]:
         node = self.node
-        raw = node.source.pods()
+        raw = node.listed(fresh)
         pods = [PodAllocations.from_pod(pod) for pod in raw]
         node.prune({pod.uid for pod in pods})
         spec, status = node.spec(), node.ledger(pods)
@@ -300,7 +302,7 @@ class Allocator:
                 raw, self.resource, len(device_ids), kubelet, served, feasible, offered=device_ids
             )
         except LookupError as error:
-            raise Refusal(Code.INTERNAL, str(error)) from None
+            raise Unidentified(str(error)) from None
         if found.allocations.problem:
             raise Refusal(Code.INTERNAL, found.allocations.problem)
         per_token = units_per_token(self._units(found)) if self.mode == Mode.SLICED else 1

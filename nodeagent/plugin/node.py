@@ -12,19 +12,39 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar, runtime_checkable
 
+from chain.allocation import Code, Refusal
 from chain.devices import DevicesSpec
 from chain.ledger import DevicesStatus
 from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations, rebuild_status
 
 Pod = Mapping[str, object]
+T = TypeVar("T")
 
 
 class PodSource(Protocol):
     def pods(self) -> Sequence[Pod]:
         """Every Pod bound to this node (any phase)."""
         ...
+
+
+@runtime_checkable
+class CachedPodSource(Protocol):
+    """A `PodSource` answering from a watch-fed cache, which can also list afresh."""
+
+    def pods(self) -> Sequence[Pod]: ...
+
+    def fresh_pods(self) -> Sequence[Pod]:
+        """Every Pod bound to this node, read from the API server now."""
+        ...
+
+
+class Unidentified(Refusal):
+    """No listed Pod has a container this call can be for (kubelet fails the Pod)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Code.INTERNAL, message)
 
 
 class AnnotationWriter(Protocol):
@@ -62,6 +82,23 @@ class NodeState:
 
     def pods(self) -> list[PodAllocations]:
         return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
+
+    def listed(self, fresh: bool = False) -> Sequence[Pod]:
+        """The node's Pods: from the source's cache, or from the API server when `fresh`."""
+        if fresh and isinstance(self.source, CachedPodSource):
+            return self.source.fresh_pods()
+        return self.source.pods()
+
+    def identified(self, decide: Callable[[bool], T]) -> T:
+        """`decide(fresh)` over the listed Pods. A cache may not have seen a Pod bound a moment
+        ago, and kubelet admits a Pod as soon as it is bound: when the cached list names no
+        container for the call, decide once more over a fresh list rather than fail the Pod."""
+        try:
+            return decide(False)
+        except Unidentified:
+            if not isinstance(self.source, CachedPodSource):
+                raise
+            return decide(True)
 
     def ledger(self, pods: Sequence[PodAllocations] | None = None) -> DevicesStatus:
         """The ledger the Pods' annotations add up to (what the reconciler would publish)."""

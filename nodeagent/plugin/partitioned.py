@@ -45,7 +45,7 @@ from nodeagent.plugin import nvidia
 from nodeagent.plugin.allocator import Advertised, Allocator, Attempt, Late, _annotations
 from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
 from nodeagent.plugin.mig import Partitioner, PartitionError
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import NodeState, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,9 @@ class PartitionedAllocator(Allocator):
         if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
             raise Late("another allocation held the node past the deadline")
         try:
-            found, grant, prior, live = self._decide_partition(device_ids, attempt)
+            found, grant, prior, live = self.node.identified(
+                lambda fresh: self._decide_partition(device_ids, attempt, fresh)
+            )
         finally:
             self.node.mutex.release()
         self.node.notify()
@@ -184,10 +186,10 @@ class PartitionedAllocator(Allocator):
         return response
 
     def _decide_partition(
-        self, device_ids: Sequence[str], attempt: Attempt
+        self, device_ids: Sequence[str], attempt: Attempt, fresh: bool
     ) -> tuple[Candidate, PartitionGrant, AllocationRecord | None, frozenset[str]]:
         node = self.node
-        raw = node.source.pods()
+        raw = node.listed(fresh)
         pods = [PodAllocations.from_pod(pod) for pod in raw]
         node.prune({pod.uid for pod in pods})
         spec = node.spec()
@@ -215,7 +217,7 @@ class PartitionedAllocator(Allocator):
                 offered=device_ids,
             )
         except LookupError as error:
-            raise Refusal(Code.INTERNAL, str(error)) from None
+            raise Unidentified(str(error)) from None
         if found.allocations.problem:
             raise Refusal(Code.INTERNAL, found.allocations.problem)
         prior_claim = prior_partition(

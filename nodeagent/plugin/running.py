@@ -4,7 +4,10 @@ The detect loop drives them: `publish` (the set of manufacturers detection found
 servers of each manufacturer served here the first time it appears, and `refresh` (after every
 report) wakes their ListAndWatch streams so kubelet sees the `Devices` spec the report just wrote.
 The servers read the node's Pods and `Devices` spec and write the allocation annotation through
-`KubeNode` (straight API calls, no cache).
+`KubeNode`. With `watch_pods` (what `serve` runs) the Pods come from a watch on this node's Pods,
+and every change the watch brings wakes the ListAndWatch streams (health follows the ledger) and
+calls `on_pods` (the agent writes the ledger then), so a grant or a finished Pod reaches the
+ledger within moments instead of one monitor period.
 
 Servers stay up when a manufacturer drops out of one detection: a transient miss must not make
 kubelet forget every card; the spec (and so the advertised tokens) follows the report instead.
@@ -13,9 +16,12 @@ kubelet forget every card; the spec (and so the advertised tokens) follows the r
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 from chain.manufacturers import Manufacturer
+from kubeapi import Kube
+from kubeapi.watch import Cache, Watcher
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.kube import KubeClient, KubeNode
@@ -28,8 +34,43 @@ from nodeagent.plugin.server import PluginServer, plugin_servers
 
 log = logging.getLogger(__name__)
 
+FOLLOW_TICK_S = 1.0
+"""How often the Pod-following thread looks at its stop flag while no Pod changes."""
+
 SERVED_MANUFACTURERS = frozenset({"nvidia"})
 """Manufacturers with a container recipe (env, mounts) in this package."""
+
+
+class Follower:
+    """Calls `react` from a thread of its own after every change of `cache`; a failed
+    reaction is logged and left to the next change (or the next report)."""
+
+    def __init__(self, cache: Cache, react: Callable[[], None]) -> None:
+        self.cache = cache
+        self.react = react
+        self._stopped = threading.Event()
+        self._seen = 0
+        self._thread = threading.Thread(target=self._run, name="follow-pods", daemon=True)
+
+    def start(self) -> None:
+        self._seen = self.cache.changes  # before returning: no change after start is missed
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(FOLLOW_TICK_S * 5)
+
+    def _run(self) -> None:
+        seen = self._seen
+        while not self._stopped.is_set():
+            now = self.cache.wait(seen, FOLLOW_TICK_S)
+            if now == seen:
+                continue
+            seen = now
+            try:
+                self.react()
+            except Exception:
+                log.exception("reacting to a Pod change failed")
 
 
 class DevicePlugins:
@@ -45,9 +86,18 @@ class DevicePlugins:
         pods_dir: str = OPERATOR_PODS_DIR,
         nvml: MigNvml | None = None,
         mig_dir: str = OPERATOR_MIG_DIR,
+        watch_pods: Kube | None = None,
     ) -> None:
-        self.io = KubeNode(kube, node_name)
+        self.watcher = (
+            Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
+            if watch_pods is not None
+            else None
+        )
+        self.io = KubeNode(kube, node_name, self.watcher.cache if self.watcher else None)
         self.node = NodeState(self.io.spec, self.io, self.io)
+        self.on_pods: Callable[[], None] = lambda: None
+        """Called (from the watch-following thread) after the node's Pods changed."""
+        self.follower: Follower | None = None
         self.table = table
         self.plugin_dir = plugin_dir
         self.kubelet = PodResourcesClient(pod_resources_socket)
@@ -57,8 +107,21 @@ class DevicePlugins:
         self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
         self.reclaim: ReclaimLoop | None = None
 
+    def start_watching(self) -> None:
+        """Follow the node's Pods (a no-op without `watch_pods`)."""
+        if self.watcher is None or self.follower is not None:
+            return
+        self.watcher.start()
+        self.follower = Follower(self.watcher.cache, self._pods_changed)
+        self.follower.start()
+
+    def _pods_changed(self) -> None:
+        self.node.notify()
+        self.on_pods()
+
     def publish(self, detected: frozenset[str]) -> None:
         """Start the servers of newly detected manufacturers; wake the running ones."""
+        self.start_watching()
         for name in sorted(detected & SERVED_MANUFACTURERS):
             if name in self.servers or name not in self.table:
                 continue
@@ -93,10 +156,16 @@ class DevicePlugins:
         self.reclaim.start()
 
     def refresh(self) -> None:
-        """The spec or the Pods may have moved: ListAndWatch lists again."""
+        """The agent just reported: read the spec again, and ListAndWatch lists again."""
+        self.io.forget_spec()
         self.node.notify()
 
     def stop(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+        if self.watcher is not None:
+            self.watcher.stop()
         for servers in self.servers.values():
             for server in servers:
                 server.stop()

@@ -46,7 +46,7 @@ from nodeagent.plugin.allocator import (
 )
 from nodeagent.plugin.identify import Candidate, KubeletPods, identify
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import NodeState, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 LivePartition = Callable[[Holder], str | None]
@@ -100,7 +100,9 @@ class VisibilityAllocator:
         if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
             raise Late("another allocation held the node past the deadline")
         try:
-            found, owner = self._decide(len(device_ids), attempt)
+            found, owner = self.node.identified(
+                lambda fresh: self._decide(len(device_ids), attempt, fresh)
+            )
         finally:
             self.node.mutex.release()
         try:
@@ -115,11 +117,11 @@ class VisibilityAllocator:
         return response
 
     def _decide(
-        self, requested: int, attempt: Attempt
+        self, requested: int, attempt: Attempt, fresh: bool
     ) -> tuple[Candidate, tuple[Holder, AllocationRecord]]:
         """Identify, grant and pick the owner; called under the node mutex."""
         node = self.node
-        raw = node.source.pods()
+        raw = node.listed(fresh)
         node.prune({PodAllocations.from_pod(pod).uid for pod in raw})
         kubelet = None
         if self.kubelet is not None:
@@ -137,7 +139,7 @@ class VisibilityAllocator:
                 skip=lambda candidate: candidate.holder in granted,
             )
         except LookupError as error:
-            raise Refusal(Code.INTERNAL, str(error)) from None
+            raise Unidentified(str(error)) from None
         node.grants.add(found.holder)
         try:
             owner = visibility_owner(

@@ -27,12 +27,14 @@ from chain.units import M
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
-from testbed.kubelet import KubeletEmulator
+from testbed.kubelet import KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 AGENT_NS = "gpustack-system"
 GPU = "nvidia.com/gpu"
+LEDGER_FOLLOWS_S = 10.0
+"""Far below the agent's 30 s monitor period: only the Pod watch can be that quick."""
 
 
 @dataclass
@@ -70,8 +72,10 @@ def plugin_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
             "t4x4",
             "--manufacturer",
             "nvidia",
+            # A long monitor period: the ledger must follow the Pods through the agent's Pod
+            # watch, not through detection rounds.
             "--period",
-            "0.5",
+            "30",
             "--device-plugin-dir",
             str(kubelet.plugin_dir),
             "--pod-resources-socket",
@@ -151,14 +155,22 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
 
     wait_for(
         lambda: _row_mode(testbed, plugin_node.name, card) == Mode.EXCLUSIVE,
-        60,
-        "the ledger to charge the allocated card",
+        LEDGER_FOLLOWS_S,
+        "the ledger to charge the allocated card (written on the Pod change, not a round)",
     )
     others = cards - {card}
     assert all(_row_mode(testbed, plugin_node.name, c) == Mode.NONE for c in others)
 
-    # The ledger is written only when it changes: rounds go by (period 0.5 s), nothing is written.
+    # The ledger is written only when it changes: with no Pod moving, nothing is written.
     before = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]
     time.sleep(2.5)
     after = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]
     assert after == before
+
+    # The Pod ends and is gone: the card is free again, and kubelet sees it healthy in every mode.
+    delete_ended(kube, stored)
+    wait_for(
+        lambda: _row_mode(testbed, plugin_node.name, card) == Mode.NONE,
+        LEDGER_FOLLOWS_S,
+        "the ledger to free the card of the deleted Pod",
+    )

@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from chain.devices import DevicesSpec
 from chain.ledger import Mode
-from nodeagent.plugin.allocator import Attempt, numa_nodes
+from chain.ledger_rebuild import parse_allocated
+from nodeagent.plugin.allocator import Allocator, Attempt, numa_nodes
 from nodeagent.plugin.identify import identify
-from tests.unit.nodeagent.plugin.fakes import GPU, FakeCluster, rig, t4_spec
+from nodeagent.plugin.node import NodeState, Unidentified
+from tests.unit.nodeagent.plugin.fakes import GPU, NVIDIA, FakeCluster, rig, t4_spec
 
 
 def test_numa_ranges() -> None:
@@ -73,3 +77,48 @@ def test_identify_ranks_unserved_feasible_first() -> None:
     assert pick(kubelet={("default", "a"): {"main": True}, ("default", "b"): {}}) == "b/main"
     found = identify(pods(cluster), GPU, 2, None, lambda _: False, lambda _: True)
     assert found.holder.container == "init"
+
+
+class LaggingCache:
+    """A watch-fed Pod source that has not seen the newest Pods yet; `fresh_pods` has."""
+
+    def __init__(self, cluster: FakeCluster, seen: int) -> None:
+        self.cluster = cluster
+        self.seen = seen
+        self.fresh_lists = 0
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.cluster.pods()[: self.seen]
+
+    def fresh_pods(self) -> list[dict[str, Any]]:
+        self.fresh_lists += 1
+        return self.cluster.pods()
+
+
+def test_a_pod_the_cache_has_not_seen_is_found_in_a_fresh_list() -> None:
+    cluster = FakeCluster()
+    cluster.add("old", ("main", {GPU: "1"}))
+    cluster.set_phase("old", "Running")
+    cluster.add("new", ("main", {GPU: "1"}))
+    source = LaggingCache(cluster, seen=1)
+    state = NodeState(t4_spec, source, cluster)
+    allocator = Allocator(state, NVIDIA, Mode.EXCLUSIVE)
+    card = next(iter(t4_spec().cards()))
+    token = f"{t4_spec().groups[0].id}:{card[1].id}:0000"
+    allocator.allocate([token], Attempt(5.0))
+    assert source.fresh_lists == 1
+    assert "main" in parse_allocated(cluster.annotation("new"))
+    cluster.add("newer", ("main", {GPU: "1"}))
+    source.seen = 3  # the cache has caught up: no second list
+    other = next(iter(list(t4_spec().cards())[1:]))
+    allocator.allocate([f"{t4_spec().groups[0].id}:{other[1].id}:0000"], Attempt(5.0))
+    assert source.fresh_lists == 1
+
+
+def test_without_a_cache_an_unknown_pod_is_refused_at_once() -> None:
+    cluster = FakeCluster()
+    state = NodeState(t4_spec, cluster, cluster)
+    allocator = Allocator(state, NVIDIA, Mode.EXCLUSIVE)
+    card = next(iter(t4_spec().cards()))
+    with pytest.raises(Unidentified):
+        allocator.allocate([f"{t4_spec().groups[0].id}:{card[1].id}:0000"], Attempt(5.0))

@@ -1,0 +1,37 @@
+"""The agent reacts to its node's Pods as the watch brings them (`running.Follower`)."""
+
+from __future__ import annotations
+
+import threading
+
+from kubeapi.watch import Cache, Event
+from nodeagent.plugin.running import Follower
+
+
+def pod(name: str, version: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": version}}
+
+
+def test_every_change_is_reacted_to_and_a_failed_reaction_does_not_stop_it() -> None:
+    cache = Cache()
+    reacted = threading.Semaphore(0)
+    calls: list[int] = []
+
+    def react() -> None:
+        calls.append(len(cache.items()))
+        reacted.release()
+        if len(calls) == 1:
+            raise RuntimeError("the API server said no")
+
+    follower = Follower(cache, react)
+    follower.start()
+    try:
+        cache.replace([pod("a", "1")], "1")
+        assert reacted.acquire(timeout=5)
+        cache.apply(Event("ADDED", pod("b", "2")))
+        assert reacted.acquire(timeout=5)
+        assert calls[-1] == 2
+        cache.apply(Event("BOOKMARK", {"metadata": {"resourceVersion": "3"}}))
+        assert not reacted.acquire(timeout=0.3)  # a bookmark moves nothing
+    finally:
+        follower.stop()
