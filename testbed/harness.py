@@ -17,7 +17,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -121,6 +121,7 @@ class Testbed:
         self.nfd_extra_label_ns = nfd_extra_label_ns
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._kube: Kube | None = None
+        self._before_down: list[Callable[[], None]] = []
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -210,8 +211,15 @@ class Testbed:
             self.down(keep_root=True)
             raise
 
+    def before_down(self, stop: Callable[[], None]) -> None:
+        """Run `stop` first thing in `down` (in-process helpers that talk to the API server,
+        so they end before it does instead of logging refused connections)."""
+        self._before_down.append(stop)
+
     def down(self, keep_root: bool = False) -> None:
         """Stop every component (TERM, then KILL) and remove the run folder."""
+        while self._before_down:
+            self._before_down.pop()()
         for proc in reversed(list(self.state.processes.values())):
             if proc.pid:
                 self._stop(proc)

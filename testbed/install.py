@@ -124,6 +124,7 @@ def install(
                 bed.kubeconfig, volume, bed.root / "volumes" / name / volume_name
             )
             projection.start()
+            bed.before_down(projection.stop)
             installed.projections.append(projection)
             mounts[volume.mount_path] = projection.directory
         env = {**container_env(container, mounts), "KUBERNETES_POD_NAMESPACE": namespace}
