@@ -7,9 +7,10 @@ hardware (`nodeagent detect --simulate l4x2`), each with its own kubelet emulato
 (`testbed/kubelet.py`) in this process and the node agent's real gRPC plugin servers in a child
 process (as on a node, where kubelet and the agent are two processes):
 
-- api: the agent's own wiring (`DevicePlugins`, so `KubeNode`): each call lists the node's Pods
-  on the testbed's kube-apiserver and reads the `Devices` spec there, and Allocate patches the
-  Pod's allocation annotation there; the Pods are created in the API.
+- api: the agent's own wiring (`DevicePlugins`, so `KubeNode`, as `nodeagent serve` runs it): the
+  node's Pods come from a watch on the testbed's kube-apiserver, the `Devices` spec is read there
+  once, and Allocate patches the Pod's allocation annotation there; the Pods are created in the
+  API.
 - memory: the same servers over Pods, spec and annotation writer held in memory.
 
 `--pods` sliced Pods (one container asking one slice, a tenth of a card) go to each node, one at
@@ -212,17 +213,19 @@ def serve_plugins(plugin: Plugin, control: Connection) -> None:
     with ExitStack() as stack:
         memory: MemoryNode | None = None
         if plugin.variant == "api":
+            kube = Kube.from_environment(plugin.kubeconfig)
             plugins = DevicePlugins(
-                Kube.from_environment(plugin.kubeconfig),
+                kube,
                 plugin.node,
                 manufacturers(os.environ),
                 plugin.plugin_dir,
                 plugin.pod_resources_socket,
                 plugin.pods_dir,
+                watch_pods=kube,
             )
             stack.callback(plugins.stop)
             plugins.publish(frozenset({NVIDIA.name}))
-            notify = plugins.refresh
+            notify = plugins.node.notify  # the Pod watch brings the Pods; the spec stays
         else:
             found = {"metadata": {"name": plugin.node}, "spec": {"groups": plugin.groups}}
             spec = Devices.parse(found).spec
