@@ -533,6 +533,9 @@ class Snapshot:
     """Other Workloads, to find those whose cards are promised but not yet in the ledger."""
     charged: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
     """Pods the ledger holds, by (namespace, Workload, PodSet, hostname)."""
+    holdings: Holdings | None = None
+    """`workloads` already indexed by `Holdings.of` (a caller judging many Workloads against the
+    same holders builds it once); None: index `workloads` for this verdict."""
 
 
 def _key(obj: f.Obj) -> tuple[str, str]:
@@ -540,21 +543,72 @@ def _key(obj: f.Obj) -> tuple[str, str]:
     return f.string(meta, "namespace", "metadata"), f.string(meta, "name", "metadata")
 
 
+@dataclass
+class Holdings:
+    """The node-pinned shares of the Workloads holding cards (`holds_cards`), by hostname.
+
+    Only shares pinned to a node can be charged to that node's cards; a pool-wide share waits
+    for Kueue to name its nodes. Built once from all Workloads, then kept current one Workload at
+    a time (`update`), so judging n Workloads costs O(n), not O(n^2)."""
+
+    check: str = NODE_DEVICES_CHECK
+    by_host: dict[str, dict[tuple[str, str], list[Share]]] = field(default_factory=dict)
+    hosts_of: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls, workloads: Iterable[f.Obj], table: ManufacturerTable, check: str = NODE_DEVICES_CHECK
+    ) -> Holdings:
+        """ValueError naming a malformed field of some Workload."""
+        held = cls(check)
+        for workload in workloads:
+            held.update(workload, table)
+        return held
+
+    def update(self, workload: f.Obj, table: ManufacturerTable) -> None:
+        """Replace what `workload` holds (nothing once it no longer holds cards)."""
+        key = _key(workload)
+        self.forget(key)
+        if not holds_cards(workload, self.check):
+            return
+        for share in workload_shares(workload, table):
+            if share.node:
+                self.by_host.setdefault(share.node, {}).setdefault(key, []).append(share)
+                self.hosts_of.setdefault(key, set()).add(share.node)
+
+    def forget(self, key: tuple[str, str]) -> None:
+        """The Workload `key` holds nothing any more (gone, or changed since indexed)."""
+        for host in self.hosts_of.pop(key, set()):
+            held = self.by_host[host]
+            held.pop(key, None)
+            if not held:
+                del self.by_host[host]
+
+    def on(
+        self, hosts: Iterable[str], besides: tuple[str, str]
+    ) -> list[tuple[tuple[str, str], Share]]:
+        """The shares held on `hosts` by Workloads other than `besides`, in a stable order."""
+        return [
+            (key, share)
+            for host in sorted(hosts)
+            for key, shares in sorted(self.by_host.get(host, {}).items())
+            if key != besides
+            for share in shares
+        ]
+
+
 def _promised(
     workload: f.Obj, snapshot: Snapshot, hosts: set[str], check: str, table: ManufacturerTable
 ) -> list[Share]:
     """Shares of other Workloads holding cards, on `hosts`, less the Pods already charged."""
+    held = snapshot.holdings
+    if held is None or held.check != check:
+        held = Holdings.of(snapshot.workloads, table, check)
     shares = []
-    for other in snapshot.workloads:
-        if _key(other) == _key(workload) or not holds_cards(other, check):
-            continue
-        namespace, name = _key(other)
-        for share in workload_shares(other, table):
-            if share.node not in hosts:
-                continue
-            left = share.pods - snapshot.charged.get((namespace, name, share.role, share.node), 0)
-            if left > 0:
-                shares.append(Share(share.role, share.flavor, share.node, left, share.per_pod))
+    for (namespace, name), share in held.on(hosts, _key(workload)):
+        left = share.pods - snapshot.charged.get((namespace, name, share.role, share.node), 0)
+        if left > 0:
+            shares.append(Share(share.role, share.flavor, share.node, left, share.per_pod))
     return shares
 
 

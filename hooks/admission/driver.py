@@ -7,20 +7,29 @@ its own `status.admissionChecks` entries by server-side apply: its own field man
 instead of overwriting). It keeps the AdmissionCheck Active, and a Lease (`lease`) makes sure
 that of all replicas only one judges: two judges could each promise the same free card.
 
-Workloads come from a watch (`kubeapi.watch`): a pass runs as soon as the cache changes and at
-least every `--period` seconds (the resync tick, which also renews the Lease and lists the
-AdmissionChecks). An event pass judges only the Workloads whose object moved since they were last
-judged; a tick judges every waiting one again, so a card freed on a node (Devices and Pods are
-not watched) turns a Retry into Ready within a period. Followers keep their cache warm and judge
-nothing. Per verdict the reads are scoped: only the ResourceFlavors named by assignments; the
-Devices and the Pods (field selector `spec.nodeName`) of the nodes Kueue assigned, or of the
-flavor's pool when an assignment names no nodes.
+A verdict reads no API: Workloads, AdmissionChecks, ResourceFlavors, Nodes, Devices and bound
+Pods come from watch-fed caches (`caches`), and its only request is the write, which a few
+threads make while the loop decides the next (`writes`; a Ready counts as promised from the
+moment it is decided, and is taken back if its write fails). A pass runs as soon
+as the Workload cache changes and at least every `--period` seconds (the resync tick, which also
+renews the Lease). An event pass judges only the Workloads whose object moved since they were last
+judged; a tick judges every waiting one again, so a card freed on a node turns a Retry into Ready
+within a period. Followers keep their caches warm and judge nothing. A verdict looks at the Nodes
+Kueue assigned (found by hostname in an index of the Node cache), or at the flavor's pool when an
+assignment names no nodes, and at those nodes' Devices and Pods (indexed by node).
+
+Who holds which cards (`chain.feasibility.Holdings`) and which Workloads wait for a verdict are
+kept across passes and read again only for the Workloads that moved, then updated after each
+verdict: each verdict sees the promises of the ones before it, and a burst of n Workloads costs
+O(n) parsing, not O(n^2).
 
 The ledger a verdict judges with is, card by card, the busier of the published `Devices.status`
 and the one the node's Pods' allocation annotations add up to (`chain.ledger_merge`): the node
 agent's write lags the annotations, and a card granted a moment ago must not be promised again.
 The verdict also counts a promised Pod as taken until its allocation record reaches the Pod
-(`charged_pods`).
+(`charged_pods`) as *our Pod cache* shows it: a record that reached the API but not yet the cache
+still counts, as a promise, so a lagging cache can only overstate what is taken. A Ready we
+wrote is remembered (`Promises`) until the Workload cache shows it, for the same reason.
 """
 
 from __future__ import annotations
@@ -36,18 +45,18 @@ from dataclasses import dataclass, field, replace
 
 import requests
 
-from chain.apis import ADMISSION_CHECK, CORE_V1, KUEUE_API, NODE, RESOURCE_FLAVOR, WORKER_API
+from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
-from chain.devices import DEVICES_KIND, Devices
+from chain.devices import Devices
 from chain.feasibility import (
     NODE_DEVICES_CONTROLLER,
+    Holdings,
     Snapshot,
     State,
     Verdict,
     charged_pods,
     check_state,
     flavor_scope,
-    holds_cards,
     judge,
     needs_verdict,
     workload_shares,
@@ -57,10 +66,12 @@ from chain.ledger_merge import busier_ledger
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from chain.settings import StartupEnv
+from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
+from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj
-from kubeapi.watch import Cache, Watcher, key_of
+from kubeapi.watch import Cache, key_of
 
 log = logging.getLogger("admission-driver")
 
@@ -255,6 +266,19 @@ class Promises:
         return list(by_key.values())
 
 
+def as_written(workload: Obj, body: Obj) -> Obj:
+    """`workload` with the entries of `body` (a `verdict_patch`) in place of its own."""
+    written = {e["name"]: e for e in body["status"]["admissionChecks"]}
+    status = dict(workload.get("status") or {})
+    entries = [
+        written.pop(str(e.get("name")), e)
+        for e in status.get("admissionChecks") or []
+        if isinstance(e, dict)
+    ]
+    status["admissionChecks"] = [*entries, *written.values()]
+    return {**workload, "status": status}
+
+
 def judged_ledger(devices: Devices, pods: Iterable[PodAllocations], release: bool) -> Devices:
     """The node's Devices with, per card, the busier of its published and its Pods' ledger."""
     rebuilt = rebuild_status(devices.spec, pods, release).status
@@ -268,16 +292,37 @@ def judged_ledger(devices: Devices, pods: Iterable[PodAllocations], release: boo
 class Driver:
     kube: Kube
     elector: Elector
-    cache: Cache
-    """The Workloads, kept current by a `Watcher`."""
+    caches: Caches
+    """Everything a verdict reads, kept current by watches (`caches`)."""
     table: ManufacturerTable = field(default_factory=default_manufacturers)
     promises: Promises = field(default_factory=Promises)
     release_terminated: bool = True
     """`GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS`, as the node agent rebuilds the ledger."""
     checks: dict[str, str] = field(default_factory=dict)
-    """AdmissionCheck name -> controller, as of the last tick."""
+    """AdmissionCheck name -> controller, as of the last pass."""
     judged: dict[tuple[str, str], str] = field(default_factory=dict)
     """Workload -> the resourceVersion last judged; an event pass skips those unchanged."""
+    holdings: Holdings = field(default_factory=Holdings)
+    """Who holds which cards, kept current across passes (`track`)."""
+    waiting: dict[tuple[str, str], tuple[tuple[str, tuple[str, str]], Obj]] = field(
+        default_factory=dict
+    )
+    """The Workloads `to_judge`: key -> (the order Kueue reserved them in, the object)."""
+    indexed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Workload -> the resourceVersion `holdings` and `waiting` were brought up to."""
+    malformed: set[tuple[str, str]] = field(default_factory=set)
+    """Workloads whose holdings cannot be read: while any is left, nothing is promised."""
+    ledgers: dict[str, tuple[tuple[str, ...], Devices | None]] = field(default_factory=dict)
+    """Node -> (the versions of its Devices and Pods, the ledger judged from them)."""
+    writers: Writers | None = None
+    """Apply verdicts off the loop (`writes`); None: each verdict waits for its write."""
+    inflight: dict[tuple[str, str], Write] = field(default_factory=dict)
+    """Verdicts on their way, by Workload."""
+
+    @property
+    def cache(self) -> Cache:
+        """The Workload cache: its changes wake the loop."""
+        return self.caches.workloads
 
     def ensure_active(self, checks: Iterable[Obj]) -> None:
         for ac in checks:
@@ -289,39 +334,88 @@ class Driver:
                 log.info("marked AdmissionCheck %s Active", _meta(ac).get("name"))
 
     def step(self, tick: bool = True) -> bool:
-        """One pass: on a tick (or a Lease about to lapse) lead and keep the check Active; then,
-        leading, judge in turn each waiting Workload of the cache (on a tick all of them, else
-        those that moved). True once the cache has been filled (the pass saw the cluster)."""
-        if tick or (self.elector.leading and not self.elector.still_leading()):
-            if not self.elector.lead():
-                return self.cache.synced
-            acs = self.kube.list(KUEUE_API, ADMISSION_CHECK)
-            self.ensure_active(acs)
-            self.checks = controllers(acs)
-        if not self.cache.synced or not self.elector.still_leading():
-            return self.cache.synced
-        workloads = self.promises.merged(self.cache.items())
+        """One pass: take in the writes that came back; on a tick lead (renewing when due, or
+        when the Lease is about to lapse) and keep the check Active; then, leading, judge in turn
+        each waiting Workload (on a tick all of them, else those that moved). True once every
+        cache has been filled (the pass saw the cluster)."""
+        synced = self.caches.synced
+        self.settle()
+        elector = self.elector
+        lapsing = elector.leading and not elector.still_leading()
+        if ((tick and elector.renewal_due()) or lapsing) and not elector.lead():
+            return synced
+        if tick and elector.leading and self.caches.checks.synced:
+            self.ensure_active(self.caches.checks.items())
+        if not synced or not elector.still_leading():
+            return synced
+        checks = controllers(self.caches.checks.items())
+        if checks != self.checks:
+            self.checks, self.indexed = checks, {}  # which Workloads wait for us may change
+        workloads = self.promises.merged(self.caches.workloads.items())
         present = {key_of(w) for w in workloads}
         self.judged = {k: v for k, v in self.judged.items() if k in present}
-        for wl in to_judge(workloads, self.checks):
+        self.track(workloads)
+        if tick:
+            self.ledgers = {n: v for n, v in self.ledgers.items() if self._devices(n) is not None}
+        if self.malformed:
+            log.warning(
+                "no verdicts: cannot read the cards held by %s",
+                ", ".join("/".join(k) for k in sorted(self.malformed)),
+            )
+            return True
+        for _, wl in sorted(self.waiting.values(), key=lambda item: item[0]):
+            if key_of(wl) in self.inflight:
+                continue  # its verdict is on its way; judged again once the cache shows it
             version = str(_meta(wl).get("resourceVersion", ""))
             if not tick and self.judged.get(key_of(wl)) == version:
                 continue  # unchanged since its verdict; the next tick looks again
             if not self.elector.still_leading():
                 break  # renew first (next pass) rather than judge on a Lease about to lapse
             self.judged[key_of(wl)] = version
-            written = self.decide(wl, workloads, self.checks)
+            written = self.decide(wl, self.checks)
             if written is not None:
                 # Our own write comes back as an event: that is no reason to judge again.
                 self.judged[key_of(wl)] = str(_meta(written).get("resourceVersion", ""))
-                # The next verdict of this pass must see the cards this one promised.
-                workloads = [written if key_of(w) == key_of(written) else w for w in workloads]
+                # The next verdict of this pass must see the cards this one promised (a write
+                # still on its way keeps the version it was judged at: read it all the same).
+                self.indexed.pop(key_of(wl), None)
+                self.track([written], everyone=False)
         return True
 
-    def decide(self, wl: Obj, workloads: Sequence[Obj], checks: Mapping[str, str]) -> Obj | None:
+    def track(self, workloads: Sequence[Obj], everyone: bool = True) -> None:
+        """Bring `holdings` and `waiting` up to `workloads`, reading only those that moved
+        since; with `everyone`, the Workloads missing from `workloads` are gone."""
+        if everyone:
+            present = {key_of(w) for w in workloads}
+            for key in [k for k in self.indexed if k not in present]:
+                self.holdings.forget(key)
+                self.waiting.pop(key, None)
+                del self.indexed[key]
+            self.malformed &= present
+        for wl in workloads:
+            key = key_of(wl)
+            version = str(_meta(wl).get("resourceVersion", ""))
+            if self.indexed.get(key) == version:
+                continue
+            self.indexed[key] = version
+            if to_judge([wl], self.checks):
+                self.waiting[key] = ((_reserved_at(wl), key), wl)
+            else:
+                self.waiting.pop(key, None)
+            try:
+                self.holdings.update(wl, self.table)
+            except ValueError as err:
+                log.warning("cannot read the cards %s/%s holds: %s", *key, err)
+                self.malformed.add(key)
+            else:
+                self.malformed.discard(key)
+
+    def decide(self, wl: Obj, checks: Mapping[str, str]) -> Obj | None:
+        """Judge `wl` and write the verdict; the Workload as written (as it will be, when the
+        write is on its way), or None when nothing was written."""
         ns, name = key_of(wl)
         try:
-            snapshot = self.snapshot(wl, workloads)
+            snapshot = self.snapshot(wl)
             verdict = judge(wl, snapshot, self.table)
         except ValueError as err:
             log.warning("cannot judge %s/%s: %s", ns, name, err)
@@ -329,83 +423,123 @@ class Driver:
         body = verdict_patch(wl, owned_checks(wl, checks), verdict, now_text())
         if body is None:
             return None
+        if self.writers is not None:
+            reply = self.writers.submit(
+                lambda kube: kube.apply(body, FIELD_MANAGER, subresource="status")
+            )
+            self.inflight[(ns, name)] = Write(wl, verdict, reply)
+            intended = as_written(wl, body)
+            if verdict.state == State.READY:
+                self.promises.remember(wl, intended)  # promised now; taken back if it fails
+            return intended
         try:
             written = self.kube.apply(body, FIELD_MANAGER, subresource="status")
         except KubeError as err:
             if err.status in (404, 409):
-                # The cache brings the newer object, and that event a new pass.
-                log.info(
-                    "%s/%s moved on (%s); judged again when the cache shows it",
-                    ns,
-                    name,
-                    err.status,
-                )
+                self._moved_on(ns, name, err.status)
                 return None
             raise
+        self._wrote(wl, verdict, written)
+        return written
+
+    def settle(self) -> None:
+        """Take in the writes that came back: log them, and take back what a failed one
+        promised (it is judged again from the cache)."""
+        for key, write in list(self.inflight.items()):
+            if not write.reply.done():
+                continue
+            del self.inflight[key]
+            try:
+                written = write.reply.result()
+            except (KubeError, requests.RequestException) as err:
+                self.promises.written.pop(key, None)
+                self.indexed.pop(key, None)
+                self.judged.pop(key, None)
+                if isinstance(err, KubeError) and err.status in (404, 409):
+                    self._moved_on(*key, err.status)
+                else:
+                    log.warning("verdict on %s/%s not written: %s", *key, err)
+                continue
+            self._wrote(write.workload, write.verdict, written)
+            # Our own write comes back as an event: that is no reason to judge again.
+            self.judged[key] = str(_meta(written).get("resourceVersion", ""))
+
+    def _wrote(self, wl: Obj, verdict: Verdict, written: Obj) -> None:
         log.info(
             "%s verdict %s/%s: %s %s",
             self.elector.identity,
-            ns,
-            name,
+            *key_of(wl),
             verdict.state,
             verdict.message,
         )
         if verdict.state == State.READY:
             self.promises.remember(wl, written)
-        return written
 
-    def snapshot(self, wl: Obj, workloads: Sequence[Obj]) -> Snapshot:
-        table = self.table
-        holders = [w for w in workloads if key_of(w) != key_of(wl) and holds_cards(w)]
-        names = own_flavors(wl, table).union(*(own_flavors(w, table) for w in holders))
-        flavors = {n: rf for n in sorted(names) if (rf := self._get(RESOURCE_FLAVOR, n))}
-        hosts = assigned_hosts(wl, table)
+    def _moved_on(self, ns: str, name: str, status: int) -> None:
+        # The cache brings the newer object, and that event a new pass.
+        log.info("%s/%s moved on (%s); judged again when the cache shows it", ns, name, status)
+
+    def snapshot(self, wl: Obj) -> Snapshot:
+        """What the verdict on `wl` needs, from the caches: the flavors, the ledgers of the nodes
+        Kueue assigned (or of the flavor's pool when it named none) and those nodes' Pods."""
+        caches = self.caches
+        flavors = caches.flavor_index.get()
+        hosts = assigned_hosts(wl, self.table)
         nodes: dict[str, Obj] = {}
         devices: dict[str, Obj] = {}
         if hosts is not None:
-            if hosts:
-                selector = f"{HOSTNAME} in ({','.join(sorted(hosts))})"
-                for node in self.kube.list(CORE_V1, NODE, label_selector=selector):
-                    nodes[_meta(node)["name"]] = node
-            for node_name in sorted(nodes):
-                if (obj := self.kube.get(WORKER_API, DEVICES_KIND, node_name)) is not None:
+            by_hostname = caches.hostname_index.get()
+            for node_name in sorted({n for h in hosts for n in by_hostname.get(h, [])}):
+                if (node := caches.nodes.get(("", node_name))) is not None:
+                    nodes[node_name] = node
+                if (obj := self._devices(node_name)) is not None:
                     devices[node_name] = obj
         else:
-            for flavor in sorted(own_flavors(wl, table)):
-                scope = flavor_scope(flavors.get(flavor), flavor, table)
+            for flavor in sorted(own_flavors(wl, self.table)):
+                scope = flavor_scope(flavors.get(flavor), flavor, self.table)
                 if scope is None or not scope.akey:
                     continue  # the verdict says why
-                selector = ",".join(f"{k}={v}" for k, v in sorted(scope.selector.items()))
-                for obj in self.kube.list(WORKER_API, DEVICES_KIND, label_selector=selector):
-                    devices[_meta(obj)["name"]] = obj
+                for obj in caches.devices.items():
+                    labels = _meta(obj).get("labels") or {}
+                    if all(labels.get(k) == v for k, v in scope.selector.items()):
+                        devices[_meta(obj)["name"]] = obj
             for node_name in sorted(devices):
-                if (found := self.kube.get(CORE_V1, NODE, node_name)) is not None:
+                if (found := caches.nodes.get(("", node_name))) is not None:
                     nodes[node_name] = found
         hostnames = {
             n: str((_meta(obj).get("labels") or {}).get(HOSTNAME, "")) for n, obj in nodes.items()
         }
-        pods = {
-            n: self.kube.list(CORE_V1, "Pod", field_selector=f"spec.nodeName={n}")
-            for n in sorted(devices)
-        }
-        ledgers = []
-        for node_name, obj in devices.items():
-            try:
-                parsed = Devices.parse(obj)
-            except ValueError as err:
-                # A node whose ledger cannot be read offers no cards.
-                log.warning("Devices %s unreadable: %s", node_name, err)
-                continue
-            ledgers.append(
-                judged_ledger(parsed, _allocations(pods[node_name]), self.release_terminated)
-            )
+        on_node = caches.pod_index.get()
+        pods = {n: on_node.get(n, []) for n in sorted(devices)}
+        ledgers = [
+            ledger
+            for node_name, obj in devices.items()
+            if (ledger := self.ledger(node_name, obj, pods[node_name])) is not None
+        ]
         everyone = [pod for n in sorted(pods) for pod in pods[n]]
-        return Snapshot(
-            flavors, ledgers, hostnames, workloads, charged_pods(everyone, hostnames, table)
-        )
+        charged = charged_pods(everyone, hostnames, self.table)
+        return Snapshot(flavors, ledgers, hostnames, charged=charged, holdings=self.holdings)
 
-    def _get(self, kind: str, name: str) -> Obj | None:
-        return self.kube.get(KUEUE_API, kind, name)
+    def ledger(self, node_name: str, obj: Obj, pods: Sequence[Obj]) -> Devices | None:
+        """The node's judged ledger (`judged_ledger`), computed again only once its Devices or
+        one of its Pods changed; None when its Devices cannot be read."""
+        versions = tuple(str(_meta(o).get("resourceVersion", "")) for o in (obj, *pods))
+        seen = self.ledgers.get(node_name)
+        if seen is not None and seen[0] == versions:
+            return seen[1]
+        judged: Devices | None = None
+        try:
+            parsed = Devices.parse(obj)
+        except ValueError as err:
+            # A node whose ledger cannot be read offers no cards.
+            log.warning("Devices %s unreadable: %s", node_name, err)
+        else:
+            judged = judged_ledger(parsed, _allocations(pods), self.release_terminated)
+        self.ledgers[node_name] = (versions, judged)
+        return judged
+
+    def _devices(self, node_name: str) -> Obj | None:
+        return self.caches.devices.get(("", node_name))
 
 
 def _allocations(pods: Iterable[Obj]) -> list[PodAllocations]:
@@ -454,18 +588,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lease-seconds", type=int, default=LEASE_SECONDS)
     parser.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
     parser.add_argument("--health-port", type=int, default=8080, help="/healthz; -1: none")
+    parser.add_argument(
+        "--writers", type=int, default=4, help="verdict writes in flight at once; 0: one by one"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kube = Kube.from_environment(args.kubeconfig)
     elector = Elector(kube, args.identity, args.lease_seconds, args.lease_namespace)
-    # Unhealthy once passes have failed or hung (or the first list never came) for a whole
-    # Lease duration and then some.
-    heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period))
+    # Unhealthy once passes have failed or hung for a whole Lease duration and then some.
+    # Unhealthy too until every cache has been listed: a verdict needs them all.
+    heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period), started=False)
     if args.health_port >= 0:
         serve_health(heartbeat, args.health_port)
-    workloads = Watcher(kube, KUEUE_API, WORKLOAD_KIND).start()
+    caches = Caches()
+    caches.start(kube)
     release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
-    run(Driver(kube, elector, workloads.cache, release_terminated=release), args.period, heartbeat)
+    writers = (
+        Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)
+        if args.writers > 0
+        else None
+    )
+    driver = Driver(kube, elector, caches, release_terminated=release, writers=writers)
+    run(driver, args.period, heartbeat)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Heartbeat:
     """When the loop last finished a pass, on the monotonic clock."""
 
-    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        stale_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        started: bool = True,
+    ) -> None:
         self.stale_after = stale_after
         self.clock = clock
-        self._beat = clock()  # starting counts as a beat: the first pass may take a moment
+        # Starting counts as a beat (the first pass may take a moment) unless `started` is False:
+        # then unhealthy until the first beat.
+        self._beat = clock() if started else -float("inf")
 
     def beat(self) -> None:
         self._beat = self.clock()

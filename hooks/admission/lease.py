@@ -77,6 +77,11 @@ class Elector:
         can have taken the Lease (it waits a whole duration after the last change it saw)."""
         return self.leading and self.clock() - self._renewed_at < self.seconds / 2
 
+    def renewal_due(self) -> bool:
+        """Not leading, or a quarter of the Lease has passed since the last renewal: renewing
+        more often only costs two requests; less often risks `still_leading` lapsing."""
+        return not self.leading or self.clock() - self._renewed_at >= self.seconds / 4
+
     def lead(self) -> bool:
         """Take or renew the Lease; True while this replica may judge."""
         # Counted from before the read: the write can only have landed later than this.

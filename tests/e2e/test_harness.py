@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from testbed.harness import ComponentDied, Testbed, pid_alive
 
@@ -86,3 +87,11 @@ def test_failing_run_shows_the_dead_components_log(tmp_path: Path) -> None:
     assert proc.returncode == 1, out
     assert "testbed component etcd is not running" in out, out
     assert "testbed log: etcd" in out, out
+
+
+def test_kueue_runs_with_the_tuning_of_its_release(testbed: Testbed) -> None:
+    """Kueue's release Configuration reconciles 10 Workloads at once at 300 requests/s (burst
+    500); the testbed's Kueue must not be slower than any installed one."""
+    config = yaml.safe_load((testbed.root / "kueue-config.yaml").read_text())
+    assert config["controller"]["groupKindConcurrency"]["Workload.kueue.x-k8s.io"] == 10
+    assert config["clientConnection"] == {"qps": 300, "burst": 500}

@@ -24,6 +24,7 @@ from chain.feasibility import (
 )
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.units import M
+from hooks.admission.caches import Caches
 from hooks.admission.driver import (
     FIELD_MANAGER,
     RETRY_AFTER_SECONDS,
@@ -130,38 +131,45 @@ def test_promises_last_until_the_listing_shows_the_write() -> None:
 
 class FakeKube:
     """Just enough of the API server: objects by (kind, namespace, name), SSA of our entry, and
-    a Workload cache fed with each write's event (held back while `lagging`)."""
+    the driver's caches fed with each write's event (held back for the kinds `lagging`)."""
 
     def __init__(self, *objects: Obj) -> None:
         self.objects: dict[tuple[str, str, str], Obj] = {}
         self.version = 1
-        self.cache = Cache()
-        self.lagging = False
-        self.held: list[Event] = []
+        self.caches = Caches()
+        self.lagging: set[str] = set()
+        self.held: list[tuple[Cache, Event]] = []
         self.reads = 0
         for obj in objects:
             self.put(copy.deepcopy(obj))
-        self.cache.replace(
-            [copy.deepcopy(o) for (k, _, _), o in self.objects.items() if k == "Workload"],
-            str(self.version),
-        )
+        for kind, cache in self.caches.all().items():
+            listed = [o for (k, _, _), o in self.objects.items() if k == kind and _cached(o)]
+            cache.replace([copy.deepcopy(o) for o in listed], str(self.version))
+
+    @property
+    def cache(self) -> Cache:
+        return self.caches.workloads
 
     def put(self, obj: Obj) -> Obj:
         self.version += 1
         meta = obj["metadata"]
         meta["resourceVersion"] = str(self.version)
         self.objects[(obj["kind"], meta.get("namespace", ""), meta["name"])] = obj
-        if obj["kind"] == "Workload":
-            self.held.append(Event("MODIFIED", copy.deepcopy(obj)))
-            if not self.lagging:
-                self.flush()
+        cache = self.caches.all().get(obj["kind"])
+        if cache is not None and _cached(obj):
+            self.held.append((cache, Event("MODIFIED", copy.deepcopy(obj))))
+            self.flush()
         return copy.deepcopy(obj)
 
-    def flush(self) -> None:
-        """The watch catches up."""
-        for event in self.held:
-            self.cache.apply(event)
-        self.held.clear()
+    def flush(self, *kinds: str) -> None:
+        """The watches catch up, but those of the kinds still `lagging` (unless named)."""
+        kept = []
+        for cache, event in self.held:
+            if event.object["kind"] in self.lagging and event.object["kind"] not in kinds:
+                kept.append((cache, event))
+            else:
+                cache.apply(event)
+        self.held = kept
 
     def get(self, api: str, kind: str, name: str, namespace: str | None = None) -> Obj | None:
         self.reads += 1
@@ -215,6 +223,11 @@ class FakeKube:
         return self.put(stored)
 
 
+def _cached(obj: Obj) -> bool:
+    """What the driver's watches see: everything but unbound Pods."""
+    return obj["kind"] != "Pod" or bool(obj["spec"].get("nodeName"))
+
+
 def _world(*workloads: Obj) -> FakeKube:
     flavor = rf()
     dev = devices("n1", [1_600_000, 1_600_000, 800_000, 800_000])
@@ -232,7 +245,7 @@ def _world(*workloads: Obj) -> FakeKube:
 
 
 def _driver(kube: FakeKube, identity: str = "a") -> Driver:
-    return Driver(kube, Elector(kube, identity), kube.cache)  # type: ignore[arg-type]
+    return Driver(kube, Elector(kube, identity), kube.caches)  # type: ignore[arg-type]
 
 
 def _state(kube: FakeKube, name: str) -> Obj:
@@ -295,7 +308,7 @@ def test_pool_wide_assignment_reads_the_flavor_pool() -> None:
 def test_a_ready_stays_promised_until_the_cache_shows_it() -> None:
     kube = _world(pending(workload(2, "n1", name="w1")))
     driver = _driver(kube)
-    kube.lagging = True  # the watch has not delivered our Ready yet
+    kube.lagging = {"Workload"}  # the watch has not delivered our Ready yet
     driver.step()
     assert _state(kube, "w1")["state"] == "Ready"
     assert kube.cache.get(("team-a", "w1"))["status"]["admissionChecks"][0]["state"] == "Pending"
@@ -304,7 +317,7 @@ def test_a_ready_stays_promised_until_the_cache_shows_it() -> None:
     driver.step(tick=False)
     retry = _state(kube, "w2")
     assert retry["state"] == "Retry" and retry["message"].endswith(PROMISED)
-    kube.flush()
+    kube.flush("Workload")
     driver.step(tick=False)
     assert not driver.promises.written  # the cache shows the write: nothing left to remember
 
