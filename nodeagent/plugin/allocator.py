@@ -153,12 +153,8 @@ class Allocator:
     def advertised(self) -> list[Advertised]:
         """Every token of the mode; a card held in another mode stays listed but Unhealthy."""
         spec = self.node.spec()
-        with self.node.mutex:
-            # Listed under the mutex, so a reservation made for a Pod newer than the list is
-            # never pruned; a Pod gone since the last Allocate must not keep cards unhealthy.
-            pods = self.node.pods()
-            self.node.prune({pod.uid for pod in pods})
-            reservations = list(self.node.reservations.values())
+        pods, reserved = self.node.live()
+        reservations = list(reserved.values())
         status = self.node.ledger(pods)
         found: list[Advertised] = []
         for group, card in spec.cards():

@@ -83,6 +83,15 @@ class NodeState:
     def pods(self) -> list[PodAllocations]:
         return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
 
+    def live(self) -> tuple[list[PodAllocations], dict[Holder, AllocationRecord]]:
+        """The node's Pods and this process's reservations, for a ListAndWatch tick. Listed
+        under the mutex, so a reservation made for a Pod newer than the list is never pruned;
+        a Pod gone since the last Allocate must not keep its cards held."""
+        with self.mutex:
+            pods = self.pods()
+            self.prune({pod.uid for pod in pods})
+            return pods, dict(self.reservations)
+
     def listed(self, fresh: bool = False) -> Sequence[Pod]:
         """The node's Pods: from the source's cache, or from the API server when `fresh`."""
         if fresh and isinstance(self.source, CachedPodSource):

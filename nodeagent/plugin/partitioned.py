@@ -97,10 +97,7 @@ class PartitionedAllocator(Allocator):
     def advertised(self) -> list[Advertised]:
         """Every partitioned token; `room` of them healthy, the held ones first (§4)."""
         spec = self.node.spec()
-        with self.node.mutex:
-            pods = self.node.pods()
-            self.node.prune({pod.uid for pod in pods})
-            reservations = dict(self.node.reservations)
+        pods, reservations = self.node.live()
         status, holdings = _holdings_status(self.node, pods, reservations)
         held = [
             text
