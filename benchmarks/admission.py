@@ -62,9 +62,14 @@ from testbed import build
 from testbed.harness import Testbed
 from testbed.install import install
 from testbed.kube import Kube, Obj, wait_for
-from testbed.nodes import node_object, register_node
-from testbed.workloads import KUEUE, condition, now
-from tests.e2e.test_pools import T4_POOL, device_manager_feature, nfd_worker_feature
+from testbed.nodes import (
+    T4_POOL,
+    device_manager_feature,
+    nfd_worker_feature,
+    node_object,
+    register_node,
+)
+from testbed.workloads import KUEUE, condition, gpu_workload, now
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
@@ -79,25 +84,7 @@ THREADS = 8
 
 def workload(name: str, cards: int = 1) -> Obj:
     """A bare Workload of one Pod asking for `cards` whole T4 cards on the pool's queue."""
-    gpus = {"nvidia.com/gpu": str(cards)}
-    container = {"name": "c", "image": "busybox", "resources": {"requests": gpus, "limits": gpus}}
-    return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "queueName": local_queue_name(T4_POOL),
-            "podSets": [
-                {
-                    "name": "main",
-                    "count": 1,
-                    "template": {
-                        "spec": {"restartPolicy": "Never", "containers": [container]},
-                    },
-                }
-            ],
-        },
-    }
+    return gpu_workload(name, NAMESPACE, local_queue_name(T4_POOL), cards)
 
 
 def devices(node: str, labels: dict[str, str], cards: int) -> Obj:

@@ -66,3 +66,65 @@ def register_node(kube: Kube, node: Obj) -> Obj:
             subresource="status",
         )
     return created
+
+
+# What NFD would publish for a simulated T4 node, for tests and benchmarks that need a pool
+# without running node agents (the e2e pools test drives these through the real NFD master).
+NFD = "nfd.k8s-sigs.io/v1alpha1"
+NFD_NS = "node-feature-discovery"
+T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
+T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+"""The pool (and LocalQueue base name) T4 nodes built this way land in."""
+
+
+def nfd_worker_feature(node: str) -> Obj:
+    """What nfd-worker publishes for an AMD family 25 model 1 CPU (labels and raw features)."""
+    return {
+        "apiVersion": NFD,
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": node,
+            "namespace": NFD_NS,
+            "labels": {"nfd.node.kubernetes.io/node-name": node},
+        },
+        "spec": {
+            "features": {
+                "attributes": {
+                    "cpu.model": {"elements": {"vendor_id": "AMD", "family": "25", "id": "1"}}
+                },
+            },
+            "labels": {
+                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
+                "feature.node.kubernetes.io/cpu-model.family": "25",
+                "feature.node.kubernetes.io/cpu-model.id": "1",
+            },
+        },
+    }
+
+
+def device_manager_feature(node: str, cards: int) -> Obj:
+    """The node agent's NodeFeature for `cards` Tesla T4 (node-agent §3 label set)."""
+    return {
+        "apiVersion": NFD,
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": f"{node}-gpustack-device-manager",
+            "namespace": NFD_NS,
+            "labels": {"nfd.node.kubernetes.io/node-name": node},
+        },
+        "spec": {
+            "labels": {
+                "feature.gpustack.ai/acceleratable": "true",
+                "acceleratable.feature.gpustack.ai/nvidia": "true",
+                "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
+                "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
+                T4_KEY: "true",
+                f"{T4_KEY}.product": "Tesla-T4",
+                f"{T4_KEY}.memory": "15Gi",
+                f"{T4_KEY}.cores": "2560",
+                f"{T4_KEY}.family": "Turing",
+                f"{T4_KEY}.comcap": "7.5",
+                f"{T4_KEY}.count": str(cards),
+            }
+        },
+    }

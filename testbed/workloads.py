@@ -1,4 +1,5 @@
-"""Kueue helpers the e2e tests share: conditions, and playing the owner of a bare Workload."""
+"""Kueue helpers the e2e tests, the demo and the benchmarks share: a bare Workload asking for
+whole cards, its conditions, and playing its owner."""
 
 from __future__ import annotations
 
@@ -46,3 +47,24 @@ def release_quota(kube: Kube, namespace: str, name: str, manager: str = "e2e-job
         manager=manager,
         subresource="status",
     )
+
+
+def gpu_workload(
+    name: str, namespace: str, queue: str, cards: int, hostname: str | None = None
+) -> Obj:
+    """A bare Workload of one Pod asking `cards` whole `nvidia.com/gpu` on LocalQueue `queue`,
+    optionally pinned to one node by its hostname label."""
+    gpus = {"nvidia.com/gpu": str(cards)}
+    container = {"name": "c", "image": "busybox", "resources": {"requests": gpus, "limits": gpus}}
+    pod: Obj = {"restartPolicy": "Never", "containers": [container]}
+    if hostname is not None:
+        pod["nodeSelector"] = {"kubernetes.io/hostname": hostname}
+    return {
+        "apiVersion": KUEUE,
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "queueName": queue,
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}],
+        },
+    }

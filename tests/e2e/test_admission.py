@@ -27,7 +27,7 @@ from testbed.harness import Testbed, free_port
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, load_yaml_documents, wait_for
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, now, release_quota
+from testbed.workloads import condition, gpu_workload, now, release_quota
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -40,37 +40,7 @@ T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 
 
 def _workload(kube: Kube, namespace: str, name: str, gpus: int, node: str) -> None:
-    container = {
-        "name": "c",
-        "image": "busybox",
-        "resources": {
-            "requests": {"nvidia.com/gpu": str(gpus)},
-            "limits": {"nvidia.com/gpu": str(gpus)},
-        },
-    }
-    kube.create(
-        {
-            "apiVersion": KUEUE,
-            "kind": "Workload",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "queueName": local_queue_name(T4_POOL),
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "nodeSelector": {"kubernetes.io/hostname": node},
-                                "containers": [container],
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    )
+    kube.create(gpu_workload(name, namespace, local_queue_name(T4_POOL), gpus, hostname=node))
 
 
 def _devices(node: str, labels: dict[str, str]) -> Obj:

@@ -17,71 +17,23 @@ import pytest
 
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, Obj, wait_for
-from testbed.nodes import node_object, register_node
+from testbed.kube import Kube, wait_for
+from testbed.nodes import (
+    NFD,
+    NFD_NS,
+    T4_KEY,
+    T4_POOL,
+    device_manager_feature,
+    nfd_worker_feature,
+    node_object,
+    register_node,
+)
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
-NFD = "nfd.k8s-sigs.io/v1alpha1"
-NFD_NS = "node-feature-discovery"
-T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 CPU_FLAVOR = "gpustack--amd-25-1-linux-amd64-16c"
 T4_FLAVOR = "gpustack--amd-25-1--nvidia-tesla-t4-linux-amd64-2d"
-T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
 CPU_POOL = "gpustack--generic-linux-amd64"
-
-
-def nfd_worker_feature(node: str) -> Obj:
-    """What nfd-worker publishes for an AMD family 25 model 1 CPU (labels and raw features)."""
-    return {
-        "apiVersion": NFD,
-        "kind": "NodeFeature",
-        "metadata": {
-            "name": node,
-            "namespace": NFD_NS,
-            "labels": {"nfd.node.kubernetes.io/node-name": node},
-        },
-        "spec": {
-            "features": {
-                "attributes": {
-                    "cpu.model": {"elements": {"vendor_id": "AMD", "family": "25", "id": "1"}}
-                },
-            },
-            "labels": {
-                "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
-                "feature.node.kubernetes.io/cpu-model.family": "25",
-                "feature.node.kubernetes.io/cpu-model.id": "1",
-            },
-        },
-    }
-
-
-def device_manager_feature(node: str, cards: int) -> Obj:
-    """The node agent's NodeFeature for `cards` Tesla T4 (node-agent §3 label set)."""
-    return {
-        "apiVersion": NFD,
-        "kind": "NodeFeature",
-        "metadata": {
-            "name": f"{node}-gpustack-device-manager",
-            "namespace": NFD_NS,
-            "labels": {"nfd.node.kubernetes.io/node-name": node},
-        },
-        "spec": {
-            "labels": {
-                "feature.gpustack.ai/acceleratable": "true",
-                "acceleratable.feature.gpustack.ai/nvidia": "true",
-                "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
-                "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
-                T4_KEY: "true",
-                f"{T4_KEY}.product": "Tesla-T4",
-                f"{T4_KEY}.memory": "15Gi",
-                f"{T4_KEY}.cores": "2560",
-                f"{T4_KEY}.family": "Turing",
-                f"{T4_KEY}.comcap": "7.5",
-                f"{T4_KEY}.count": str(cards),
-            }
-        },
-    }
 
 
 def _add_node(kube: Kube, name: str, cards: int = 0) -> None:

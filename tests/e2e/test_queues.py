@@ -19,7 +19,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, release_quota
+from testbed.workloads import condition, gpu_workload, release_quota
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -29,37 +29,7 @@ CREDITS = "credits.gpustack.ai/nvidia"
 
 
 def _workload(kube: Kube, namespace: str, name: str, gpus: int) -> None:
-    kube.create(
-        {
-            "apiVersion": KUEUE,
-            "kind": "Workload",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "queueName": local_queue_name(T4_POOL),
-                "podSets": [
-                    {
-                        "name": "main",
-                        "count": 1,
-                        "template": {
-                            "spec": {
-                                "restartPolicy": "Never",
-                                "containers": [
-                                    {
-                                        "name": "c",
-                                        "image": "busybox",
-                                        "resources": {
-                                            "requests": {"nvidia.com/gpu": str(gpus)},
-                                            "limits": {"nvidia.com/gpu": str(gpus)},
-                                        },
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                ],
-            },
-        }
-    )
+    kube.create(gpu_workload(name, namespace, local_queue_name(T4_POOL), gpus))
 
 
 def _get_workload(kube: Kube, namespace: str, name: str) -> Obj | None:
