@@ -174,3 +174,68 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
         LEDGER_FOLLOWS_S,
         "the ledger to free the card of the deleted Pod",
     )
+
+
+SLICED = "nvidia.com/gpu.sliced"
+
+
+def test_a_slice_gets_hami_isolation_and_two_slices_share_a_card(
+    testbed: Testbed, plugin_node: PluginNode
+) -> None:
+    """The sliced path on the real API: HAMi-core env and mounts, the record, the ledger's
+    slices; a second slice packs onto the fullest card that still fits; one asking more than
+    any card has left is refused and leaves nothing behind."""
+    kube = testbed.kube
+    kubelet = plugin_node.kubelet
+    kubelet.wait_devices(SLICED, lambda d: len(d) > 0, timeout=90)
+
+    def slice_pod(name: str, units: int, memory: int) -> Obj:
+        limits = {
+            SLICED: "1",
+            f"{SLICED}.units": str(units),
+            f"{SLICED}.memory-percentage": str(memory),
+        }
+        pod = _pod(plugin_node)
+        pod["metadata"]["name"] = name
+        pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+        return pod
+
+    first = kube.create(slice_pod("slice-a", 1_200_000, 75))
+    kubelet.admit(first)
+    response = kubelet.responses[-1][2]
+    card = response.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert response.envs["CUDA_DEVICE_SM_LIMIT"] == "100"  # no cores asked: the whole SM
+    found = kube.get(WORKER, "Devices", plugin_node.name)
+    assert found is not None
+    [group] = Devices.parse(found).spec.groups
+    assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{group.memory * 75 // 100}m"
+    assert "/usr/local/vgpu/libvgpu.so" in {m.container_path for m in response.mounts}
+    wait_for(
+        lambda: _row_mode(testbed, plugin_node.name, card) == Mode.SLICED,
+        LEDGER_FOLLOWS_S,
+        "the ledger to hold the sliced card",
+    )
+
+    second = kube.create(slice_pod("slice-b", 400_000, 25))
+    kubelet.admit(second)
+    assert kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"] == card  # packed: fullest fit
+
+    def row() -> tuple[int, int] | None:
+        found = testbed.kube.get(WORKER, "Devices", plugin_node.name)
+        held = Devices.parse(found).status.row("nvidia", "tesla-t4", card) if found else None
+        return (held.remaining, held.allocated_slices) if held else None
+
+    wait_for(lambda: row() == (0, 2), LEDGER_FOLLOWS_S, "the card full with two slices")
+
+    # A whole card's worth of units cannot fit there any more: it goes to an empty card, and
+    # the full one is never promised past M.
+    third = kube.create(slice_pod("slice-c", 1_600_000, 100))
+    kubelet.admit(third)
+    other = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+    assert other != card
+    wait_for(
+        lambda: _row_mode(testbed, plugin_node.name, other) == Mode.SLICED,
+        LEDGER_FOLLOWS_S,
+        "the ledger to hold the second sliced card",
+    )
+    assert row() == (0, 2)
