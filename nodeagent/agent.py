@@ -17,8 +17,9 @@ With `ledger` on (the agent serves the device plugins, `--device-plugin-dir`), t
 keeps the ledger: `Devices.status` rebuilt from the allocation annotations of the node's Pods,
 applied on the status subresource when it differs from what the API holds. It is checked on every
 monitor round and, when the device plugins follow the node's Pods (`serve`), on every Pod change
-(`write_ledger`, reading the Pods from their cache), so an allocation or a finished Pod reaches the
-ledger within moments. Without it the agent never touches `status`.
+(`write_ledger`, reading the Pods from their cache, and the fit labels with it), so an allocation
+or a finished Pod reaches the ledger and the fit labels within moments. Without it the agent
+never touches `status`.
 """
 
 from __future__ import annotations
@@ -141,10 +142,17 @@ class Reporter:
         return Devices.parse(existing)
 
     def write_ledger(self) -> None:
-        """Write the ledger now, if it moved (the node's Pods changed)."""
+        """Write the ledger now, if it moved (the node's Pods changed), and the fit labels with
+        it: the Workload webhook pins Workloads by them, so they must not wait for a round."""
         devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
-        if self.ledger and devices is not None:
-            self._write_ledger(devices)
+        if not self.ledger or devices is None:
+            return
+        written = self._write_ledger(devices)
+        if written is devices:
+            return
+        node = self.kube.get("v1", "Node", self.node)
+        if node is not None:
+            self._fit_labels(node, Devices.parse(written))
 
     def _write_ledger(self, devices: Obj) -> Obj:
         """Apply the ledger the node's Pods add up to, when it differs; the Devices object."""

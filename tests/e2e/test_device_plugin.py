@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from chain.devices import Devices
+from chain.keys import accelerator_key
+from chain.labels import shared_fit_key
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.units import M
@@ -124,6 +126,12 @@ def _row_mode(testbed: Testbed, node: str, card: str) -> Mode | None:
     return row.mode if row is not None else None
 
 
+def _shared_free(testbed: Testbed, node: str) -> str | None:
+    found = testbed.kube.get("v1", "Node", node) or {}
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    return labels.get(shared_fit_key(accelerator_key("nvidia", "tesla-t4")))
+
+
 def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
     testbed: Testbed, plugin_node: PluginNode
 ) -> None:
@@ -139,6 +147,9 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
             60,
             f"the ledger row of {card}",
         )
+
+    # The fit labels the Workload webhook pins by: four cards with a free share.
+    wait_for(lambda: _shared_free(testbed, plugin_node.name) == "4", 60, "the shared fit label")
 
     pod = kube.create(_pod(plugin_node))
     kubelet.admit(pod)
@@ -160,6 +171,11 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
     )
     others = cards - {card}
     assert all(_row_mode(testbed, plugin_node.name, c) == Mode.NONE for c in others)
+    wait_for(
+        lambda: _shared_free(testbed, plugin_node.name) == "3",
+        LEDGER_FOLLOWS_S,
+        "the shared fit label to follow the ledger (on the Pod change, not a round)",
+    )
 
     # The ledger is written only when it changes: with no Pod moving, nothing is written.
     before = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]
