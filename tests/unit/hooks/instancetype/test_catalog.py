@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from chain.settings import Settings
 from hooks.admission.catalog import load_document, parse_catalog
 from hooks.instancetype.app import app
 from hooks.instancetype.catalog import CATALOG_BUDGET, sync
-from tests.unit.hooks.fixture_runner import check_fixture, routes
+from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.catalog_cases import (
     A100_TYPE,
     CASES,
@@ -30,32 +29,29 @@ from tests.unit.hooks.instancetype.catalog_cases import (
 from tests.unit.hooks.instancetype.catalog_fixtures import DIRECTORY
 from tests.unit.hooks.instancetype.fixtures import render
 
-FILES = sorted(DIRECTORY.glob("*.json"))
 Obj = dict[str, Any]
+
+(
+    test_a_file_for_every_case,
+    test_fixture_file_is_current,
+    test_fixture,
+    test_every_route_has_a_fixture,
+) = fixture_tests(
+    GeneratedFixtures(
+        app,
+        DIRECTORY,
+        CASES,
+        render,
+        "attachments",
+        frozenset({"/catalog/sync", "/catalog/customize"}),
+        "tests.unit.hooks.instancetype.catalog_fixtures",
+    )
+)
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[FlaskClient]:
     yield app.test_client()
-
-
-def test_a_file_for_every_case() -> None:
-    assert {path.stem for path in FILES} == set(CASES)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_fixture_file_is_current(name: str) -> None:
-    """The JSON file is what the case renders to (regenerate with `-m ...catalog_fixtures`)."""
-    assert (DIRECTORY / f"{name}.json").read_text() == render(CASES[name])
-
-
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_fixture(client: FlaskClient, path: Path) -> None:
-    check_fixture(client, path, "attachments")
-
-
-def test_every_route_has_a_fixture() -> None:
-    assert routes(FILES) == {"/catalog/sync", "/catalog/customize"}
 
 
 def _catalog_text(answer: Obj) -> str:

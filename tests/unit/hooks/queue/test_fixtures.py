@@ -2,39 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-from flask.testing import FlaskClient
-
 from hooks.queue.app import app
-from tests.unit.hooks.fixture_runner import check_fixture, routes
+from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.queue.cases import CASES
 from tests.unit.hooks.queue.fixtures import DIRECTORY, render
 
-FILES = sorted(DIRECTORY.glob("*.json"))
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[FlaskClient]:
-    yield app.test_client()
-
-
-def test_a_file_for_every_case() -> None:
-    assert {path.stem for path in FILES} == set(CASES)
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_fixture_file_is_current(name: str) -> None:
-    """The JSON file is what the case renders to (regenerate with `-m ...fixtures`)."""
-    assert (DIRECTORY / f"{name}.json").read_text() == render(CASES[name])
-
-
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_fixture(client: FlaskClient, path: Path) -> None:
-    check_fixture(client, path, "attachments")
-
-
-def test_every_route_has_a_fixture() -> None:
-    assert routes(FILES) == {"/sync", "/finalize", "/customize"}
+(
+    test_a_file_for_every_case,
+    test_fixture_file_is_current,
+    test_fixture,
+    test_every_route_has_a_fixture,
+) = fixture_tests(
+    GeneratedFixtures(
+        app,
+        DIRECTORY,
+        CASES,
+        render,
+        "attachments",
+        frozenset({"/sync", "/finalize", "/customize"}),
+        "tests.unit.hooks.queue.fixtures",
+    )
+)
