@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from chain.allocation import (
     Code,
@@ -63,6 +64,8 @@ from nodeagent.plugin.identify import (
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
+
+T = TypeVar("T")
 
 DEFAULT_DEADLINE_S = 0.8
 KUBELET_LIST_TIMEOUT_S = 2.0
@@ -234,22 +237,9 @@ class Allocator:
 
     def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
         """The container's response; `Refusal` or `Late` otherwise (nothing kept then)."""
-        try:  # malformed IDs are refused before anything is looked up or locked
-            for text in device_ids:
-                DeviceToken.parse(text)
-        except ValueError as error:
-            raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
-        if not device_ids:
-            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
-        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
-            raise Late("another allocation held the node past the deadline")
-        try:
-            found, record, prior = self.node.identified(
-                lambda fresh: self._decide(device_ids, attempt, fresh)
-            )
-        finally:
-            self.node.mutex.release()
-        self.node.notify()
+        found, record, prior = self._locked(
+            device_ids, attempt, lambda fresh: self._decide(device_ids, attempt, fresh)
+        )
         holder = found.holder
         before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
         meta = found.allocations
@@ -272,6 +262,28 @@ class Allocator:
                 raise
             raise Refusal(Code.INTERNAL, str(error)) from error
         return response
+
+    def _locked(
+        self, device_ids: Sequence[str], attempt: Attempt, decide: Callable[[bool], T]
+    ) -> T:
+        """Refuse malformed IDs before anything is looked up or locked; then `decide` (identify,
+        check, reserve) under the node mutex, waited for no longer than the attempt allows, over
+        the cached Pods and if need be a fresh list; ListAndWatch hears of the reservation."""
+        try:
+            for text in device_ids:
+                DeviceToken.parse(text)
+        except ValueError as error:
+            raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
+        if not device_ids:
+            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
+        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
+            raise Late("another allocation held the node past the deadline")
+        try:
+            decided = self.node.identified(decide)
+        finally:
+            self.node.mutex.release()
+        self.node.notify()
+        return decided
 
     def _decide(
         self, device_ids: Sequence[str], attempt: Attempt, fresh: bool

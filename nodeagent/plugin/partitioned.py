@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from chain.allocation import Code, DeviceToken, Refusal
+from chain.allocation import Code, Refusal
 from chain.families import PARTITIONED_UNITS
 from chain.ledger import DevicesStatus, Mode
 from chain.ledger_rebuild import (
@@ -117,22 +117,9 @@ class PartitionedAllocator(Allocator):
     # --- Allocate ---------------------------------------------------------------------------
 
     def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
-        try:
-            for text in device_ids:
-                DeviceToken.parse(text)
-        except ValueError as error:
-            raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
-        if not device_ids:
-            raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
-        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
-            raise Late("another allocation held the node past the deadline")
-        try:
-            found, grant, prior, live = self.node.identified(
-                lambda fresh: self._decide_partition(device_ids, attempt, fresh)
-            )
-        finally:
-            self.node.mutex.release()
-        self.node.notify()
+        found, grant, prior, live = self._locked(
+            device_ids, attempt, lambda fresh: self._decide_partition(device_ids, attempt, fresh)
+        )
         holder = found.holder
         site = grant.site
         try:
