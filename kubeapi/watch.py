@@ -42,6 +42,16 @@ def key_of(obj: Obj) -> Key:
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
+def _trimmed(obj: Obj) -> Obj:
+    """The object without `metadata.managedFields`: server-side apply's bookkeeping is often
+    the largest part of an object, and no reader of a cache needs it (writers send their own
+    field manager), so a cache of every bound Pod would mostly hold it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
 def _version(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -106,7 +116,7 @@ class Cache:
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         """A fresh list: everything not in it is gone."""
         with self._cond:
-            self._objects = {key_of(obj): obj for obj in items}
+            self._objects = {key_of(obj): _trimmed(obj) for obj in items}
             self._version = resource_version
             self._synced = True
             self._bump()
@@ -116,7 +126,7 @@ class Cache:
         with self._cond:
             version = _version(event.object)
             if event.type in ("ADDED", "MODIFIED"):
-                self._objects[key_of(event.object)] = event.object
+                self._objects[key_of(event.object)] = _trimmed(event.object)
                 self._bump()
             elif event.type == "DELETED":
                 self._objects.pop(key_of(event.object), None)

@@ -6,7 +6,8 @@ kind is listed once and then followed by a watch (`kubeapi.watch`).
 
 Memory: the caches hold every ResourceFlavor, Node, Devices, AdmissionCheck, Workload and bound
 Pod (field selector `spec.nodeName!=`: a Pod the scheduler has not placed holds no card) as
-parsed JSON, a few KiB to a few tens of KiB per object in Python. Nodes, Devices and Workloads
+parsed JSON without `managedFields` (the watch cache drops them), a few KiB to a few tens of KiB
+per object in Python. Nodes, Devices and Workloads
 grow with the cluster and the queue; bound Pods are the largest set (100 nodes x 30 Pods x
 ~20 KiB is about 60 MiB). The Deployment's memory limit must leave room for that.
 

@@ -264,3 +264,15 @@ def test_event_parsing() -> None:
     cache = Cache()
     with pytest.raises(ValueError):
         cache.apply(Event("SURPRISE", {}))
+
+
+def test_the_cache_keeps_no_managed_fields() -> None:
+    cache = Cache()
+    heavy = workload("a", "1")
+    heavy["metadata"]["managedFields"] = [{"manager": "kueue", "fieldsV1": {"f:status": {}}}]
+    cache.replace([heavy], "1")
+    assert "managedFields" not in cache.items()[0]["metadata"]
+    cache.apply(Event("MODIFIED", heavy))
+    [kept] = cache.items()
+    assert "managedFields" not in kept["metadata"] and kept["metadata"]["name"] == "a"
+    assert "managedFields" in heavy["metadata"]  # the caller's object is left as it was
