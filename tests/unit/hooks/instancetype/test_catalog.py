@@ -27,7 +27,6 @@ from tests.unit.hooks.instancetype.catalog_cases import (
     request,
 )
 from tests.unit.hooks.instancetype.catalog_fixtures import DIRECTORY
-from tests.unit.hooks.instancetype.fixtures import render
 
 Obj = dict[str, Any]
 
@@ -41,7 +40,6 @@ Obj = dict[str, Any]
         app,
         DIRECTORY,
         CASES,
-        render,
         "attachments",
         frozenset({"/catalog/sync", "/catalog/customize"}),
         "tests.unit.hooks.instancetype.catalog_fixtures",

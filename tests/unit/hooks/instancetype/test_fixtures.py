@@ -5,7 +5,7 @@ from __future__ import annotations
 from hooks.instancetype.app import app
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.cases import CASES
-from tests.unit.hooks.instancetype.fixtures import DIRECTORY, render
+from tests.unit.hooks.instancetype.fixtures import DIRECTORY
 
 (
     test_a_file_for_every_case,
@@ -17,7 +17,6 @@ from tests.unit.hooks.instancetype.fixtures import DIRECTORY, render
         app,
         DIRECTORY,
         CASES,
-        render,
         "status",
         frozenset({"/sync", "/customize"}),
         "tests.unit.hooks.instancetype.fixtures",

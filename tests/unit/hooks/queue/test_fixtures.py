@@ -5,7 +5,7 @@ from __future__ import annotations
 from hooks.queue.app import app
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.queue.cases import CASES
-from tests.unit.hooks.queue.fixtures import DIRECTORY, render
+from tests.unit.hooks.queue.fixtures import DIRECTORY
 
 (
     test_a_file_for_every_case,
@@ -17,7 +17,6 @@ from tests.unit.hooks.queue.fixtures import DIRECTORY, render
         app,
         DIRECTORY,
         CASES,
-        render,
         "attachments",
         frozenset({"/sync", "/finalize", "/customize"}),
         "tests.unit.hooks.queue.fixtures",
