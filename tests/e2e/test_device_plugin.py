@@ -9,6 +9,7 @@ ledger (Devices.status) charges that card.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,20 @@ class PluginNode:
 
 @pytest.fixture
 def plugin_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
+    """An agent serving the device plugins for four simulated T4 cards."""
+    with _agent_node(testbed, "t4x4") as node:
+        yield node
+
+
+@pytest.fixture
+def mig_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
+    """An agent serving the device plugins for a simulated A100 40GB in MIG mode."""
+    with _agent_node(testbed, "a100-40gb-mig") as node:
+        yield node
+
+
+@contextlib.contextmanager
+def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
     name, namespace = f"dp-{tag}", f"dp-{tag}"
@@ -71,7 +86,7 @@ def plugin_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
             "--kubeconfig",
             str(kubeconfig),
             "--simulate",
-            "t4x4",
+            profile,
             "--manufacturer",
             "nvidia",
             # A long monitor period: the ledger must follow the Pods through the agent's Pod
@@ -255,3 +270,68 @@ def test_a_slice_gets_hami_isolation_and_two_slices_share_a_card(
         "the ledger to hold the second sliced card",
     )
     assert row() == (0, 2)
+
+
+VISIBILITY = "device.gpustack.ai/nvidia.visibility"
+
+
+def test_a_sidecar_sees_its_pods_card_and_is_charged_nothing(
+    testbed: Testbed, plugin_node: PluginNode
+) -> None:
+    kube = testbed.kube
+    kubelet = plugin_node.kubelet
+    kubelet.wait_devices(VISIBILITY, lambda d: len(d) == 4 * 512, timeout=90)
+    pod = _pod(plugin_node)
+    see = {VISIBILITY: "1"}
+    pod["spec"]["containers"].append(
+        {"name": "ssh", "image": "busybox", "resources": {"limits": see, "requests": see}}
+    )
+    kubelet.admit(kube.create(pod))
+    shown = {c: r.envs["NVIDIA_VISIBLE_DEVICES"] for c, _, r in kubelet.responses}
+    assert shown["ssh"] == shown["main"]  # the sidecar sees exactly the workload's card
+    wait_for(
+        lambda: _row_mode(testbed, plugin_node.name, shown["main"]) == Mode.EXCLUSIVE,
+        LEDGER_FOLLOWS_S,
+        "the ledger to charge the workload's card",
+    )
+    stored = kube.get("v1", "Pod", "train", plugin_node.namespace) or {}
+    record = parse_allocated(stored["metadata"]["annotations"][ALLOCATED_ANNOTATION])
+    assert set(record) == {"main"}  # no record, no units for the sidecar
+
+
+PARTITIONED = "nvidia.com/gpu.partitioned"
+
+
+def test_a_partition_is_cut_on_the_card_and_reaches_the_ledger(
+    testbed: Testbed, mig_node: PluginNode
+) -> None:
+    kube = testbed.kube
+    kubelet = mig_node.kubelet
+    kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=90)
+    limits = {PARTITIONED: "1", f"{PARTITIONED}.mig-3g.20gb": "1"}
+    pod = _pod(mig_node)
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+    kubelet.admit(kube.create(pod))
+    [(container, resource, response)] = kubelet.responses
+    assert (container, resource) == ("main", PARTITIONED)
+    mig = response.envs["NVIDIA_VISIBLE_DEVICES"]
+    assert mig.startswith("MIG-")  # the instance, never the parent card
+
+    def partitioned() -> list[tuple[str, int]] | None:
+        found = kube.get(WORKER, "Devices", mig_node.name)
+        rows = Devices.parse(found).status.rows() if found else []
+        held = [
+            (row.id, sum(p.count for p in row.allocated_profiles))
+            for _, row in rows
+            if row.mode == Mode.PARTITIONED
+        ]
+        return held or None
+
+    [(card, profiles)] = wait_for(partitioned, LEDGER_FOLLOWS_S, "the ledger to hold the partition")
+    assert profiles == 1
+    stored = kube.get("v1", "Pod", "train", mig_node.namespace) or {}
+    [claim] = parse_allocated(stored["metadata"]["annotations"][ALLOCATED_ANNOTATION])[
+        "main"
+    ].claims()
+    assert (claim.row.id, claim.row.allocated_physical_profile) == (card, "3g.20gb")
+    assert claim.row.allocated_physical_id == mig
