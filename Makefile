@@ -5,22 +5,29 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# `make image`: the one image every component runs, from the Containerfile (podman or docker).
+CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || echo docker)
+IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
+BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed demo test unit e2e lint clean
+.PHONY: all venv testbed image demo test unit e2e lint clean
 
 all: test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 venv: $(STAMP)
 
 testbed: venv
 	$(PY) -m testbed build
+
+image:
+	$(CONTAINER_TOOL) build --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Containerfile -t $(IMAGE) .
 
 demo: testbed
 	$(PY) -m testbed demo

@@ -58,6 +58,10 @@ def test_hooks_have_no_credentials_and_are_probed(deployment: dict[str, Any]) ->
     for container in pod["containers"]:
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["resources"]["requests"] and container["resources"]["limits"]
+        # A read-only root: gunicorn's heartbeat files in memory, no control socket in $HOME.
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert "--worker-tmp-dir=/dev/shm" in container["args"]
+        assert "--no-control-socket" in container["args"]
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
