@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import cast
@@ -38,6 +39,8 @@ from nodeagent.detect.registry import (
     requested_manufacturers,
 )
 from nodeagent.detect.sysfs import Sysfs
+from nodeagent.health import Health
+from nodeagent.health import serve as serve_health
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import load_profile, shipped_profiles, simulated_node
@@ -105,6 +108,13 @@ def _parser() -> argparse.ArgumentParser:
         help="where the partitioned plugin keeps the ownership markers of its MIG instances "
         "(default: mig/ beside the pods dir, /var/lib/gpustack/operator/mig)",
     )
+    serve.add_argument(
+        "--health-port",
+        type=int,
+        default=0,
+        help="serve /healthz and /readyz for the kubelet's probes on this port (default 0: "
+        "off; the DaemonSets use 8081)",
+    )
     return parser
 
 
@@ -145,7 +155,12 @@ def serve(args: argparse.Namespace) -> int:
     reporter = Reporter(kube, node, args.namespace, names, table, ledger=plugins)
     publish: Callable[[frozenset[str]], None] = _ignore
     report: Callable[[DetectionRound], None] = reporter
+    # Alive while the loop wakes up at least once in three monitor periods.
+    health = Health(stale_after=3 * args.period + 30)
     with ExitStack() as stack:
+        if args.health_port:
+            probes = serve_health(health, args.health_port)
+            stack.callback(probes.shutdown)
         # The partitioned plugin cuts MIG instances through the same NVML the detector reads
         # (the simulator keeps its instances in that one object).
         partitions: MigNvml | None
@@ -180,11 +195,21 @@ def serve(args: argparse.Namespace) -> int:
                 reporter(current)
                 servers.refresh()  # ListAndWatch lists the spec just written
 
+        def report_and_mark(current: DetectionRound) -> None:
+            report(current)
+            health.mark_reported()
+
+        def sleep_and_beat(seconds: float) -> None:
+            health.beat()
+            time.sleep(seconds)
+            health.beat()
+
         loop = DetectLoop(
             detections(names, setup),
             names,
             publish=publish,
-            report=report,
+            report=report_and_mark,
+            sleep=sleep_and_beat,
             no_fast_failed=args.no_fast_failed,
             no_pci_check=args.no_pci_check,
             period=args.period,

@@ -127,3 +127,26 @@ def test_settings_crd_declares_every_setting() -> None:
     ]
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert set(spec["properties"]) == set(Settings.names())
+
+
+@pytest.mark.parametrize("daemonset", _of("DaemonSet"), ids=lambda d: d["metadata"]["name"])
+def test_node_agents_serve_the_device_plugin_where_the_kubelet_looks(
+    daemonset: dict[str, Any],
+) -> None:
+    """The sockets and files the agent's flags name lie on host paths it mounts (a flag
+    pointing into the container's own filesystem would register nothing with the kubelet)."""
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    flags = dict(arg.split("=", 1) for arg in container["args"])
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    for flag in ("--device-plugin-dir", "--pod-resources-socket", "--pods-dir"):
+        path = flags[flag]
+        mount = next(m for p, m in mounts.items() if path == p or path.startswith(p + "/"))
+        assert host[mount["name"]] == mount["mountPath"], f"{flag} is not on the host's path"
+    assert not mounts["/var/lib/kubelet/device-plugins"]["readOnly"]
+    port = int(flags["--health-port"])
+    assert {"name": "health", "containerPort": port} in container["ports"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
