@@ -85,6 +85,11 @@ class Component:
     name: str
     binaries: tuple[str, ...]
     build: Callable[[dict[str, str], Path, Path], None]  # (pins, workdir, bindir)
+    pin: str = ""  # the versions.toml table it is built from (default: its own name)
+
+    @property
+    def table(self) -> str:
+        return self.pin or self.name
 
 
 def _new_module(work: Path, name: str) -> None:
@@ -113,7 +118,13 @@ def _version_ldflags(packages: list[str], values: dict[str, str]) -> str:
     return " ".join(flags)
 
 
-def build_kubernetes(pins: dict[str, str], work: Path, bindir: Path) -> None:
+def _kubernetes_builder(*commands: str) -> Callable[[dict[str, str], Path, Path], None]:
+    return lambda pins, work, bindir: build_kubernetes(pins, work, bindir, commands)
+
+
+def build_kubernetes(
+    pins: dict[str, str], work: Path, bindir: Path, commands: tuple[str, ...]
+) -> None:
     version = pins["version"]  # v1.36.3
     major, minor, _patch = version.lstrip("v").split(".")
     staging_version = f"v0.{minor}.{_patch}"
@@ -128,7 +139,7 @@ def build_kubernetes(pins: dict[str, str], work: Path, bindir: Path) -> None:
         if rep["New"]["Path"].startswith("./staging/"):
             path = rep["Old"]["Path"]
             go(["mod", "edit", f"-replace={path}={path}@{staging_version}"], work)
-    cmds = ["k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager"]
+    cmds = [f"k8s.io/kubernetes/cmd/{name}" for name in commands]
     _tools_file(work, cmds)
     go(["mod", "tidy"], work)
     # Without these the server reports v0.0.0-master+$Format:%H$, which Kueue cannot parse.
@@ -223,10 +234,57 @@ def build_nfd(pins: dict[str, str], work: Path, bindir: Path) -> None:
     go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(bindir / "nfd-master"), cmd], work)
 
 
+def build_containerd(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # Static, without the snapshotters that need cgo or kernel headers; overlayfs is built in.
+    module, version = pins["module"], pins["version"]
+    _new_module(work, "local/containerdbuild")
+    go(["get", f"{module}@{version}"], work)
+    cmds = [f"{module}/cmd/{name}" for name in ("containerd", "containerd-shim-runc-v2", "ctr")]
+    _tools_file(work, cmds)
+    go(["mod", "tidy"], work)
+    ldflags = f"-s -w -X {module}/version.Version={version}"
+    tags = "no_btrfs no_devmapper no_zfs no_aufs"
+    go(["build", "-trimpath", "-tags", tags, "-ldflags", ldflags, "-o", f"{bindir}/", *cmds], work)
+
+
+def build_coredns(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # Cluster DNS for the real nodes; its go.mod has no replaces, so a plain install works.
+    module, version = pins["module"], pins["version"]
+    ldflags = f"-s -w -X {module}/coremain.GitCommit={version}"
+    go(
+        ["install", "-trimpath", "-ldflags", ldflags, f"{module}@{version}"],
+        work,
+        {"GOBIN": str(bindir)},
+    )
+
+
+def build_pause(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    """The sandbox process of every Pod: the testbed's own few lines (testbed/pause/), since
+    no image can be pulled."""
+    _new_module(work, "local/pause")
+    shutil.copy(Path(__file__).with_name("pause") / "main.go", work / "main.go")
+    go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(bindir / "pause"), "."], work)
+
+
 COMPONENTS: dict[str, Component] = {
     "kubernetes": Component(
-        "kubernetes", ("kube-apiserver", "kube-controller-manager"), build_kubernetes
+        "kubernetes",
+        ("kube-apiserver", "kube-controller-manager"),
+        _kubernetes_builder("kube-apiserver", "kube-controller-manager"),
     ),
+    # The node side and the tools, from the same pin: a separate cache folder, so a machine
+    # that has the control plane builds only these (the Go build cache makes it quick).
+    "kubernetes-node": Component(
+        "kubernetes-node",
+        ("kubelet", "kube-scheduler", "kube-proxy", "kubectl"),
+        _kubernetes_builder("kubelet", "kube-scheduler", "kube-proxy", "kubectl"),
+        pin="kubernetes",
+    ),
+    "containerd": Component(
+        "containerd", ("containerd", "containerd-shim-runc-v2", "ctr"), build_containerd
+    ),
+    "coredns": Component("coredns", ("coredns",), build_coredns),
+    "pause": Component("pause", ("pause",), build_pause),
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),
     "metacontroller": Component("metacontroller", ("metacontroller",), build_metacontroller),
@@ -235,7 +293,7 @@ COMPONENTS: dict[str, Component] = {
 
 
 def bin_dir(name: str, pins: dict[str, str] | None = None) -> Path:
-    pins = pins or versions()[name]
+    pins = pins or versions()[COMPONENTS[name].table]
     return cache_root() / f"{name}-{pins['version']}" / "bin"
 
 
@@ -260,19 +318,20 @@ def ensure(
     took: dict[str, float] = {}
     for name in names or list(COMPONENTS):
         comp = COMPONENTS[name]
-        target = bin_dir(name, pins[name])
+        pin = pins[comp.table]
+        target = bin_dir(name, pin)
         if is_built(comp):
             took[name] = 0.0
-            say(f"testbed: {name} {pins[name]['version']} reused from {target}")
+            say(f"testbed: {name} {pin['version']} reused from {target}")
             continue
-        say(f"testbed: building {name} {pins[name]['version']} ...")
+        say(f"testbed: building {name} {pin['version']} ...")
         start = time.monotonic()
         staging = target.with_name("bin.partial")
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
         (target.parent / "work").mkdir(exist_ok=True)
-        comp.build(pins[name], target.parent / "work", staging)
+        comp.build(pin, target.parent / "work", staging)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)  # only a complete build ever appears as bin/

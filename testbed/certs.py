@@ -1,7 +1,10 @@
 """One throwaway CA per testbed run and the certificates signed by it.
 
-The same serving certificate (SANs localhost and 127.0.0.1) serves the API server and every
-webhook, because nothing in the testbed is reachable by a Service name: all traffic is loopback.
+The same serving certificate serves the API server and the webhooks the testbed runs as local
+processes (SANs localhost and 127.0.0.1). With real nodes the API server is also reached from
+the Pod network, so its certificate adds the node bridge's address and the `kubernetes` Service
+names; the nodes' own certificates (kubelet client and serving, kube-proxy) are issued by
+`issue()` from the same CA.
 """
 
 from __future__ import annotations
@@ -83,7 +86,41 @@ def _leaf(
     return builder.sign(ca_key, hashes.SHA256()), key
 
 
-def generate(directory: Path) -> CertPaths:
+def issue(
+    directory: Path,
+    name: str,
+    common_name: str,
+    organizations: tuple[str, ...] = (),
+    server_sans: list[str] | None = None,
+) -> tuple[Path, Path]:
+    """A leaf signed by the run's CA in `directory`: a client certificate, or a serving one when
+    `server_sans` (DNS names or IP addresses) is given. Returns (certificate, key) paths."""
+    ca = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+    usage = (
+        ExtendedKeyUsageOID.CLIENT_AUTH if server_sans is None else ExtendedKeyUsageOID.SERVER_AUTH
+    )
+    cert, key = _leaf(ca, ca_key, x509.Name(attrs), usage, _sans(server_sans or []))
+    crt_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
+    _write_cert(cert, crt_path)
+    _write_key(key, key_path)
+    return crt_path, key_path
+
+
+def _sans(names: list[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            out.append(x509.DNSName(name))
+    return out
+
+
+def generate(directory: Path, extra_sans: tuple[str, ...] = ()) -> CertPaths:
     directory.mkdir(parents=True, exist_ok=True)
     paths = CertPaths(
         ca_crt=directory / "ca.crt",
@@ -125,7 +162,7 @@ def generate(directory: Path) -> CertPaths:
         ca_key,
         x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
         ExtendedKeyUsageOID.SERVER_AUTH,
-        [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+        _sans(["localhost", "127.0.0.1", *extra_sans]),
     )
     _write_cert(serving, paths.serving_crt)
     _write_key(serving_key, paths.serving_key)

@@ -26,7 +26,7 @@ from typing import Any
 import requests
 import yaml
 
-from testbed import build, certs
+from testbed import build, certs, network
 from testbed.kube import Kube, KubeError, Obj, load_yaml_documents, wait_for
 from testbed.nodes import node_object, register_node
 
@@ -92,6 +92,7 @@ class Process:
     log: str
     pid: int = 0
     started: float = 0.0
+    exe: str = ""  # the program that ends up running, when argv[0] execs it (nsenter, ...)
 
 
 @dataclass
@@ -99,6 +100,9 @@ class State:
     root: str
     ports: dict[str, int] = field(default_factory=dict)
     processes: dict[str, Process] = field(default_factory=dict)
+    real_nodes: bool = False  # with a node network (testbed/network.py) in `slot`
+    slot: int = -1
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # testbed/realnode.py
 
     def save(self) -> None:
         Path(self.root, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -115,9 +119,14 @@ class Testbed:
 
     __test__ = False  # not a pytest test class, despite the name
 
-    def __init__(self, root: Path, nfd_extra_label_ns: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, root: Path, nfd_extra_label_ns: tuple[str, ...] = (), real_nodes: bool = False
+    ) -> None:
+        """`real_nodes`: the control plane is also reached from a Pod network (the node bridge,
+        the `kubernetes` Service, a scheduler, every default controller), so that
+        `testbed.realnode` nodes can join it."""
         self.root = root
-        self.state = State(str(root))
+        self.state = State(str(root), real_nodes=real_nodes)
         self.nfd_extra_label_ns = nfd_extra_label_ns
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._kube: Kube | None = None
@@ -146,6 +155,10 @@ class Testbed:
             d / "sa.key",
             d / "sa.pub",
         )
+
+    @property
+    def network(self) -> network.Network:
+        return network.Network(self.state.slot)
 
     @property
     def server(self) -> str:
@@ -183,6 +196,7 @@ class Testbed:
             "etcd_peer",
             "apiserver",
             "kcm",
+            "scheduler",
             "kueue_webhook",
             "kueue_health",
             "kueue_metrics",
@@ -190,7 +204,10 @@ class Testbed:
             "nfd",
         ):
             self.state.ports[port] = free_port()
-        certs.generate(self.root / "certs")
+        real = self.state.real_nodes
+        if real:
+            self.state.slot = network.free_slot()
+        certs.generate(self.root / "certs", self.network.api_server_sans() if real else ())
         self.state.save()
         steps = {
             "etcd": self._start_etcd,
@@ -201,12 +218,17 @@ class Testbed:
             "nfd-master": self._start_nfd,
         }
         try:
+            if real:
+                network.create_bridge(self.network)
             for name in components:
                 if name == "kueue":
                     self._install_crds(timeout)
                 steps[name](binaries[name], timeout)
                 if name == "kube-apiserver":
-                    self._write_kubeconfig()
+                    c = self.certs
+                    self.write_kubeconfig(self.kubeconfig, self.server, c.admin_crt, c.admin_key)
+                if name == "kube-controller-manager" and real:
+                    self._start_scheduler(build.binary("kube-scheduler"), timeout)
         except BaseException:
             self.down(keep_root=True)
             raise
@@ -220,6 +242,10 @@ class Testbed:
         """Stop every component (TERM, then KILL) and remove the run folder."""
         while self._before_down:
             self._before_down.pop()()
+        if self.state.real_nodes:
+            from testbed import realnode
+
+            realnode.teardown(self)
         for proc in reversed(list(self.state.processes.values())):
             if proc.pid:
                 self._stop(proc)
@@ -305,7 +331,7 @@ class Testbed:
             cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             return False
-        return cmdline.decode(errors="replace") == proc.argv[0]
+        return cmdline.decode(errors="replace") == (proc.exe or proc.argv[0])
 
     def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
         """A kubeconfig that authenticates as a ServiceAccount (a fresh bound token), to prove
@@ -377,6 +403,18 @@ class Testbed:
         attached to failing tests and checked for liveness; `stop(name)` ends it."""
         self._spawn(name, argv, env={"PYTHONPATH": str(Path.cwd()), **(env or {})})
 
+    def spawn(
+        self, name: str, argv: list[str], exe: str = "", env: dict[str, str] | None = None
+    ) -> Process:
+        """Start an upstream program as a testbed process (`exe`: what argv[0] execs)."""
+        proc = self._spawn(name, argv, env)
+        proc.exe = exe
+        self.state.save()
+        return proc
+
+    def wait_ready(self, name: str, probe: Callable[[], object], timeout: float) -> None:
+        self._wait_ready(name, probe, timeout)
+
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
         log = self.logs / f"{name}.log"
         with log.open("ab") as fh:
@@ -439,6 +477,27 @@ class Testbed:
 
         self._wait_ready("etcd", healthy, timeout)
 
+    def _apiserver_network_flags(self) -> list[str]:
+        c = self.certs
+        if not self.state.real_nodes:
+            return [
+                "--bind-address=127.0.0.1",
+                # No default route on these machines: without this the server refuses to start.
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
+        return [
+            # Loopback for the host's clients, the bridge for the nodes and their Pods.
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={self.network.host_ip}",  # the `kubernetes` Service's endpoint
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={c.admin_crt}",
+            f"--kubelet-client-key={c.admin_key}",
+            f"--kubelet-certificate-authority={c.ca_crt}",
+            # Webhooks and aggregated APIs at their Pods' addresses: the host runs no kube-proxy.
+            "--enable-aggregator-routing=true",
+        ]
+
     def _start_apiserver(self, binary: Path, timeout: float) -> None:
         c = self.certs
         port = self.state.ports["apiserver"]
@@ -447,9 +506,7 @@ class Testbed:
             [
                 str(binary),
                 f"--etcd-servers=http://127.0.0.1:{self.state.ports['etcd']}",
-                "--bind-address=127.0.0.1",
-                # No default route on these machines: without this the server refuses to start.
-                "--advertise-address=127.0.0.1",
+                *self._apiserver_network_flags(),
                 f"--secure-port={port}",
                 f"--tls-cert-file={c.serving_crt}",
                 f"--tls-private-key-file={c.serving_key}",
@@ -460,37 +517,30 @@ class Testbed:
                 f"--service-account-issuer=https://127.0.0.1:{port}",
                 f"--service-account-key-file={c.sa_pub}",
                 f"--service-account-signing-key-file={c.sa_key}",
-                "--endpoint-reconciler-type=none",
                 "--max-requests-inflight=2000",
                 "--max-mutating-requests-inflight=1000",
             ],
         )
         self._wait_ready("kube-apiserver", lambda: self._https_ok(f"{self.server}/readyz"), timeout)
 
-    def _write_kubeconfig(self) -> None:
-        c = self.certs
+    def write_kubeconfig(self, path: Path, server: str, crt: Path, key: Path) -> None:
+        """A kubeconfig for `server` that authenticates with a client certificate."""
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {
                     "name": "testbed",
-                    "cluster": {"server": self.server, "certificate-authority": str(c.ca_crt)},
+                    "cluster": {"server": server, "certificate-authority": str(self.certs.ca_crt)},
                 }
             ],
             "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate": str(c.admin_crt),
-                        "client-key": str(c.admin_key),
-                    },
-                }
+                {"name": "user", "user": {"client-certificate": str(crt), "client-key": str(key)}}
             ],
-            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "admin"}}],
+            "contexts": [{"name": "testbed", "context": {"cluster": "testbed", "user": "user"}}],
             "current-context": "testbed",
         }
-        self.kubeconfig.write_text(yaml.safe_dump(cfg))
+        path.write_text(yaml.safe_dump(cfg))
 
     def _start_kcm(self, binary: Path, timeout: float) -> None:
         c = self.certs
@@ -503,7 +553,16 @@ class Testbed:
                 f"--authentication-kubeconfig={self.kubeconfig}",
                 f"--authorization-kubeconfig={self.kubeconfig}",
                 "--leader-elect=false",
-                "--controllers=namespace,garbagecollector,serviceaccount,serviceaccount-token",
+                # With real nodes, everything a cluster runs (node lifecycle, Deployments,
+                # DaemonSets, Jobs, EndpointSlices, the root CA publisher, ...).
+                "--controllers="
+                + (
+                    "*"
+                    if self.state.real_nodes
+                    else "namespace,garbagecollector,serviceaccount,serviceaccount-token"
+                ),
+                f"--cluster-signing-cert-file={c.ca_crt}",
+                f"--cluster-signing-key-file={c.ca_key}",
                 f"--root-ca-file={c.ca_crt}",
                 f"--service-account-private-key-file={c.sa_key}",
                 "--use-service-account-credentials=false",
@@ -523,6 +582,27 @@ class Testbed:
             "kube-controller-manager",
             lambda: self.kube.get("v1", "ServiceAccount", "default", "default"),
             timeout,
+        )
+
+    def _start_scheduler(self, binary: Path, timeout: float) -> None:
+        c = self.certs
+        port = self.state.ports["scheduler"]
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--authentication-kubeconfig={self.kubeconfig}",
+                f"--authorization-kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={c.serving_crt}",
+                f"--tls-private-key-file={c.serving_key}",
+            ],
+        )
+        self._wait_ready(
+            "kube-scheduler", lambda: self._https_ok(f"https://127.0.0.1:{port}/healthz"), timeout
         )
 
     # -- CRDs -----------------------------------------------------------------------------

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.harness import ComponentDied, Testbed
+from testbed.cluster import start_nodes
+from testbed.harness import COMPONENT_ORDER, ComponentDied, Testbed
+from testbed.realnode import NodeSpec
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
 
@@ -41,16 +43,42 @@ def testbed() -> Iterator[Testbed]:
         bed.down()
 
 
+# The real nodes of `real_cluster`: two, so that Pod and Service traffic crosses nodes.
+REAL_NODES = (NodeSpec("node-a", 0), NodeSpec("node-b", 1))
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[Testbed]:
+    """A control plane of its own (API server, etcd, controller manager, scheduler) with real
+    nodes (kubelet, containerd, runc, kube-proxy), CoreDNS, and the project's image on every
+    node. Separate from `testbed`, whose tests register fake Nodes and must not see these."""
+    root = Path(tempfile.mkdtemp(prefix="gpustack-cluster-"))
+    bed = Testbed(root, real_nodes=True)
+    try:
+        bed.up(components=COMPONENT_ORDER[:3])
+        start_nodes(bed, REAL_NODES)
+    except BaseException:
+        bed.down()
+        raise
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
 @pytest.fixture(autouse=True)
 def _components_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the running test, with the dead component's log, if a component exits."""
-    if "testbed" not in request.fixturenames:
-        yield
-        return
-    bed: Testbed = request.getfixturevalue("testbed")
-    _check(bed, request.node)
+    beds = [
+        request.getfixturevalue(name)
+        for name in ("testbed", "real_cluster")
+        if name in request.fixturenames
+    ]
+    for bed in beds:
+        _check(bed, request.node)
     yield
-    _check(bed, request.node)
+    for bed in beds:
+        _check(bed, request.node)
 
 
 def _check(bed: Testbed, item: pytest.Item) -> None:
@@ -76,10 +104,13 @@ def pytest_runtest_makereport(
     if not report.failed:
         return
     sections = item.stash.get(_LOGS, None)
-    bed = getattr(item, "funcargs", {}).get("testbed")
-    if sections is None and isinstance(bed, Testbed):
-        sections = _log_sections(bed)
+    if sections is None:
+        sections = []
+        for name in ("testbed", "real_cluster"):
+            bed = getattr(item, "funcargs", {}).get(name)
+            if isinstance(bed, Testbed):
+                sections += _log_sections(bed)
     report.sections.extend(sections or [])
 
 
-__all__ = ["ComponentDied", "testbed"]
+__all__ = ["ComponentDied", "real_cluster", "testbed"]

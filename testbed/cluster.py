@@ -1,0 +1,74 @@
+"""Real nodes joined to a testbed control plane: the images they run, the nodes, cluster DNS.
+
+    bed = Testbed(root, real_nodes=True); bed.up(components=...)
+    start_nodes(bed, [NodeSpec("node-a", 0), NodeSpec("node-b", 1)])
+
+The nodes' images (the project's, built from its Containerfile; the Pod sandbox; CoreDNS) are
+made here if missing and imported into each node's containerd. Once the nodes are Ready, CoreDNS
+(testbed/addons/coredns.yaml) answers at the cluster DNS address, so Pods reach Services by
+name. `bed.down()` removes the nodes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from testbed import build, images, network, realnode, system
+from testbed.harness import Testbed
+from testbed.kube import load_yaml_documents, wait_for
+from testbed.realnode import NodeSpec, RealNode
+
+ADDONS = Path(__file__).with_name("addons")
+
+
+def coredns_image() -> str:
+    version = build.versions()["coredns"]["version"]
+    return images.ensure_scratch_image(f"localhost/coredns:{version}", build.binary("coredns"))
+
+
+def node_images(log: Callable[[str], None] = print) -> list[Path]:
+    """Archives of every image a node starts with (built when missing)."""
+    system.ensure(log)
+    makers = (images.ensure_project_image, images.ensure_pause_image, coredns_image)
+    return [images.archive(make()) for make in makers]
+
+
+def start_nodes(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 180.0) -> list[RealNode]:
+    archives = node_images()
+    nodes = []
+    for spec in specs:
+        node = RealNode(bed, spec)
+        node.start(list(specs), archives)
+        nodes.append(node)
+    realnode.wait_ready(bed, [s.name for s in specs], timeout)
+    start_dns(bed, timeout)
+    return nodes
+
+
+def start_dns(bed: Testbed, timeout: float) -> None:
+    text = (ADDONS / "coredns.yaml").read_text()
+    text = text.replace("COREDNS_IMAGE", coredns_image())
+    text = text.replace("DNS_SERVICE_IP", network.DNS_SERVICE_IP)
+    path = bed.root / "coredns.yaml"
+    path.write_text(text)
+    bed.kube.apply_all(load_yaml_documents(path))
+
+    def ready() -> bool:
+        bed.check_alive()
+        deployment = bed.kube.get("apps/v1", "Deployment", "coredns", "kube-system")
+        return bool(deployment and deployment.get("status", {}).get("readyReplicas"))
+
+    wait_for(ready, timeout, "CoreDNS to be ready")
+
+
+def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:
+    """The real kubectl of the pinned Kubernetes version, as a user runs it."""
+    argv = [str(build.bin_dir("kubernetes-node") / "kubectl"), f"--kubeconfig={bed.kubeconfig}"]
+    done = subprocess.run(
+        [*argv, *args], input=stdin, capture_output=True, text=True, check=False, timeout=300
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout
