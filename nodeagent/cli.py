@@ -70,7 +70,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where the NodeFeature lives (default: $KUBERNETES_POD_NAMESPACE)",
     )
     serve.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
-    serve.add_argument("--simulate", metavar="PROFILE", help="simulated hardware, as for detect")
+    serve.add_argument(
+        "--simulate",
+        metavar="PROFILE",
+        help="simulated hardware, as for detect; or NODE=PROFILE,... for one DaemonSet over "
+        "nodes with different simulated hardware (a node not named detects its real hardware)",
+    )
     serve.add_argument("--manufacturer", default=ALL, help="manufacturers served (all)")
     serve.add_argument("--no-pci-check", action="store_true")
     serve.add_argument(
@@ -140,6 +145,15 @@ def detect(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def simulated_profile(flag: str | None, node: str) -> str | None:
+    """The profile `--simulate` gives this node: the flag itself, or this node's entry of a
+    `NODE=PROFILE,...` map (None when the map does not name the node)."""
+    if not flag or "=" not in flag:
+        return flag
+    entries = dict(entry.split("=", 1) for entry in flag.split(",") if entry)
+    return entries.get(node)
+
+
 def _ignore(detected: frozenset[str]) -> None:
     """`publish` without device plugins: nobody subscribes."""
 
@@ -164,8 +178,9 @@ def serve(args: argparse.Namespace) -> int:
         # The partitioned plugin cuts MIG instances through the same NVML the detector reads
         # (the simulator keeps its instances in that one object).
         partitions: MigNvml | None
-        if args.simulate:
-            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
+        profile = simulated_profile(args.simulate, node)
+        if profile:
+            nvml, sysfs = stack.enter_context(simulated_node(load_profile(profile)))
             setup = DetectorSetup(table, env, sysfs, nvml)
             partitions = nvml
         else:

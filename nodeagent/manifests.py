@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from chain.manufacturers import Manufacturer, manufacturers
+from nodeagent.plugin.nvidia import VGPU_LOCK_DIR
 
 TARGET = Path(__file__).resolve().parent.parent / "manifests" / "nodeagent" / "daemonsets.yaml"
 IMAGE = "ghcr.io/gpustack-chain/gpustack-chain:0.1.0"
@@ -49,6 +50,15 @@ HOST_PATHS = (
 )
 
 
+def host_paths(maker: Manufacturer) -> tuple[tuple[str, str, bool, str], ...]:
+    """The host paths one manufacturer's agent mounts: the common ones, plus for NVIDIA the
+    HAMi-core lock directory its sliced grants mount into every sliced container (the agent
+    creates it on the host before answering)."""
+    if maker.name == "nvidia":
+        return (*HOST_PATHS, ("vgpu-lock", VGPU_LOCK_DIR, False, "DirectoryOrCreate"))
+    return HOST_PATHS
+
+
 def daemonset(maker: Manufacturer) -> dict[str, Any]:
     name = f"gpustack-device-manager-{maker.name}"
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "gpustack-chain"}
@@ -72,7 +82,7 @@ def daemonset(maker: Manufacturer) -> dict[str, Any]:
                     "containers": [_container(maker)],
                     "volumes": [
                         {"name": name, "hostPath": {"path": path, "type": kind}}
-                        for name, path, _ro, kind in HOST_PATHS
+                        for name, path, _ro, kind in host_paths(maker)
                     ],
                 },
             },
@@ -123,7 +133,7 @@ def _container(maker: Manufacturer) -> dict[str, Any]:
         },
         "volumeMounts": [
             {"name": name, "mountPath": path, "readOnly": ro}
-            for name, path, ro, _kind in HOST_PATHS
+            for name, path, ro, _kind in host_paths(maker)
         ],
     }
 

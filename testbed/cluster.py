@@ -15,6 +15,8 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from nodeagent.plugin import nvidia as nvidia_plugin
+from nodeagent.plugin.nvidia import OPERATOR_LIB_DIR
 from testbed import build, images, network, realnode, system
 from testbed.harness import Testbed
 from testbed.kube import load_yaml_documents, wait_for
@@ -35,12 +37,34 @@ def node_images(log: Callable[[str], None] = print) -> list[Path]:
     return [images.archive(make()) for make in makers]
 
 
+HAMI_PLACEHOLDER = (
+    "PLACEHOLDER written by the gpustack-chain testbed: HAMi-core's libvgpu.so cannot be built\n"
+    "from the registries this testbed reaches. Sliced grants mount this file where a GPU node\n"
+    "has the real library; slice isolation itself is proven only on a GPU machine.\n"
+)
+
+
+def place_hami_placeholders(node: RealNode) -> None:
+    """What a GPU node's install puts under the agent's lib dir (HAMi-core per CUDA major and
+    the preload list), as clearly named placeholders: a sliced container then starts, and the
+    dynamic loader says on its stderr that the placeholder is not a library."""
+    lib = f"{OPERATOR_LIB_DIR}/{nvidia_plugin.MANUFACTURER}"
+    preload = node.host_path(f"{lib}/ld.so.preload")
+    preload.parent.mkdir(parents=True, exist_ok=True)
+    preload.write_text(nvidia_plugin.LIBVGPU + "\n")
+    for major in (11, 12, 13):
+        library = node.host_path(f"{lib}/cuda-{major}/libvgpu.so")
+        library.parent.mkdir(parents=True, exist_ok=True)
+        library.write_text(HAMI_PLACEHOLDER)
+
+
 def start_nodes(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 180.0) -> list[RealNode]:
     archives = node_images()
     nodes = []
     for spec in specs:
         node = RealNode(bed, spec)
         node.start(list(specs), archives)
+        place_hami_placeholders(node)
         nodes.append(node)
     realnode.wait_ready(bed, [s.name for s in specs], timeout)
     start_dns(bed, timeout)

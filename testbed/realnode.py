@@ -40,6 +40,9 @@ PRIVATE_PATHS = {
     "/var/log/pods": "pod-logs",
     "/var/log/containers": "container-logs",
     "/run/containerd": "run-containerd",
+    # The node agent's state (hostPath /var/lib/gpustack/operator): per-Pod work dirs, MIG
+    # markers, and the HAMi-core library its sliced grants mount.
+    "/var/lib/gpustack": "gpustack",
 }
 CONTAINERD_SOCKET = "/run/containerd/containerd.sock"  # as seen inside the node
 

@@ -98,3 +98,14 @@ def test_usage_errors() -> None:
     assert unknown.returncode == 2 and "no profile 'no-such-profile'" in unknown.stderr
     maker = run("--manufacturer", "acme")
     assert maker.returncode == 2 and "unknown acme" in maker.stderr
+
+
+def test_simulate_names_one_profile_or_one_per_node() -> None:
+    from nodeagent.cli import simulated_profile
+
+    assert simulated_profile(None, "node-a") is None
+    assert simulated_profile("t4x4", "node-a") == "t4x4"
+    per_node = "node-a=t4x4,node-b=l4x2"
+    assert simulated_profile(per_node, "node-a") == "t4x4"
+    assert simulated_profile(per_node, "node-b") == "l4x2"
+    assert simulated_profile(per_node, "node-c") is None  # its real hardware
