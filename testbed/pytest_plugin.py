@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from testbed.cluster import start_nodes
-from testbed.harness import COMPONENT_ORDER, ComponentDied, Testbed
+from testbed.harness import ComponentDied, Testbed
 from testbed.realnode import NodeSpec
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
@@ -49,13 +49,14 @@ REAL_NODES = (NodeSpec("node-a", 0), NodeSpec("node-b", 1))
 
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[Testbed]:
-    """A control plane of its own (API server, etcd, controller manager, scheduler) with real
-    nodes (kubelet, containerd, runc, kube-proxy), CoreDNS, and the project's image on every
-    node. Separate from `testbed`, whose tests register fake Nodes and must not see these."""
+    """A control plane of its own (every testbed component, plus the scheduler and every
+    default controller) with real nodes (kubelet, containerd, runc, kube-proxy), CoreDNS, and the
+    project's image on every node. Separate from `testbed`, whose tests register fake Nodes and
+    must not see these."""
     root = Path(tempfile.mkdtemp(prefix="gpustack-cluster-"))
     bed = Testbed(root, real_nodes=True)
     try:
-        bed.up(components=COMPONENT_ORDER[:3])
+        bed.up()
         start_nodes(bed, REAL_NODES)
     except BaseException:
         bed.down()

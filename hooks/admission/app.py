@@ -1,7 +1,8 @@
 """`gunicorn hooks.admission.app:app`: the admission webhooks and the verdict hook.
 
-Routes: POST /mutate-pods, /mutate-workloads (AdmissionReview v1, served over TLS to the API
-server); POST /judge (the per-card verdict, called by the admission driver); GET /healthz.
+Routes: POST /mutate-pods, /mutate-jobs, /mutate-workloads (AdmissionReview v1, served over TLS
+to the API server); POST /judge (the per-card verdict, called by the admission driver);
+GET /healthz.
 The pool catalog is read from the file `GPUSTACK_ADMISSION_CATALOG` names (see `catalog`).
 """
 
@@ -14,7 +15,7 @@ from flask import Flask
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from hooks.admission.catalog import Catalog, catalog_from_env
 from hooks.admission.judge import judge_request
-from hooks.admission.pods import mutate_pods
+from hooks.admission.pods import mutate_jobs, mutate_pods
 from hooks.admission.workloads import mutate_workloads
 from hooks.shell import Obj, make_app
 
@@ -25,6 +26,9 @@ def create_app(catalog: Callable[[], Catalog], table: ManufacturerTable | None =
     def pods(body: Obj) -> Obj:
         return mutate_pods(body, catalog(), makers)
 
+    def jobs(body: Obj) -> Obj:
+        return mutate_jobs(body, catalog(), makers)
+
     def workloads(body: Obj) -> Obj:
         return mutate_workloads(body, catalog(), makers)
 
@@ -33,7 +37,12 @@ def create_app(catalog: Callable[[], Catalog], table: ManufacturerTable | None =
 
     return make_app(
         "admission",
-        {"/mutate-pods": pods, "/mutate-workloads": workloads, "/judge": verdict},
+        {
+            "/mutate-pods": pods,
+            "/mutate-jobs": jobs,
+            "/mutate-workloads": workloads,
+            "/judge": verdict,
+        },
     )
 
 

@@ -1,4 +1,5 @@
-"""The Pod webhook (`POST /mutate-pods`): request rules, defaults and fold, shared card-count pin.
+"""The Pod webhook (`POST /mutate-pods`): request rules, defaults and fold, shared card-count pin;
+and the same on a batch/v1 Job's Pod template (`POST /mutate-jobs`).
 
 Registered for Pods CREATE with the objectSelector `kueue.x-k8s.io/queue-name Exists` and
 failurePolicy Fail, under a configuration name that sorts before Kueue's, so the fold lands
@@ -41,14 +42,17 @@ def _bad(err: ValueError) -> BadRequest:
     return BadRequest(f"{_OBJECT}.{field}", message)
 
 
-def _resources_patch(pod: Obj, container: Container, writes: dict[str, int]) -> Obj:
-    raw = pod["spec"][container.list_name][container.index]
+def _resources_patch(spec: Obj, pointer: str, container: Container, writes: dict[str, int]) -> Obj:
+    raw = spec[container.list_name][container.index]
     resources = copy.deepcopy(raw.get("resources") or {})
     for section in ("requests", "limits"):
         values = resources.setdefault(section, {})
         values.update((key, str(value)) for key, value in writes.items())
-    pointer = f"/spec/{container.list_name}/{container.index}/resources"
-    return {"op": "add", "path": pointer, "value": resources}
+    return {
+        "op": "add",
+        "path": f"{pointer}/{container.list_name}/{container.index}/resources",
+        "value": resources,
+    }
 
 
 def mutate_pods(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
@@ -56,23 +60,50 @@ def mutate_pods(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
     pod = review.object
     if review.operation != "CREATE" or pod is None:
         return allow(review.uid)
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
+    return admit_pod_spec(review.uid, pod.get("spec"), "spec", queue, catalog, table)
+
+
+def mutate_jobs(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
+    """`POST /mutate-jobs`: the same rules, fold and pin on a batch/v1 Job's Pod template.
+
+    Kueue builds a Job's Workload from its template, before any Pod exists: a slice asked by
+    memory alone would reach Kueue with no units, hence no credits and no flavor ("no TAS flavor
+    assigned"), and the Job would wait forever. Folding the template on CREATE gives Kueue the
+    units; the Pods the Job makes are folded again by the Pod webhook to the same values."""
+    review = parse_review(body)
+    job = review.object
+    if review.operation != "CREATE" or job is None:
+        return allow(review.uid)
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec")
+    return admit_pod_spec(review.uid, template, "spec.template.spec", queue, catalog, table)
+
+
+def admit_pod_spec(
+    uid: str, spec: Obj | None, field: str, queue: str, catalog: Catalog, table: ManufacturerTable
+) -> Obj:
+    """The rules, the fold and the shared pin on one Pod spec at `field` (its JSON pointer is
+    the same path), for a Pod that enters `queue`."""
+    pointer = "/" + field.replace(".", "/")
     try:
-        containers = read_containers(pod.get("spec"), "spec", table)
+        containers = read_containers(spec, field, table)
     except ValueError as err:
         raise _bad(err) from None
     problems = request_problems(containers, table)
     if problems:
-        return deny(review.uid, "; ".join(problems))
+        return deny(uid, "; ".join(problems))
 
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
     shared = fit_demand(containers).shared_cards
     pool = catalog.pool(queue) if needs_pool(containers) or shared >= 2 else None
     folded = fold(containers, pool, queue)
     if folded.problems:
-        return deny(review.uid, "; ".join(folded.problems), retryable=folded.retryable)
+        return deny(uid, "; ".join(folded.problems), retryable=folded.retryable)
+    assert spec is not None  # read_containers refused anything else
     patch = [
-        _resources_patch(pod, containers[position], writes)
+        _resources_patch(spec, pointer, containers[position], writes)
         for position, writes in sorted(folded.writes.items())
     ]
     if shared >= 2:
@@ -85,17 +116,17 @@ def mutate_pods(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
                 else f'no InstanceType fronts the queue "{queue}" as far as the webhook knows'
             )
             return deny(
-                review.uid,
-                f"spec: Internal error: a shared request of {shared} cards must be pinned to "
+                uid,
+                f"{field}: Internal error: a shared request of {shared} cards must be pinned to "
                 f"nodes with at least {shared} cards, but {source}; retry shortly",
                 retryable=True,
             )
         try:
             affinity = with_requirements(
-                pod["spec"].get("affinity"), [greater_than(key, shared - 1)], "spec.affinity"
+                spec.get("affinity"), [greater_than(key, shared - 1)], f"{field}.affinity"
             )
         except ValueError as err:
             raise _bad(err) from None
         if affinity is not None:
-            patch.append({"op": "add", "path": "/spec/affinity", "value": affinity})
-    return allow(review.uid, patch)
+            patch.append({"op": "add", "path": f"{pointer}/affinity", "value": affinity})
+    return allow(uid, patch)

@@ -230,3 +230,45 @@ def test_only_create_is_judged() -> None:
 def test_malformed_reviews_are_400_naming_the_field(body: Any, field: str) -> None:
     status, answer = post(client(), "/mutate-pods", body)
     assert status == 400 and answer["field"] == field, answer
+
+
+def job(*limits: dict[str, str]) -> dict[str, Any]:
+    """A batch/v1 Job entering the pool's queue, its template shaped like `pod(...)`'s spec."""
+    template = pod(*limits)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "team-a", "labels": template["metadata"]["labels"]},
+        "spec": {"template": {"spec": template["spec"]}},
+    }
+
+
+def mutate_job(obj: Any) -> dict[str, Any]:
+    status, answer = post(client(CATALOG), "/mutate-jobs", review(obj, "CREATE"))
+    assert status == 200, answer
+    response: dict[str, Any] = answer["response"]
+    return response
+
+
+def test_a_jobs_template_is_folded_so_its_workload_carries_units() -> None:
+    obj = job({SL: "1", PCT: "50"})
+    response = mutate_job(obj)
+    assert response["allowed"] is True, response
+    template = patched(obj, response)["spec"]["template"]["spec"]
+    limits = template["containers"][0]["resources"]["limits"]
+    assert limits == {SL: "1", PCT: "50", UNITS: "800000", CORES: "100"}
+
+
+def test_a_jobs_template_breaking_a_rule_is_denied_naming_the_template_field() -> None:
+    response = mutate_job(job({SL: "2", PCT: "20"}))
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "a logical slice request is always a single card" in message
+    assert "spec.template.spec" in message
+
+
+def test_a_job_without_template_containers_is_a_bad_request() -> None:
+    body = review({"apiVersion": "batch/v1", "kind": "Job", "metadata": {}, "spec": {}}, "CREATE")
+    status, answer = post(client(CATALOG), "/mutate-jobs", body)
+    assert status == 400
+    assert answer["field"] == "$.request.object.spec.template.spec"
