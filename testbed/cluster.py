@@ -12,17 +12,26 @@ name. `bed.down()` removes the nodes.
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import yaml
+
+from hooks.admission.lease import LEASE_NAMESPACE
 from nodeagent.plugin import nvidia as nvidia_plugin
 from nodeagent.plugin.nvidia import OPERATOR_LIB_DIR
 from testbed import build, images, network, realnode, system
 from testbed.harness import Testbed
+from testbed.install import install
 from testbed.kube import load_yaml_documents, wait_for
+from testbed.nodes import nfd_worker_feature
 from testbed.realnode import NodeSpec, RealNode
 
 ADDONS = Path(__file__).with_name("addons")
+# The real nodes of the e2e tests and the demo: two, so that traffic crosses nodes; the overlay
+# (testbed/overlay) gives node-a 4 simulated T4 and node-b 2 simulated L4.
+REAL_NODES = (NodeSpec("node-a", 0), NodeSpec("node-b", 1))
 
 
 def coredns_image() -> str:
@@ -85,6 +94,41 @@ def start_dns(bed: Testbed, timeout: float) -> None:
         return bool(deployment and deployment.get("status", {}).get("readyReplicas"))
 
     wait_for(ready, timeout, "CoreDNS to be ready")
+
+
+OVERLAY = Path(__file__).with_name("overlay")
+AGENT_NAMESPACE = "gpustack-system"
+NVIDIA_AGENT = "gpustack-device-manager-nvidia"
+NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+
+
+def ready_agents(bed: Testbed) -> int:
+    found = bed.kube.get("apps/v1", "DaemonSet", NVIDIA_AGENT, AGENT_NAMESPACE) or {}
+    return int(found.get("status", {}).get("numberReady", 0))
+
+
+def install_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 180.0) -> None:
+    """The chain on a testbed with real nodes.
+
+    The node agents are the shipped DaemonSets from `kubectl kustomize testbed/overlay` (the
+    local image, simulated NVIDIA hardware per node), applied with the real kubectl; the
+    kubelets register their plugins. The rest is installed by `testbed.install` as for every
+    e2e test (hooks and webhooks served on the host, their Deployments not run), and the
+    verdict driver runs as a host process under its shipped ServiceAccount. What nfd-worker
+    would publish for these nodes (their CPU, NVIDIA's vendor on the simulated PCI bus) is
+    published as its NodeFeature."""
+    install(bed)
+    for spec in nodes:
+        feature = nfd_worker_feature(spec.name)
+        feature["spec"]["labels"][NVIDIA_PCI_LABEL] = "true"
+        bed.kube.apply(feature)
+    kubeconfig = bed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
+    argv = [sys.executable, "-m", "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
+    bed.run("admission-driver", [*argv, "--identity", "driver", "--period", "0.5"])
+    rendered = kubectl(bed, "kustomize", str(OVERLAY))
+    daemonsets = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
+    kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(daemonsets))
+    wait_for(lambda: ready_agents(bed) == len(nodes), timeout, "the node agents to be ready")
 
 
 def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:

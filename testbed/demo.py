@@ -1,5 +1,8 @@
 """The main job: the chain running on the real control plane over a simulated GPU cluster.
 
+Last, the same chain on real nodes (kubelet, containerd, runc): a tenant's sliced Job goes
+through every gate and its container prints the slice it was given.
+
 It builds (first run) and starts the testbed and installs the shipped manifests. The CPU-only
 Nodes of `examples/cluster.json` are registered as they are; the GPU Nodes get a real node agent
 each (`python -m nodeagent serve`, running under the shipped ServiceAccount) over simulated NVIDIA
@@ -27,13 +30,14 @@ from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
-from testbed import build
+from testbed import build, images
+from testbed.cluster import REAL_NODES, install_chain, kubectl, start_nodes
 from testbed.harness import CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, release_quota
+from testbed.workloads import condition, release_quota, sliced_job
 
 SAMPLE = REPO / "examples" / "cluster.json"
 AGENT_NAMESPACE = "gpustack-system"
@@ -207,6 +211,8 @@ def main(root: Path | None = None) -> int:
     finally:
         bed.down()
     print("testbed stopped")
+    _real_node_scene()
+    print("real-node testbed stopped")
     return 0
 
 
@@ -471,3 +477,87 @@ def _slicing_scene(bed: Testbed) -> None:
     finally:
         kubelet.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _real_node_scene() -> None:
+    """The same chain on real nodes: a tenant's sliced Job through every gate into a container."""
+    started = time.monotonic()
+    bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-demo-nodes-")), real_nodes=True)
+    try:
+        bed.up()
+        start_nodes(bed, REAL_NODES)
+        install_chain(bed, REAL_NODES)
+        print(
+            f"\nreal nodes: a second testbed with {len(REAL_NODES)} real nodes (kubelet, "
+            "containerd, runc, CNI, kube-proxy; CoreDNS) up in "
+            f"{time.monotonic() - started:.0f}s; the node agents run as the shipped DaemonSet "
+            f"from the project's image ({images.PROJECT_IMAGE}), the kubelets registered them:"
+        )
+        for spec in REAL_NODES:
+            node = bed.kube.get("v1", "Node", spec.name) or {}
+            offered = node.get("status", {}).get("allocatable", {})
+            info = node.get("status", {}).get("nodeInfo", {})
+            print(
+                f"  {spec.name}: kubelet {info.get('kubeletVersion')}, "
+                f"{info.get('containerRuntimeVersion')}; allocatable "
+                + ", ".join(
+                    f"{key} {offered[key]}"
+                    for key in ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/gpu.sliced")
+                    if key in offered
+                )
+            )
+        bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
+        queue = local_queue_name(T4_POOL)
+        wait_for(
+            lambda: bed.kube.get(KUEUE, "LocalQueue", queue, "team-b"), 90, "team-b's LocalQueue"
+        )
+        views = wait_for(lambda: _views(bed), 90, "the T4 pool's views")
+        command = "env | grep -E '^(NVIDIA|CUDA)' | sort; sleep 8"
+        bed.kube.create(sliced_job("sliced", "team-b", queue, images.PROJECT_IMAGE, 50, command))
+        print(
+            f"team-b/sliced: a batch/v1 Job on LocalQueue {queue} asking nvidia.com/gpu.sliced 1 "
+            f"with memory-percentage 50; {T4_POOL} views (EX/SH/SL/PT) {views}"
+        )
+
+        def running() -> Obj | None:
+            pods = bed.kube.list("v1", "Pod", "team-b", label_selector="job-name=sliced")
+            live = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+            return live[0] if live else None
+
+        pod = wait_for(running, 180, "the Job's Pod to run")
+        workloads = bed.kube.list(KUEUE, "Workload", "team-b")
+        checks = [_check(w) for w in workloads]
+        units_folded = pod["spec"]["containers"][0]["resources"]["limits"][SLICED + ".units"]
+        print(
+            f"  folded by the chain's Job webhook: .sliced.units {units_folded}"
+            f"; Kueue admitted it, check {CHECK}: "
+            + "; ".join(f"{c.get('state')} ({c.get('message')})" for c in checks)
+        )
+        name = pod["metadata"]["name"]
+        print(f"  the scheduler bound {name} to {pod['spec']['nodeName']}; its container prints:")
+        log = wait_for(
+            lambda: kubectl(bed, "logs", "-n", "team-b", name).strip() or None,
+            30,
+            "the container's output",
+        )
+        for line in log.splitlines():
+            print(f"    {line}")
+        print(
+            f"  {T4_POOL} views while it runs: {wait_for(lambda: _moved(bed, views), 60, 'views')}"
+        )
+        wait_for(lambda: _views(bed) == views, 120, "the views to free again")
+        print(f"  the Job ended; the ledger freed the slice, views back to {views}")
+        print(f"real-node scene: {time.monotonic() - started:.0f}s")
+    finally:
+        bed.down()
+
+
+def _views(bed: Testbed) -> str | None:
+    found = bed.kube.get(WORKER, "InstanceType", T4_POOL) or {}
+    summary = found.get("status", {}).get("acceleratorSummary")
+    return str(summary) if summary else None
+
+
+def _moved(bed: Testbed, idle: str) -> str | None:
+    now = _views(bed)
+    return now if now not in (None, idle) else None

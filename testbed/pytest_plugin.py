@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import start_nodes
+from testbed.cluster import REAL_NODES, start_nodes
 from testbed.harness import ComponentDied, Testbed
-from testbed.realnode import NodeSpec
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
 
@@ -41,10 +40,6 @@ def testbed() -> Iterator[Testbed]:
         yield bed
     finally:
         bed.down()
-
-
-# The real nodes of `real_cluster`: two, so that Pod and Service traffic crosses nodes.
-REAL_NODES = (NodeSpec("node-a", 0), NodeSpec("node-b", 1))
 
 
 @pytest.fixture(scope="session")
@@ -114,4 +109,4 @@ def pytest_runtest_makereport(
     report.sections.extend(sections or [])
 
 
-__all__ = ["ComponentDied", "real_cluster", "testbed"]
+__all__ = ["REAL_NODES", "ComponentDied", "real_cluster", "testbed"]

@@ -68,3 +68,38 @@ def gpu_workload(
             "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}],
         },
     }
+
+
+def sliced_job(
+    name: str, namespace: str, queue: str, image: str, percentage: int, command: str
+) -> Obj:
+    """A tenant's batch/v1 Job on LocalQueue `queue` whose one Pod asks one NVIDIA slice by
+    memory percentage (the chain's webhooks fold it into units) and runs `command` in `sh`."""
+    limits = {
+        "nvidia.com/gpu.sliced": "1",
+        "nvidia.com/gpu.sliced.memory-percentage": str(percentage),
+    }
+    labels = {"kueue.x-k8s.io/queue-name": queue}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": image,
+                            "command": ["sh", "-c", command],
+                            "resources": {"limits": limits, "requests": limits},
+                        }
+                    ],
+                },
+            },
+        },
+    }

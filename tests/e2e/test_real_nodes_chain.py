@@ -1,43 +1,33 @@
 """The chain on real nodes: the node agent as shipped, and a sliced Job through every gate.
 
-The node agents are the shipped DaemonSets from `kubectl kustomize testbed/overlay` (the shipped
-manifests with the local image and simulated NVIDIA hardware: 4 x T4 on node-a, 2 x L4 on
-node-b), applied with the real kubectl; they register their device plugins with the real
-kubelets, whose device managers call Allocate for real Pods. The rest of the chain is installed
-by `testbed.install` as in every other e2e test (hooks and webhooks served on the host, the
-verdict driver a host process): running those as Pods from the image needs Kueue, Metacontroller
-and cert-manager on the nodes, which is the next step of the shipped-install issue. What nfd-worker
-would publish for these nodes (their CPU, and NVIDIA's PCI vendor on the simulated bus) is
-published as its NodeFeature.
+`testbed.cluster.install_chain` sets the scene: the shipped node-agent DaemonSets (from
+`kubectl kustomize testbed/overlay`: the local image, 4 x T4 on node-a, 2 x L4 on node-b) run on
+the real nodes and register their device plugins with the real kubelets; the rest of the chain
+is installed as in every other e2e test (hooks and webhooks served on the host, the verdict driver
+a host process). Running those as Pods from the image too needs Kueue, Metacontroller and
+cert-manager on the nodes: the next step of the shipped-install issue.
 """
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from chain.devices import Devices
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
-from hooks.admission.lease import LEASE_NAMESPACE
 from testbed import images
-from testbed.cluster import kubectl
+from testbed.cluster import AGENT_NAMESPACE, install_chain, kubectl, ready_agents
 from testbed.harness import Testbed
-from testbed.install import install
 from testbed.kube import Obj, wait_for
-from testbed.nodes import T4_POOL, nfd_worker_feature
+from testbed.nodes import T4_POOL
 from testbed.pytest_plugin import REAL_NODES
+from testbed.workloads import sliced_job
 
-OVERLAY = Path(__file__).resolve().parents[2] / "testbed" / "overlay"
-AGENT_NS = "gpustack-system"
-AGENT = "gpustack-device-manager-nvidia"
 WORKER = "worker.gpustack.ai/v1alpha1"
 GPU = "nvidia.com/gpu"
 SLICED = "nvidia.com/gpu.sliced"
@@ -45,28 +35,10 @@ CARDS = {"node-a": ("tesla-t4", 4), "node-b": ("l4", 2)}
 NAMESPACE = "default"
 
 
-def _ready_agents(bed: Testbed) -> int:
-    ds = bed.kube.get("apps/v1", "DaemonSet", AGENT, AGENT_NS) or {}
-    return int(ds.get("status", {}).get("numberReady", 0))
-
-
 @pytest.fixture(scope="module")
 def agents(real_cluster: Testbed) -> Iterator[Testbed]:
-    bed = real_cluster
-    install(bed)
-    for spec in REAL_NODES:  # nfd-worker's view of a node with NVIDIA cards on its PCI bus
-        feature = nfd_worker_feature(spec.name)
-        feature["spec"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] = "true"
-        bed.kube.apply(feature)
-    kubeconfig = bed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
-    argv = [sys.executable, "-m", "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
-    bed.run("admission-driver", [*argv, "--identity", "driver", "--period", "0.5"])
-    rendered = kubectl(bed, "kustomize", str(OVERLAY))
-    assert f"image: {images.PROJECT_IMAGE}" in rendered
-    daemonsets = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
-    kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(daemonsets))
-    wait_for(lambda: _ready_agents(bed) == len(REAL_NODES), 180, "the agents to be ready")
-    yield bed
+    install_chain(real_cluster, REAL_NODES)
+    yield real_cluster
 
 
 def _capacity(bed: Testbed, node: str) -> dict[str, str]:
@@ -83,7 +55,7 @@ def test_the_real_kubelet_registers_the_agents_plugins(agents: Testbed) -> None:
         )
         offered = _capacity(agents, node)
         assert SLICED in offered and f"{GPU}.shared" in offered
-    pods = agents.kube.list("v1", "Pod", AGENT_NS)
+    pods = agents.kube.list("v1", "Pod", AGENT_NAMESPACE)
     for agent in pods:
         spec = agent["spec"]
         assert spec["containers"][0]["image"] == images.PROJECT_IMAGE
@@ -168,18 +140,20 @@ def test_restarting_the_agent_keeps_the_ledger(agents: Testbed) -> None:
 
     def agent_on_b() -> list[Obj]:
         return [
-            p for p in bed.kube.list("v1", "Pod", AGENT_NS) if p["spec"].get("nodeName") == "node-b"
+            p
+            for p in bed.kube.list("v1", "Pod", AGENT_NAMESPACE)
+            if p["spec"].get("nodeName") == "node-b"
         ]
 
     (old,) = agent_on_b()
-    bed.kube.delete("v1", "Pod", old["metadata"]["name"], AGENT_NS)
+    bed.kube.delete("v1", "Pod", old["metadata"]["name"], AGENT_NAMESPACE)
 
     def replaced() -> bool:
         pods = agent_on_b()
         return (
             len(pods) == 1
             and pods[0]["metadata"]["uid"] != old["metadata"]["uid"]
-            and _ready_agents(bed) == len(REAL_NODES)
+            and ready_agents(bed) == len(REAL_NODES)
         )
 
     wait_for(replaced, 120, "the agent on node-b to be replaced and ready")
@@ -213,32 +187,8 @@ def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) 
     )
     wait_for(lambda: _capacity(bed, "node-a").get(f"{SLICED}.units"), 90, "node-a's counting keys")
     idle = wait_for(lambda: _views(bed), 60, "the T4 pool's views")
-    limits = {SLICED: "1", f"{SLICED}.memory-percentage": "50"}
-    labels = {"kueue.x-k8s.io/queue-name": queue}
     command = "env; echo LIBVGPU=$(head -c 11 /usr/local/vgpu/libvgpu.so); sleep 20"
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "sliced", "namespace": namespace, "labels": labels},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": images.PROJECT_IMAGE,
-                            "command": ["sh", "-c", command],
-                            "resources": {"limits": limits, "requests": limits},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    job = sliced_job("sliced", namespace, queue, images.PROJECT_IMAGE, 50, command)
     bed.kube.create(job)
 
     def running_pod() -> Obj | None:
