@@ -14,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -129,6 +130,24 @@ def install_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 180.
     daemonsets = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
     kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(daemonsets))
     wait_for(lambda: ready_agents(bed) == len(nodes), timeout, "the node agents to be ready")
+    for spec in nodes:
+        wait_for(partial(offers_cards, bed, spec.name), timeout, f"{spec.name} to offer cards")
+
+
+def pool_views(bed: Testbed, pool: str) -> str | None:
+    """A pool's four views (EX/SH/SL/PT, `onceMaxRequest/remaining` each) once its cards are
+    counted: None while the InstanceType has no status yet or still counts no card."""
+    found = bed.kube.get("worker.gpustack.ai/v1alpha1", "InstanceType", pool) or {}
+    summary = str(found.get("status", {}).get("acceleratorSummary") or "")
+    exclusive_remaining = summary.split(" ")[0].partition("/")[2]
+    return summary if exclusive_remaining not in ("", "0") else None
+
+
+def offers_cards(bed: Testbed, node: str) -> bool:
+    """The kubelet took the agent's registration and the agent wrote the counting keys."""
+    found = bed.kube.get("v1", "Node", node) or {}
+    offered = found.get("status", {}).get("allocatable", {})
+    return bool(offered.get("nvidia.com/gpu")) and "nvidia.com/gpu.sliced.units" in offered
 
 
 def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:

@@ -21,7 +21,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from testbed import images
-from testbed.cluster import AGENT_NAMESPACE, install_chain, kubectl, ready_agents
+from testbed.cluster import AGENT_NAMESPACE, install_chain, kubectl, pool_views, ready_agents
 from testbed.harness import Testbed
 from testbed.kube import Obj, wait_for
 from testbed.nodes import T4_POOL
@@ -164,13 +164,6 @@ def test_restarting_the_agent_keeps_the_ledger(agents: Testbed) -> None:
     bed.kube.delete("v1", "Pod", "holder", NAMESPACE)
 
 
-def _views(bed: Testbed) -> str | None:
-    """The T4 pool's four views (EX/SH/SL/PT, `onceMaxRequest/remaining` each)."""
-    found = bed.kube.get(WORKER, "InstanceType", T4_POOL) or {}
-    summary = found.get("status", {}).get("acceleratorSummary")
-    return str(summary) if summary else None
-
-
 def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) -> None:
     """A tenant's batch/v1 Job asking half a card's memory: the Pod webhook folds it, Kueue
     admits it on the pool's queue, the per-card check answers Ready, the scheduler binds it, the
@@ -186,7 +179,7 @@ def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) 
         "the pool's LocalQueue in the tenant namespace",
     )
     wait_for(lambda: _capacity(bed, "node-a").get(f"{SLICED}.units"), 90, "node-a's counting keys")
-    idle = wait_for(lambda: _views(bed), 60, "the T4 pool's views")
+    idle = wait_for(lambda: pool_views(bed, T4_POOL), 60, "the T4 pool's views")
     command = "env; echo LIBVGPU=$(head -c 11 /usr/local/vgpu/libvgpu.so); sleep 20"
     job = sliced_job("sliced", namespace, queue, images.PROJECT_IMAGE, 50, command)
     bed.kube.create(job)
@@ -216,13 +209,13 @@ def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) 
         30,
         "the ledger to hold the slice",
     )
-    wait_for(lambda: _views(bed) not in (None, idle), 60, "the pool's views to move")
+    wait_for(lambda: pool_views(bed, T4_POOL) not in (None, idle), 60, "the pool's views to move")
     wait_for(
         lambda: (row := _row(bed, "node-a", card)) is not None and row.mode == Mode.NONE,
         120,
         "the ledger to free the slice once the Job is done",
     )
-    wait_for(lambda: _views(bed) == idle, 60, "the pool's views to free again")
+    wait_for(lambda: pool_views(bed, T4_POOL) == idle, 60, "the pool's views to free again")
     wait_for(
         lambda: (
             (bed.kube.get("batch/v1", "Job", "sliced", namespace) or {})
