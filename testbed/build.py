@@ -166,14 +166,19 @@ def build_etcd(pins: dict[str, str], work: Path, bindir: Path) -> None:
     go(["build", "-trimpath", "-ldflags", "-s -w", "-o", str(bindir / "etcd"), module], work)
 
 
-def build_kueue(pins: dict[str, str], work: Path, bindir: Path) -> None:
-    module, version = pins["module"], pins["version"]
-    ldflags = f"-s -w -X {module}/pkg/version.GitVersion={version}"
+def _go_install(package_at_version: str, ldflags: str, work: Path, bindir: Path) -> None:
+    """`go install` of a module whose go.mod has no replaces, into `bindir`."""
     go(
-        ["install", "-trimpath", "-ldflags", ldflags, f"{module}/cmd/kueue@{version}"],
+        ["install", "-trimpath", "-ldflags", ldflags, package_at_version],
         work,
         {"GOBIN": str(bindir)},
     )
+
+
+def build_kueue(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    module, version = pins["module"], pins["version"]
+    ldflags = f"-s -w -X {module}/pkg/version.GitVersion={version}"
+    _go_install(f"{module}/cmd/kueue@{version}", ldflags, work, bindir)
 
 
 def _build_copied_module(src: Path, work: Path, args: list[str], env: dict[str, str]) -> None:
@@ -251,11 +256,7 @@ def build_coredns(pins: dict[str, str], work: Path, bindir: Path) -> None:
     # Cluster DNS for the real nodes; its go.mod has no replaces, so a plain install works.
     module, version = pins["module"], pins["version"]
     ldflags = f"-s -w -X {module}/coremain.GitCommit={version}"
-    go(
-        ["install", "-trimpath", "-ldflags", ldflags, f"{module}@{version}"],
-        work,
-        {"GOBIN": str(bindir)},
-    )
+    _go_install(f"{module}@{version}", ldflags, work, bindir)
 
 
 def build_pause(pins: dict[str, str], work: Path, bindir: Path) -> None:

@@ -549,10 +549,7 @@ class Testbed:
             "kube-controller-manager",
             [
                 str(binary),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
+                *self._controller_flags(port),
                 # With real nodes, everything a cluster runs (node lifecycle, Deployments,
                 # DaemonSets, Jobs, EndpointSlices, the root CA publisher, ...).
                 "--controllers="
@@ -566,10 +563,6 @@ class Testbed:
                 f"--root-ca-file={c.ca_crt}",
                 f"--service-account-private-key-file={c.sa_key}",
                 "--use-service-account-credentials=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--tls-cert-file={c.serving_crt}",
-                f"--tls-private-key-file={c.serving_key}",
             ],
         )
         self._wait_ready(
@@ -584,23 +577,24 @@ class Testbed:
             timeout,
         )
 
-    def _start_scheduler(self, binary: Path, timeout: float) -> None:
+    def _controller_flags(self, port: int) -> list[str]:
+        """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
+        everything, no leader election, HTTPS health on a loopback port."""
         c = self.certs
+        return [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={c.serving_crt}",
+            f"--tls-private-key-file={c.serving_key}",
+        ]
+
+    def _start_scheduler(self, binary: Path, timeout: float) -> None:
         port = self.state.ports["scheduler"]
-        self._spawn(
-            "kube-scheduler",
-            [
-                str(binary),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={port}",
-                f"--tls-cert-file={c.serving_crt}",
-                f"--tls-private-key-file={c.serving_key}",
-            ],
-        )
+        self._spawn("kube-scheduler", [str(binary), *self._controller_flags(port)])
         self._wait_ready(
             "kube-scheduler", lambda: self._https_ok(f"https://127.0.0.1:{port}/healthz"), timeout
         )

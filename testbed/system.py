@@ -28,7 +28,7 @@ REQUIRED: dict[str, str] = {
 CNI_BIN_DIR = Path("/usr/lib/cni")
 
 
-class SystemError_(RuntimeError):
+class MissingPackages(RuntimeError):
     """A host prerequisite is missing and cannot be installed here."""
 
 
@@ -47,7 +47,7 @@ def ensure(log: Callable[[str], None] = print) -> None:
         return
     packages = sorted(set(absent.values()))
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise SystemError_(
+        raise MissingPackages(
             "the testbed's real nodes need these Debian packages: " + " ".join(packages)
         )
     log(f"testbed: installing {' '.join(packages)} from Debian's archive ...")
@@ -58,7 +58,9 @@ def ensure(log: Callable[[str], None] = print) -> None:
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise SystemError_(f"{' '.join(argv)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+            raise MissingPackages(
+                f"{' '.join(argv)} failed:\n{(done.stdout + done.stderr)[-3000:]}"
+            )
     still = missing()
     if still:
-        raise SystemError_(f"still missing after apt-get: {still}")
+        raise MissingPackages(f"still missing after apt-get: {still}")

@@ -56,13 +56,7 @@ def _resources_patch(spec: Obj, pointer: str, container: Container, writes: dict
 
 
 def mutate_pods(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
-    review = parse_review(body)
-    pod = review.object
-    if review.operation != "CREATE" or pod is None:
-        return allow(review.uid)
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
-    return admit_pod_spec(review.uid, pod.get("spec"), "spec", queue, catalog, table)
+    return _mutate_created(body, "spec", catalog, table)
 
 
 def mutate_jobs(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
@@ -72,14 +66,22 @@ def mutate_jobs(body: Any, catalog: Catalog, table: ManufacturerTable) -> Obj:
     memory alone would reach Kueue with no units, hence no credits and no flavor ("no TAS flavor
     assigned"), and the Job would wait forever. Folding the template on CREATE gives Kueue the
     units; the Pods the Job makes are folded again by the Pod webhook to the same values."""
+    return _mutate_created(body, "spec.template.spec", catalog, table)
+
+
+def _mutate_created(body: Any, field: str, catalog: Catalog, table: ManufacturerTable) -> Obj:
+    """A created object (Pod or Job) whose Pod spec lies at `field`, entering the queue its
+    `kueue.x-k8s.io/queue-name` label names."""
     review = parse_review(body)
-    job = review.object
-    if review.operation != "CREATE" or job is None:
+    obj = review.object
+    if review.operation != "CREATE" or obj is None:
         return allow(review.uid)
-    labels = (job.get("metadata") or {}).get("labels") or {}
+    labels = (obj.get("metadata") or {}).get("labels") or {}
     queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
-    template = ((job.get("spec") or {}).get("template") or {}).get("spec")
-    return admit_pod_spec(review.uid, template, "spec.template.spec", queue, catalog, table)
+    spec: Any = obj
+    for step in field.split("."):
+        spec = (spec or {}).get(step) if isinstance(spec, dict) else None
+    return admit_pod_spec(review.uid, spec, field, queue, catalog, table)
 
 
 def admit_pod_spec(
