@@ -107,6 +107,13 @@ class Settings:
         return spec
 
 
+def seeded_spec(env: Mapping[str, str]) -> dict[str, bool | list[str]]:
+    """The first deploy's settings `spec`: the settings `GPUSTACK_<UPPER_SNAKE>` names, and
+    nothing else (a missing key keeps taking the upstream default)."""
+    seeded = Settings.from_env(env).to_spec()
+    return {name: value for name, value in seeded.items() if env.get(env_name(name), "") != ""}
+
+
 def env_name(setting: str) -> str:
     """`node-management-manual` -> `GPUSTACK_NODE_MANAGEMENT_MANUAL`."""
     return ENV_PREFIX + setting.upper().replace("-", "_")

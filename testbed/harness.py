@@ -658,7 +658,7 @@ class Testbed:
         src = (
             build.module_dir("metacontroller") / "manifests/production/metacontroller-crds-v1.yaml"
         )
-        return load_yaml_documents(src)
+        return [metacontroller_v4_fields(crd) for crd in load_yaml_documents(src)]
 
     def nfd_crds(self) -> list[Obj]:
         src = build.module_dir("nfd") / "deployment/base/nfd-crds/nfd-api-crds.yaml"
@@ -805,26 +805,38 @@ class Testbed:
         )
 
 
-def metacontroller_compat(obj: Obj) -> Obj:
-    """Adapt a Metacontroller controller object to the Metacontroller the testbed runs.
+def metacontroller_v4_fields(crd: Obj) -> Obj:
+    """Widen a Metacontroller v1.5.x CRD schema by the two fields v4 added, so the shipped
+    controllers apply unmodified (`kubectl apply` validates strictly) on the testbed's older
+    Metacontroller.
 
-    Hook `version` and `resources[].ignoreStatusChanges` arrived in Metacontroller v4; the
-    v1.5.20 CRD schema declares neither and server-side apply refuses undeclared fields. Without
-    `version` v1.5.20 speaks hook version v1, whose requests differ from v2 only in map keys our
-    hooks never read; without `ignoreStatusChanges` it also syncs on status-only changes, which
-    costs calls and changes no answer.
+    Hook `version` and `ignoreStatusChanges` on resource rules arrived in v4. v1.5.20 ignores
+    both: without `version` it speaks hook version v1, whose requests differ from v2 only in map
+    keys our hooks never read; without `ignoreStatusChanges` it also syncs on status-only
+    changes, which costs calls and changes no answer. Every object schema with a `webhook`
+    property is a hook; every one with `apiVersion` and `resource` is a resource rule.
     """
     major = int(build.versions()["metacontroller"]["version"].lstrip("v").split(".")[0])
-    if major >= 4 or obj.get("apiVersion") != "metacontroller.k8s.io/v1alpha1":
-        return obj
-    adapted = copy.deepcopy(obj)
-    spec = adapted.get("spec", {})
-    for hook in (spec.get("hooks") or {}).values():
-        if isinstance(hook, dict):
-            hook.pop("version", None)
-    for resource in [*(spec.get("resources") or []), spec.get("parentResource") or {}]:
-        resource.pop("ignoreStatusChanges", None)
-    return adapted
+    if major >= 4:
+        return crd
+    widened = copy.deepcopy(crd)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                if "webhook" in props:
+                    props.setdefault("version", {"type": "string"})
+                if "apiVersion" in props and "resource" in props:
+                    props.setdefault("ignoreStatusChanges", {"type": "boolean"})
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(widened.get("spec", {}).get("versions", []))
+    return widened
 
 
 def _http_ok(url: str) -> bool:

@@ -23,13 +23,18 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from testbed.harness import Testbed, metacontroller_compat
+from hooks.admission.seed import ensure_settings
+from testbed.harness import Testbed
 from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.projection import Projection, configmap_volumes, container_env
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 NOT_APPLIED = {"Deployment", "Service", "DaemonSet"}
+# The shipped webhook certificate is cert-manager's; the hooks served here on the host use the
+# testbed's own CA instead (cert-manager's programs cannot be built from the module proxy: its
+# cmd/* modules are not served; docs/testbed.md).
+CERT_MANAGER_GROUP = "cert-manager.io"
 FIELD_MANAGER = "gpustack-chain-install"
 
 
@@ -85,7 +90,6 @@ class Installed:
 
 def _point_hooks(obj: Obj, urls: dict[tuple[str, str], str]) -> Obj:
     """Metacontroller hooks: `service` + `path` -> `url`."""
-    obj = metacontroller_compat(obj)
     for hook in (obj["spec"].get("hooks") or {}).values():
         webhook = hook.get("webhook") if isinstance(hook, dict) else None
         if webhook and "service" in webhook:
@@ -143,10 +147,14 @@ def install(
         name = crd["metadata"]["name"]
         wait_for(partial(bed.crd_established, name), timeout, f"CRD {name} established")
     bed.kube.forget_discovery()
+    # What the verdict driver does on its first start (its Deployment is not run here).
+    ensure_settings(bed.kube, {})
 
     for obj in objects:
         if obj["kind"] in NOT_APPLIED or obj in crds or obj in namespaces:
             continue
+        if obj["apiVersion"].startswith(CERT_MANAGER_GROUP + "/"):
+            continue  # the webhooks served here use the testbed's CA (see CERT_MANAGER_GROUP)
         if obj["apiVersion"] == "metacontroller.k8s.io/v1alpha1":
             obj = _point_hooks(obj, installed.urls)
         elif obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):

@@ -69,6 +69,7 @@ from chain.settings import StartupEnv
 from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
+from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj
 from kubeapi.watch import Cache, key_of
@@ -600,6 +601,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period), started=False)
     if args.health_port >= 0:
         serve_health(heartbeat, args.health_port)
+    seed_in_background(kube, os.environ)
     caches = Caches()
     caches.start(kube)
     release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.harness import Testbed, metacontroller_compat
+from testbed.harness import Testbed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, now, release_quota
@@ -53,7 +53,7 @@ def test_metacontroller_decorator_calls_gunicorn_hook(testbed: Testbed, namespac
             "resyncPeriodSeconds": 5,
         },
     }
-    kube.apply(metacontroller_compat(controller))
+    kube.apply(controller)
     try:
         parent: Obj = {
             "apiVersion": "v1",

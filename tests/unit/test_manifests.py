@@ -150,3 +150,36 @@ def test_node_agents_serve_the_device_plugin_where_the_kubelet_looks(
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_webhook_certificate_names_every_webhook_service() -> None:
+    """cert-manager issues one certificate for every webhook Service the configurations call;
+    they inject its CA, and every webhook Deployment mounts its Secret."""
+    [cert] = [c for c in _of("Certificate") if not c["spec"].get("isCA")]
+    ref = f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
+    names = set(cert["spec"]["dnsNames"])
+    configs = _of("MutatingWebhookConfiguration") + _of("ValidatingWebhookConfiguration")
+    for config in configs:
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
+        for hook in config["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            assert f"{service['name']}.{service['namespace']}.svc" in names
+    issuer = cert["spec"]["issuerRef"]["name"]
+    assert issuer in {i["metadata"]["name"] for i in _of("Issuer")}
+    for deployment in HOOK_SERVERS:
+        volumes = deployment["spec"]["template"]["spec"].get("volumes") or []
+        secrets = {v["secret"]["secretName"] for v in volumes if "secret" in v}
+        args = " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        if "--certfile" in args:
+            assert secrets == {cert["spec"]["secretName"]}
+
+
+def test_no_custom_resource_of_the_chain_is_applied_with_its_crd() -> None:
+    """`kubectl apply -k` sends everything in one pass, before any CRD of it is established:
+    an object of a CRD shipped here would be refused (`no matches for kind`)."""
+    shipped = {
+        (c["spec"]["group"], c["spec"]["names"]["kind"]) for c in _of("CustomResourceDefinition")
+    }
+    for obj in OBJECTS:
+        group = obj["apiVersion"].rpartition("/")[0]
+        assert (group, obj["kind"]) not in shipped, f"{obj['kind']} {obj['metadata']['name']}"

@@ -125,3 +125,11 @@ def test_startup_env() -> None:
     assert got == StartupEnv(True, False, False, "chain", ("03", "12"))
     with pytest.raises(ValueError, match="GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS"):
         StartupEnv.from_env({"GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS": "on"})
+
+
+def test_the_first_deploy_seeds_only_what_the_environment_names() -> None:
+    from chain.settings import seeded_spec
+
+    env = {"GPUSTACK_NODE_MANAGEMENT_MANUAL": "true", "GPUSTACK_OTHER": "x"}
+    assert seeded_spec(env) == {"node-management-manual": True}
+    assert seeded_spec({}) == {}
