@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from chain.devices import Devices
 from chain.ledger import Mode
@@ -226,3 +227,21 @@ def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) 
         60,
         "the Job to succeed",
     )
+
+
+def test_a_pod_breaking_a_request_rule_is_denied_with_the_rule(agents: Testbed) -> None:
+    """Two cards of slices in one Pod: the Pod webhook refuses it, saying which rule and why,
+    before anything reaches a node."""
+    bed = agents
+    queue = local_queue_name(T4_POOL)
+    pod = _pod("two-slices", "node-a", {SLICED: "2", f"{SLICED}.memory-percentage": "20"}, "true")
+    pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    try:
+        kubectl(bed, "create", "-f", "-", stdin=yaml.safe_dump(pod))
+    except RuntimeError as denied:
+        message = str(denied)
+    else:
+        raise AssertionError("a Pod asking two cards of slices was admitted")
+    assert "denied the request" in message
+    assert "a logical slice request is always a single card" in message
+    assert bed.kube.get("v1", "Pod", "two-slices", NAMESPACE) is None
