@@ -40,10 +40,28 @@ def coredns_image() -> str:
     return images.ensure_scratch_image(f"localhost/coredns:{version}", build.binary("coredns"))
 
 
+METACONTROLLER_UPSTREAM_IMAGE = "metacontrollerio/metacontroller"
+
+
+def metacontroller_image() -> str:
+    """The testbed's Metacontroller binary where upstream's image has it (its StatefulSet names
+    the command `/usr/bin/metacontroller`)."""
+    version = build.versions()["metacontroller"]["version"]
+    binary = build.binary("metacontroller")
+    return images.ensure_scratch_image(
+        f"localhost/metacontroller:{version}", binary, "/usr/bin/metacontroller"
+    )
+
+
 def node_images(log: Callable[[str], None] = print) -> list[Path]:
     """Archives of every image a node starts with (built when missing)."""
     system.ensure(log)
-    makers = (images.ensure_project_image, images.ensure_pause_image, coredns_image)
+    makers = (
+        images.ensure_project_image,
+        images.ensure_pause_image,
+        coredns_image,
+        metacontroller_image,
+    )
     return [images.archive(make()) for make in makers]
 
 
@@ -148,6 +166,30 @@ def offers_cards(bed: Testbed, node: str) -> bool:
     found = bed.kube.get("v1", "Node", node) or {}
     offered = found.get("status", {}).get("allocatable", {})
     return bool(offered.get("nvidia.com/gpu")) and "nvidia.com/gpu.sliced.units" in offered
+
+
+def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
+    """Metacontroller as its own manifests install it (`manifests/production` of its module:
+    namespace, RBAC, StatefulSet), rendered by the real kubectl, with the image reference
+    swapped for the testbed's. Its CRDs stay the ones the testbed installed (widened by v4's two
+    fields, `harness.metacontroller_v4_fields`)."""
+    source = build.module_dir("metacontroller") / "manifests/production"
+    rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(source)))
+    objects = [o for o in rendered if o and o["kind"] != "CustomResourceDefinition"]
+    image = metacontroller_image()
+    for obj in objects:
+        for container in (
+            obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        ):
+            if container["image"].startswith(METACONTROLLER_UPSTREAM_IMAGE + ":"):
+                container["image"] = image
+    kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def ready() -> bool:
+        found = bed.kube.get("apps/v1", "StatefulSet", "metacontroller", "metacontroller") or {}
+        return bool(found.get("status", {}).get("readyReplicas"))
+
+    wait_for(ready, timeout, "Metacontroller's StatefulSet to be ready")
 
 
 def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:

@@ -107,15 +107,16 @@ def ensure_project_image() -> str:
     return PROJECT_IMAGE
 
 
-def ensure_scratch_image(tag: str, binary: Path, args: Sequence[str] = ()) -> str:
-    """Pack one static binary `FROM scratch`, as its own entrypoint."""
+def ensure_scratch_image(tag: str, binary: Path, path: str = "") -> str:
+    """Pack one static binary `FROM scratch` at `path` (default `/<its name>`), as the
+    entrypoint (upstream manifests that name their own command find it there)."""
     if exists(tag):
         return tag
+    path = path or f"/{binary.name}"
     with tempfile.TemporaryDirectory(prefix="gpustack-scratch-") as ctx:
         shutil.copy(binary, Path(ctx) / binary.name)
-        entry = ", ".join(f'"{a}"' for a in [f"/{binary.name}", *args])
         (Path(ctx) / "Containerfile").write_text(
-            f"FROM scratch\nCOPY {binary.name} /{binary.name}\nENTRYPOINT [{entry}]\n"
+            f'FROM scratch\nCOPY {binary.name} {path}\nENTRYPOINT ["{path}"]\n'
         )
         _run(["podman", "build", "-t", tag, ctx])
     return tag

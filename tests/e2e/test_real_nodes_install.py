@@ -1,10 +1,12 @@
 """The shipped install as a user runs it: `kubectl apply -k` once, on a cluster with real nodes.
 
-A testbed of its own (its own network slot, beside `real_cluster`): the control plane with Kueue,
-Metacontroller and NFD (their CRDs), one real node, and cert-manager's CRDs read from its module
-(cert-manager itself cannot be built from the module proxy, so nothing issues the webhooks'
-certificate here: the API server still validates the shipped Issuers and Certificates against
-its schema). The overlay (`testbed/overlay`) is the shipped manifests with the local image.
+A testbed of its own (its own network slot, beside `real_cluster`): the control plane with Kueue
+and NFD master (host processes, for now), Metacontroller installed in the cluster from its own
+manifests (a Pod on the real node, calling the hooks by their Service names), one real node, and
+cert-manager's CRDs read from its module (cert-manager itself cannot be built from the module
+proxy, so nothing issues the webhooks' certificate here: the API server still validates the
+shipped Issuers and Certificates against its schema). The overlay (`testbed/overlay`) is the
+shipped manifests with the local image.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from pathlib import Path
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from testbed import build
-from testbed.cluster import OVERLAY, kubectl, start_nodes
-from testbed.harness import Testbed
+from testbed.cluster import OVERLAY, install_metacontroller, kubectl, start_nodes
+from testbed.harness import COMPONENT_ORDER, Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.realnode import NodeSpec
@@ -46,8 +48,9 @@ def _available(bed: Testbed, name: str) -> bool:
 def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-install-")), real_nodes=True)
     try:
-        bed.up()
+        bed.up(components=(*COMPONENT_ORDER[:4], "nfd-master"))  # Metacontroller runs in a Pod
         start_nodes(bed, [NodeSpec("node-a", 0)])
+        install_metacontroller(bed)
         crds = _cert_manager_crds()
         bed.kube.apply_all(crds)
         for crd in crds:
@@ -85,6 +88,22 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
                 assert not [v for v in volumes if v.startswith("kube-api-access")], name
                 assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
             assert spec["containers"][0]["image"] == "localhost/gpustack-chain:testbed"
+        # Metacontroller, in the cluster, reaches the hooks' Pods by their Service names: the
+        # Node decorator's hook labels the node and gives it its flavor summary.
+        wait_for(
+            lambda: (
+                (bed.kube.get("v1", "Node", "node-a") or {})
+                .get("metadata", {})
+                .get("labels", {})
+                .get("gpustack.ai/managed")
+                == "true"
+            ),
+            120,
+            "the flavor hook's Pod to label the node, called by the in-cluster Metacontroller",
+        )
+        wait_for(
+            lambda: bed.kube.get(CHAIN_API, "NodeFlavors", "node-a"), 60, "node-a's NodeFlavors"
+        )
         # The webhooks wait for the certificate cert-manager would issue.
         for cert in _shipped("Certificate"):
             found = bed.kube.get(
