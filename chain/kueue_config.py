@@ -100,3 +100,16 @@ def configuration_fragment(table: ManufacturerTable) -> dict[str, Any]:
             "transformations": transformations(table),
         },
     }
+
+
+def merged_configuration(config: dict[str, Any], fragment: dict[str, Any]) -> dict[str, Any]:
+    """Kueue's Configuration `config` with the chain's `fragment` merged in: the fragment's
+    feature gates added (its values win), its `resources` in place of Kueue's, the rest
+    untouched."""
+    out = dict(config)
+    gates = fragment.get("featureGates")
+    if gates:
+        out["featureGates"] = {**(config.get("featureGates") or {}), **gates}
+    if "resources" in fragment:
+        out["resources"] = fragment["resources"]
+    return out

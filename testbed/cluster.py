@@ -53,6 +53,18 @@ def metacontroller_image() -> str:
     )
 
 
+KUEUE_MANAGER_CONFIG = "kueue-manager-config"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+
+
+def kueue_image() -> str:
+    """The testbed's Kueue binary where Kueue's image has it (its Deployment runs `/manager`,
+    and insists on a non-root user: distroless's 65532)."""
+    version = build.versions()["kueue"]["version"]
+    binary = build.binary("kueue")
+    return images.ensure_scratch_image(f"localhost/kueue:{version}", binary, "/manager", "65532")
+
+
 def node_images(log: Callable[[str], None] = print) -> list[Path]:
     """Archives of every image a node starts with (built when missing)."""
     system.ensure(log)
@@ -61,6 +73,7 @@ def node_images(log: Callable[[str], None] = print) -> list[Path]:
         images.ensure_pause_image,
         coredns_image,
         metacontroller_image,
+        kueue_image,
     )
     return [images.archive(make()) for make in makers]
 
@@ -190,6 +203,36 @@ def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
         return bool(found.get("status", {}).get("readyReplicas"))
 
     wait_for(ready, timeout, "Metacontroller's StatefulSet to be ready")
+
+
+def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
+    """Kueue as its release installs it (`config/default` of its module, rendered by the real
+    kubectl, applied server-side), with the chain's configuration merged into its ConfigMap the
+    documented way (`python -m hooks.queue.kueue_config --merge`, README), and its image swapped
+    for one packing the testbed's binary (pulled never: upstream's `Always` would ask a
+    registry this machine cannot reach)."""
+    rendered = kubectl(bed, "kustomize", str(build.module_dir("kueue") / "config/default"))
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    image = kueue_image()
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == KUEUE_MANAGER_CONFIG:
+            stock = bed.root / "kueue-stock-config.yaml"
+            stock.write_text(obj["data"][KUEUE_CONFIG_KEY])
+            merge = [sys.executable, "-m", "hooks.queue.kueue_config", "--merge", str(stock)]
+            done = subprocess.run(merge, capture_output=True, text=True, check=True)
+            obj["data"][KUEUE_CONFIG_KEY] = done.stdout
+        if obj["kind"] == "Deployment":
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                container["image"] = image
+                container["imagePullPolicy"] = "IfNotPresent"
+    stream = yaml.safe_dump_all(objects)
+    kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
+
+    def ready() -> bool:
+        found = bed.kube.get("apps/v1", "Deployment", "kueue-controller-manager", "kueue-system")
+        return bool((found or {}).get("status", {}).get("availableReplicas"))
+
+    wait_for(ready, timeout, "Kueue's controller manager to be available")
 
 
 def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import requests
 import yaml
 
+from chain.kueue_config import merged_configuration
 from testbed import build, certs, network
 from testbed.kube import Kube, KubeError, Obj, load_yaml_documents, wait_for
 from testbed.nodes import node_object, register_node
@@ -52,6 +53,7 @@ KUEUE_FRAGMENT = (
     Path(__file__).resolve().parent.parent / "manifests" / "kueue" / "configuration.yaml"
 )
 CONTROL_PLANE_NODE = "testbed-control-plane"
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 
 class ComponentDied(RuntimeError):
@@ -237,7 +239,9 @@ class Testbed:
             for name in components:
                 steps[name](binaries[name], timeout)
                 if name == "kube-controller-manager" and crds_wanted:
-                    self._install_crds(timeout)
+                    # Kueue's CRDs (their conversion webhook pointed at this Kueue) only when it
+                    # runs here; in a cluster, its release manifests bring their own.
+                    self._install_crds(timeout, kueue="kueue" in components)
                 if name == "kube-apiserver":
                     c = self.certs
                     self.write_kubeconfig(self.kubeconfig, self.server, c.admin_crt, c.admin_key)
@@ -500,6 +504,7 @@ class Testbed:
                 "--advertise-address=127.0.0.1",
                 "--endpoint-reconciler-type=none",
             ]
+        front_proxy = certs.issue(self.root / "certs", FRONT_PROXY_CLIENT, FRONT_PROXY_CLIENT)
         return [
             # Loopback for the host's clients, the bridge for the nodes and their Pods.
             "--bind-address=0.0.0.0",
@@ -510,6 +515,17 @@ class Testbed:
             f"--kubelet-certificate-authority={c.ca_crt}",
             # Webhooks and aggregated APIs at their Pods' addresses: the host runs no kube-proxy.
             "--enable-aggregator-routing=true",
+            # The front proxy: aggregated API servers (Kueue's visibility API) trust requests the
+            # API server forwards with this client certificate and these headers; without it
+            # they answer 403, and clients whose discovery must be complete (Metacontroller
+            # v1.5.20) stop altogether.
+            f"--proxy-client-cert-file={front_proxy[0]}",
+            f"--proxy-client-key-file={front_proxy[1]}",
+            f"--requestheader-client-ca-file={c.ca_crt}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         ]
 
     def _start_apiserver(self, binary: Path, timeout: float) -> None:
@@ -678,8 +694,8 @@ class Testbed:
         src = build.module_dir("nfd") / "deployment/base/nfd-crds/nfd-api-crds.yaml"
         return load_yaml_documents(src)
 
-    def _install_crds(self, timeout: float) -> None:
-        crds = self.kueue_crds() + self.metacontroller_crds() + self.nfd_crds()
+    def _install_crds(self, timeout: float, kueue: bool = True) -> None:
+        crds = (self.kueue_crds() if kueue else []) + self.metacontroller_crds() + self.nfd_crds()
         for crd in crds:
             self.kube.apply(crd)
         for crd in crds:
@@ -697,14 +713,10 @@ class Testbed:
     def kueue_config(self) -> Obj:
         """The Configuration the testbed's Kueue runs with: what running outside a cluster
         needs, plus the chain's shipped fragment (feature gates, resource transformations)."""
-        p = self.state.ports
-        config = self._kueue_base_config(p)
-        if KUEUE_FRAGMENT.is_file():
-            fragment = load_yaml_documents(KUEUE_FRAGMENT)[0]
-            config["featureGates"] = {**fragment.get("featureGates", {}), **config["featureGates"]}
-            if "resources" in fragment:
-                config["resources"] = fragment["resources"]
-        return config
+        config = self._kueue_base_config(self.state.ports)
+        if not KUEUE_FRAGMENT.is_file():
+            return config
+        return merged_configuration(config, load_yaml_documents(KUEUE_FRAGMENT)[0])
 
     def _kueue_base_config(self, p: dict[str, int]) -> Obj:
         return {

@@ -28,6 +28,7 @@ PAUSE_IMAGE = "localhost/pause:testbed"
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
+RECIPE_LABEL = "ai.gpustack.testbed.recipe"
 
 
 class ImageError(RuntimeError):
@@ -107,19 +108,29 @@ def ensure_project_image() -> str:
     return PROJECT_IMAGE
 
 
-def ensure_scratch_image(tag: str, binary: Path, path: str = "") -> str:
+def ensure_scratch_image(tag: str, binary: Path, path: str = "", user: str = "") -> str:
     """Pack one static binary `FROM scratch` at `path` (default `/<its name>`), as the
-    entrypoint (upstream manifests that name their own command find it there)."""
-    if exists(tag):
-        return tag
+    entrypoint, running as `user` when given (upstream manifests that name their own command, or
+    insist on a non-root user, find the image as upstream's is). Rebuilt when the recipe or the
+    binary changes: the image carries their digest as a label."""
     path = path or f"/{binary.name}"
+    recipe = f'FROM scratch\nCOPY {binary.name} {path}\nENTRYPOINT ["{path}"]\n'
+    if user:
+        recipe += f"USER {user}\n"
+    digest = hashlib.sha256(recipe.encode() + binary.read_bytes()).hexdigest()[:16]
+    if exists(tag) and _label(tag, RECIPE_LABEL) == digest:
+        return tag
     with tempfile.TemporaryDirectory(prefix="gpustack-scratch-") as ctx:
         shutil.copy(binary, Path(ctx) / binary.name)
-        (Path(ctx) / "Containerfile").write_text(
-            f'FROM scratch\nCOPY {binary.name} {path}\nENTRYPOINT ["{path}"]\n'
-        )
-        _run(["podman", "build", "-t", tag, ctx])
+        (Path(ctx) / "Containerfile").write_text(recipe)
+        _run(["podman", "build", f"--label={RECIPE_LABEL}={digest}", "-t", tag, ctx])
     return tag
+
+
+def _label(tag: str, key: str) -> str:
+    return _run(
+        ["podman", "image", "inspect", "--format", f'{{{{index .Labels "{key}"}}}}', tag]
+    ).strip()
 
 
 def ensure_pause_image() -> str:
@@ -127,13 +138,19 @@ def ensure_pause_image() -> str:
 
 
 def archive(tag: str) -> Path:
-    """A docker-archive of `tag` for `ctr images import`, reused while the image is the same."""
+    """A docker-archive of `tag` for `ctr images import`, reused while the image is the same;
+    the archive of the tag's previous image is removed (the project's image changes with every
+    edit of the code, and each archive is hundreds of MiB)."""
     folder = build.cache_root() / "images"
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{image_id(tag)[:24]}.tar"
+    name = tag.replace("/", "_").replace(":", "_")
+    path = folder / f"{name}-{image_id(tag)[:24]}.tar"
     if not path.is_file():
+        for stale in folder.glob(f"{name}-*"):
+            stale.unlink(missing_ok=True)
+        for unnamed in folder.glob("[0-9a-f]" * 24 + ".tar"):  # the old naming, by ID alone
+            unnamed.unlink(missing_ok=True)
         partial = path.with_suffix(".partial")
-        partial.unlink(missing_ok=True)
         _run(["podman", "save", "--format=docker-archive", "-o", str(partial), tag])
         partial.rename(path)
     return path

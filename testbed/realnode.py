@@ -346,9 +346,10 @@ def _pids_in_cgroups(root: str) -> set[int]:
         top = hierarchy / root.lstrip("/")
         if not top.is_dir():
             continue
-        for procs in top.rglob("cgroup.procs"):
-            with contextlib.suppress(OSError, ValueError):
-                pids |= {int(p) for p in procs.read_text().split()}
+        for folder, _dirs, files in os.walk(top):  # cgroups vanish while we walk: no errors
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids |= {int(p) for p in Path(folder, "cgroup.procs").read_text().split()}
     return pids
 
 
@@ -395,9 +396,9 @@ def _remove_cgroups(root: str) -> None:
         if not top.is_dir():
             continue
         # Deepest first: a cgroup can only be removed once its children are.
-        for sub in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for folder, _dirs, _files in os.walk(top, topdown=False):
             with contextlib.suppress(OSError):
-                sub.rmdir()
+                os.rmdir(folder)
         with contextlib.suppress(OSError):
             top.rmdir()
 

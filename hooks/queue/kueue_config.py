@@ -1,10 +1,15 @@
-"""`python -m hooks.queue.kueue_config [--check] [--from-env] [-o FILE]`.
+"""`python -m hooks.queue.kueue_config [--check] [--from-env] [-o FILE] [--merge CONFIG]`.
 
 Writes the Kueue Configuration fragment the chain needs (`chain.kueue_config`) to
 `manifests/kueue/configuration.yaml`. `--check` writes nothing and exits 1 when the file is not
 what the generator makes (the unit tests run the same comparison). `--from-env` applies the
 `GPUSTACK_<MFR>_*` overrides of this shell, for clusters whose device plugins use other resource
 names; the checked-in file is made from the built-in table.
+
+`--merge CONFIG` prints (or writes to `-o`) the Kueue Configuration in file CONFIG with the
+fragment merged in: the documented way to give a running Kueue the chain's configuration (read
+`controller_manager_config.yaml` from ConfigMap kueue-system/kueue-manager-config, merge, put it
+back, restart Kueue; README, "Kueue's configuration").
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from chain.kueue_config import configuration_fragment
+from chain.kueue_config import configuration_fragment, merged_configuration
 from chain.manufacturers import ManufacturerTable, manufacturers
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "manifests" / "kueue" / "configuration.yaml"
@@ -48,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     parser.add_argument(
+        "--merge",
+        type=Path,
+        metavar="CONFIG",
+        help="merge the fragment into Kueue's Configuration in CONFIG and print the result",
+    )
+    parser.add_argument(
         "--from-env", action="store_true", help="apply GPUSTACK_<MFR>_* overrides of this shell"
     )
     args = parser.parse_args(argv)
@@ -56,6 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"kueue_config: {err}", file=sys.stderr)
         return 2
+    if args.merge is not None:
+        config = yaml.safe_load(args.merge.read_text())
+        if not isinstance(config, dict) or config.get("kind") != "Configuration":
+            print(f"kueue_config: {args.merge} holds no Kueue Configuration", file=sys.stderr)
+            return 2
+        merged = yaml.safe_dump(
+            merged_configuration(config, configuration_fragment(table)), sort_keys=False
+        )
+        if args.output == DEFAULT_OUTPUT:
+            sys.stdout.write(merged)
+        else:
+            args.output.write_text(merged)
+        return 0
     text = render(table)
     if args.check:
         current = args.output.read_text() if args.output.is_file() else ""

@@ -1,8 +1,9 @@
 """The shipped install as a user runs it: `kubectl apply -k` once, on a cluster with real nodes.
 
-A testbed of its own (its own network slot, beside `real_cluster`): the control plane with Kueue
-and NFD master (host processes, for now), Metacontroller installed in the cluster from its own
-manifests (a Pod on the real node, calling the hooks by their Service names), one real node, and
+A testbed of its own (its own network slot, beside `real_cluster`): the control plane with NFD
+master (a host process, for now); Kueue (its release manifests, with the chain's configuration
+merged into its ConfigMap the documented way) and Metacontroller (its own manifests) installed in
+the cluster as Pods on the real node, Metacontroller calling the hooks by their Service names; and
 cert-manager's CRDs read from its module (cert-manager itself cannot be built from the module
 proxy, so nothing issues the webhooks' certificate here: the API server still validates the
 shipped Issuers and Certificates against its schema). The overlay (`testbed/overlay`) is the
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from testbed import build
-from testbed.cluster import OVERLAY, install_metacontroller, kubectl, start_nodes
+from testbed.cluster import OVERLAY, install_kueue, install_metacontroller, kubectl, start_nodes
 from testbed.harness import COMPONENT_ORDER, Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kube import Obj, load_yaml_documents, wait_for
@@ -48,8 +49,9 @@ def _available(bed: Testbed, name: str) -> bool:
 def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-install-")), real_nodes=True)
     try:
-        bed.up(components=(*COMPONENT_ORDER[:4], "nfd-master"))  # Metacontroller runs in a Pod
+        bed.up(components=(*COMPONENT_ORDER[:3], "nfd-master"))  # Kueue, Metacontroller: Pods
         start_nodes(bed, [NodeSpec("node-a", 0)])
+        install_kueue(bed)
         install_metacontroller(bed)
         crds = _cert_manager_crds()
         bed.kube.apply_all(crds)
@@ -103,6 +105,16 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
         )
         wait_for(
             lambda: bed.kube.get(CHAIN_API, "NodeFlavors", "node-a"), 60, "node-a's NodeFlavors"
+        )
+        # Kueue, in the cluster, runs with the chain's configuration (merged into its ConfigMap
+        # the documented way), and its own webhooks admit the pool's ResourceFlavor that the
+        # pools hook authors through Metacontroller.
+        config = bed.kube.get("v1", "ConfigMap", "kueue-manager-config", "kueue-system") or {}
+        assert "credits.gpustack.ai/nvidia" in config["data"]["controller_manager_config.yaml"]
+        wait_for(
+            lambda: bed.kube.list("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
+            90,
+            "the pools hook's ResourceFlavor, admitted by the in-cluster Kueue",
         )
         # The webhooks wait for the certificate cert-manager would issue.
         for cert in _shipped("Certificate"):
