@@ -11,6 +11,7 @@ import contextlib
 import copy
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -65,11 +66,28 @@ class ComponentDied(RuntimeError):
         self.name = name
 
 
+# Listening ports come from below the kernel's ephemeral range (32768-60999 here): a port the
+# kernel hands out for an outgoing connection between our pick and the component's bind would
+# make that component fail with "address already in use" (seen with real nodes, whose kubelets
+# and kube-proxies open many connections).
+_PORTS = range(20000, 32000)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
+    """A port no one listens on (on any address), never handed out before by this process."""
+    for _ in range(1000):
+        port = random.choice(_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise RuntimeError(f"no free port in {_PORTS}")
 
 
 def pid_alive(pid: int) -> bool:
