@@ -31,10 +31,11 @@ from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build, images
-from testbed.cluster import REAL_NODES, install_chain, kubectl, pool_views, start_nodes
+from testbed.cluster import REAL_NODES, install_chain, pool_views, start_nodes
 from testbed.harness import CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
+from testbed.kubectl import kubectl
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, release_quota, sliced_job

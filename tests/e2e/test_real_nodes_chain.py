@@ -22,9 +22,10 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from testbed import images
-from testbed.cluster import AGENT_NAMESPACE, install_chain, kubectl, pool_views, ready_agents
+from testbed.cluster import AGENT_NAMESPACE, install_chain, pool_views, ready_agents
 from testbed.harness import Testbed
 from testbed.kube import Obj, wait_for
+from testbed.kubectl import kubectl
 from testbed.nodes import T4_POOL
 from testbed.pytest_plugin import REAL_NODES
 from testbed.workloads import sliced_job

@@ -17,11 +17,13 @@ from pathlib import Path
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from testbed import build
-from testbed.cluster import OVERLAY, install_kueue, install_metacontroller, kubectl, start_nodes
+from testbed.cluster import OVERLAY, start_nodes
 from testbed.harness import COMPONENT_ORDER, Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kube import Obj, load_yaml_documents, wait_for
+from testbed.kubectl import kubectl
 from testbed.realnode import NodeSpec
+from testbed.upstream import install_kueue, install_metacontroller
 
 NAMESPACE = "gpustack-system"
 CERT_MANAGER_CRDS = "deploy/crds"

@@ -1,0 +1,97 @@
+"""Upstream parts installed in a testbed's cluster the way a user installs them.
+
+Kueue from its release manifests (with the chain's configuration merged into its ConfigMap, the
+README's documented path) and Metacontroller from its own manifests, each rendered by the real
+kubectl from its module in the Go module cache, with the image reference swapped for one that
+packs the testbed's binary where upstream's image has it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from testbed import build, images
+from testbed.harness import Testbed
+from testbed.kube import wait_for
+from testbed.kubectl import kubectl
+
+METACONTROLLER_UPSTREAM_IMAGE = "metacontrollerio/metacontroller"
+
+
+def metacontroller_image() -> str:
+    """The testbed's Metacontroller binary where upstream's image has it (its StatefulSet names
+    the command `/usr/bin/metacontroller`)."""
+    version = build.versions()["metacontroller"]["version"]
+    binary = build.binary("metacontroller")
+    return images.ensure_scratch_image(
+        f"localhost/metacontroller:{version}", binary, "/usr/bin/metacontroller"
+    )
+
+
+KUEUE_MANAGER_CONFIG = "kueue-manager-config"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+
+
+def kueue_image() -> str:
+    """The testbed's Kueue binary where Kueue's image has it (its Deployment runs `/manager`,
+    and insists on a non-root user: distroless's 65532)."""
+    version = build.versions()["kueue"]["version"]
+    binary = build.binary("kueue")
+    return images.ensure_scratch_image(f"localhost/kueue:{version}", binary, "/manager", "65532")
+
+
+def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
+    """Metacontroller as its own manifests install it (`manifests/production` of its module:
+    namespace, RBAC, StatefulSet), rendered by the real kubectl, with the image reference
+    swapped for the testbed's. Its CRDs stay the ones the testbed installed (widened by v4's two
+    fields, `harness.metacontroller_v4_fields`)."""
+    source = build.module_dir("metacontroller") / "manifests/production"
+    rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(source)))
+    objects = [o for o in rendered if o and o["kind"] != "CustomResourceDefinition"]
+    image = metacontroller_image()
+    for obj in objects:
+        for container in (
+            obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+        ):
+            if container["image"].startswith(METACONTROLLER_UPSTREAM_IMAGE + ":"):
+                container["image"] = image
+    kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
+    def ready() -> bool:
+        found = bed.kube.get("apps/v1", "StatefulSet", "metacontroller", "metacontroller") or {}
+        return bool(found.get("status", {}).get("readyReplicas"))
+
+    wait_for(ready, timeout, "Metacontroller's StatefulSet to be ready")
+
+
+def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
+    """Kueue as its release installs it (`config/default` of its module, rendered by the real
+    kubectl, applied server-side), with the chain's configuration merged into its ConfigMap the
+    documented way (`python -m hooks.queue.kueue_config --merge`, README), and its image swapped
+    for one packing the testbed's binary (pulled never: upstream's `Always` would ask a
+    registry this machine cannot reach)."""
+    rendered = kubectl(bed, "kustomize", str(build.module_dir("kueue") / "config/default"))
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    image = kueue_image()
+    for obj in objects:
+        if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == KUEUE_MANAGER_CONFIG:
+            stock = bed.root / "kueue-stock-config.yaml"
+            stock.write_text(obj["data"][KUEUE_CONFIG_KEY])
+            merge = [sys.executable, "-m", "hooks.queue.kueue_config", "--merge", str(stock)]
+            done = subprocess.run(merge, capture_output=True, text=True, check=True)
+            obj["data"][KUEUE_CONFIG_KEY] = done.stdout
+        if obj["kind"] == "Deployment":
+            for container in obj["spec"]["template"]["spec"]["containers"]:
+                container["image"] = image
+                container["imagePullPolicy"] = "IfNotPresent"
+    stream = yaml.safe_dump_all(objects)
+    kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
+
+    def ready() -> bool:
+        found = bed.kube.get("apps/v1", "Deployment", "kueue-controller-manager", "kueue-system")
+        return bool((found or {}).get("status", {}).get("availableReplicas"))
+
+    wait_for(ready, timeout, "Kueue's controller manager to be available")
