@@ -232,11 +232,13 @@ def build_nfd(pins: dict[str, str], work: Path, bindir: Path) -> None:
                 ["mod", "edit", f"-replace={rep['Old']['Path']}={new['Path']}@{new['Version']}"],
                 work,
             )
-    cmd = f"{module}/cmd/nfd-master"
-    _tools_file(work, [cmd])
+    # The master for the host-process testbed; worker and garbage collector too for NFD's own
+    # manifests on the real nodes.
+    cmds = [f"{module}/cmd/{name}" for name in ("nfd-master", "nfd-worker", "nfd-gc")]
+    _tools_file(work, cmds)
     go(["mod", "tidy"], work)
     ldflags = f"-s -w -X {module}/pkg/version.version={version}"
-    go(["build", "-trimpath", "-ldflags", ldflags, "-o", str(bindir / "nfd-master"), cmd], work)
+    go(["build", "-trimpath", "-ldflags", ldflags, "-o", f"{bindir}/", *cmds], work)
 
 
 def build_containerd(pins: dict[str, str], work: Path, bindir: Path) -> None:
@@ -289,7 +291,7 @@ COMPONENTS: dict[str, Component] = {
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),
     "metacontroller": Component("metacontroller", ("metacontroller",), build_metacontroller),
-    "nfd": Component("nfd", ("nfd-master",), build_nfd),
+    "nfd": Component("nfd", ("nfd-master", "nfd-worker", "nfd-gc"), build_nfd),
 }
 
 

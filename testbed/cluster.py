@@ -50,6 +50,7 @@ def node_images(log: Callable[[str], None] = print) -> list[Path]:
         coredns_image,
         upstream.metacontroller_image,
         upstream.kueue_image,
+        upstream.nfd_image,
     )
     return [images.archive(make()) for make in makers]
 

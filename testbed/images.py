@@ -111,19 +111,34 @@ def ensure_project_image() -> str:
 def ensure_scratch_image(tag: str, binary: Path, path: str = "", user: str = "") -> str:
     """Pack one static binary `FROM scratch` at `path` (default `/<its name>`), as the
     entrypoint, running as `user` when given (upstream manifests that name their own command, or
-    insist on a non-root user, find the image as upstream's is). Rebuilt when the recipe or the
-    binary changes: the image carries their digest as a label."""
+    insist on a non-root user, find the image as upstream's is)."""
     path = path or f"/{binary.name}"
-    recipe = f'FROM scratch\nCOPY {binary.name} {path}\nENTRYPOINT ["{path}"]\n'
+    return ensure_scratch_files(tag, {path: binary}, entrypoint=path, user=user)
+
+
+def ensure_scratch_files(
+    tag: str, files: dict[str, Path], entrypoint: str = "", user: str = ""
+) -> str:
+    """Pack static binaries `FROM scratch` (image path -> binary). Rebuilt when the recipe or a
+    binary changes: the image carries their digest as a label."""
+    recipe = "FROM scratch\n" + "".join(
+        f"COPY {binary.name} {path}\n" for path, binary in sorted(files.items())
+    )
+    if entrypoint:
+        recipe += f'ENTRYPOINT ["{entrypoint}"]\n'
     if user:
         recipe += f"USER {user}\n"
-    digest = hashlib.sha256(recipe.encode() + binary.read_bytes()).hexdigest()[:16]
-    if exists(tag) and _label(tag, RECIPE_LABEL) == digest:
+    digest = hashlib.sha256(recipe.encode())
+    for _path, binary in sorted(files.items()):
+        digest.update(binary.read_bytes())
+    label = digest.hexdigest()[:16]
+    if exists(tag) and _label(tag, RECIPE_LABEL) == label:
         return tag
     with tempfile.TemporaryDirectory(prefix="gpustack-scratch-") as ctx:
-        shutil.copy(binary, Path(ctx) / binary.name)
+        for binary in files.values():
+            shutil.copy(binary, Path(ctx) / binary.name)
         (Path(ctx) / "Containerfile").write_text(recipe)
-        _run(["podman", "build", f"--label={RECIPE_LABEL}={digest}", "-t", tag, ctx])
+        _run(["podman", "build", f"--label={RECIPE_LABEL}={label}", "-t", tag, ctx])
     return tag
 
 

@@ -1,8 +1,8 @@
 """Upstream parts installed in a testbed's cluster the way a user installs them.
 
 Kueue from its release manifests (with the chain's configuration merged into its ConfigMap, the
-README's documented path) and Metacontroller from its own manifests, each rendered by the real
-kubectl from its module in the Go module cache, with the image reference swapped for one that
+README's documented path), Metacontroller and NFD from their own manifests, each rendered by the
+real kubectl from its module in the Go module cache, with the image reference swapped for one that
 packs the testbed's binary where upstream's image has it.
 """
 
@@ -95,3 +95,41 @@ def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
         return bool((found or {}).get("status", {}).get("availableReplicas"))
 
     wait_for(ready, timeout, "Kueue's controller manager to be available")
+
+
+NFD_UPSTREAM_IMAGE = "registry.k8s.io/nfd/node-feature-discovery"
+NFD_PROGRAMS = ("nfd-master", "nfd-worker", "nfd-gc")
+
+
+def nfd_image() -> str:
+    """NFD's programs where its image has them (its manifests run them by name from PATH), as
+    its image's user 65534 (the manifests insist on a non-root user)."""
+    version = build.versions()["nfd"]["version"]
+    files = {f"/usr/bin/{name}": build.binary(name) for name in NFD_PROGRAMS}
+    return images.ensure_scratch_files(f"localhost/nfd:{version}", files, user="65534:65534")
+
+
+def install_nfd(bed: Testbed, timeout: float = 180.0) -> None:
+    """NFD as its default overlay installs it (master, worker DaemonSet, garbage collector),
+    applied server-side over the CRDs the testbed already installed from the same module."""
+    source = build.module_dir("nfd") / "deployment/overlays/default"
+    objects = [o for o in yaml.safe_load_all(kubectl(bed, "kustomize", str(source))) if o]
+    image = nfd_image()
+    for obj in objects:
+        pod = obj.get("spec", {}).get("template", {}).get("spec", {})
+        for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            if container["image"].startswith(NFD_UPSTREAM_IMAGE + ":"):
+                container["image"] = image
+    stream = yaml.safe_dump_all(objects)
+    kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
+
+    def ready() -> bool:
+        ns = "node-feature-discovery"
+        master = bed.kube.get("apps/v1", "Deployment", "nfd-master", ns) or {}
+        worker = bed.kube.get("apps/v1", "DaemonSet", "nfd-worker", ns) or {}
+        return bool(
+            master.get("status", {}).get("availableReplicas")
+            and worker.get("status", {}).get("numberReady")
+        )
+
+    wait_for(ready, timeout, "NFD's master and workers to be ready")

@@ -1,9 +1,10 @@
 """The shipped install as a user runs it: `kubectl apply -k` once, on a cluster with real nodes.
 
-A testbed of its own (its own network slot, beside `real_cluster`): the control plane with NFD
-master (a host process, for now); Kueue (its release manifests, with the chain's configuration
-merged into its ConfigMap the documented way) and Metacontroller (its own manifests) installed in
-the cluster as Pods on the real node, Metacontroller calling the hooks by their Service names; and
+A testbed of its own (its own network slot, beside `real_cluster`): the control plane; NFD (its
+default overlay: master, worker, garbage collector), Kueue (its release manifests, with the
+chain's configuration merged into its ConfigMap the documented way) and Metacontroller (its own
+manifests) installed in the cluster as Pods on the real node, Metacontroller calling the hooks by
+their Service names; and
 cert-manager's CRDs read from its module (cert-manager itself cannot be built from the module
 proxy, so nothing issues the webhooks' certificate here: the API server still validates the
 shipped Issuers and Certificates against its schema). The overlay (`testbed/overlay`) is the
@@ -23,7 +24,7 @@ from testbed.install import MANIFESTS, kustomize
 from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import NodeSpec
-from testbed.upstream import install_kueue, install_metacontroller
+from testbed.upstream import install_kueue, install_metacontroller, install_nfd
 
 NAMESPACE = "gpustack-system"
 CERT_MANAGER_CRDS = "deploy/crds"
@@ -51,8 +52,9 @@ def _available(bed: Testbed, name: str) -> bool:
 def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-install-")), real_nodes=True)
     try:
-        bed.up(components=(*COMPONENT_ORDER[:3], "nfd-master"))  # Kueue, Metacontroller: Pods
+        bed.up(components=COMPONENT_ORDER[:3])  # Kueue, Metacontroller, NFD: Pods, below
         start_nodes(bed, [NodeSpec("node-a", 0)])
+        install_nfd(bed)
         install_kueue(bed)
         install_metacontroller(bed)
         crds = _cert_manager_crds()
@@ -117,6 +119,18 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
             lambda: bed.kube.list("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
             90,
             "the pools hook's ResourceFlavor, admitted by the in-cluster Kueue",
+        )
+        # NFD, in the cluster: its worker read the real node's CPU, its master labelled the Node,
+        # and the Node decorator turned that into the node's CPU key.
+        wait_for(
+            lambda: (
+                "feature.node.kubernetes.io/cpu-model.vendor_id"
+                in (bed.kube.get("v1", "Node", "node-a") or {})
+                .get("metadata", {})
+                .get("labels", {})
+            ),
+            120,
+            "nfd-worker's CPU labels on the node",
         )
         # The webhooks wait for the certificate cert-manager would issue.
         for cert in _shipped("Certificate"):
