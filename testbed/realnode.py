@@ -104,7 +104,7 @@ class RealNode:
         self._start_holder()
         self._start_containerd()
         for archive in image_archives:
-            self.ctr("images", "import", "--no-unpack=false", str(archive))
+            self.ctr("images", "import", str(archive))  # unpacked for the CRI snapshotter
         self._start_kubelet()
         self._start_kube_proxy()
 
