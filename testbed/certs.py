@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhookcerts.authority import CA_KEY_USAGE
+
 VALIDITY = dt.timedelta(days=7)
 
 
@@ -137,20 +139,7 @@ def generate(directory: Path, extra_sans: tuple[str, ...] = ()) -> CertPaths:
     ca = (
         _builder(ca_name, ca_name, ca_key)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(CA_KEY_USAGE, critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     _write_cert(ca, paths.ca_crt)

@@ -31,10 +31,6 @@ from testbed.projection import Projection, configmap_volumes, container_env
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"
 NOT_APPLIED = {"Deployment", "Service", "DaemonSet"}
-# The shipped webhook certificate is cert-manager's; the hooks served here on the host use the
-# testbed's own CA instead (cert-manager's programs cannot be built from the module proxy: its
-# cmd/* modules are not served; docs/testbed.md).
-CERT_MANAGER_GROUP = "cert-manager.io"
 FIELD_MANAGER = "gpustack-chain-install"
 
 
@@ -100,7 +96,8 @@ def _point_hooks(obj: Obj, urls: dict[tuple[str, str], str]) -> Obj:
 
 
 def _point_webhooks(obj: Obj, urls: dict[tuple[str, str], str], ca_bundle: str) -> Obj:
-    """Admission webhook configurations: `service` -> `url`, with the testbed CA."""
+    """Admission webhook configurations: `service` -> `url`, with the testbed CA (the hooks
+    served here use the testbed's certificate; in a cluster the verdict driver issues one)."""
     for hook in obj.get("webhooks") or []:
         config = hook["clientConfig"]
         if "service" in config:
@@ -153,8 +150,6 @@ def install(
     for obj in objects:
         if obj["kind"] in NOT_APPLIED or obj in crds or obj in namespaces:
             continue
-        if obj["apiVersion"].startswith(CERT_MANAGER_GROUP + "/"):
-            continue  # the webhooks served here use the testbed's CA (see CERT_MANAGER_GROUP)
         if obj["apiVersion"] == "metacontroller.k8s.io/v1alpha1":
             obj = _point_hooks(obj, installed.urls)
         elif obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):

@@ -73,6 +73,7 @@ from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj
 from kubeapi.watch import Cache, key_of
+from webhookcerts.keeper import Keeper, Target, keep_in_background
 
 log = logging.getLogger("admission-driver")
 
@@ -592,6 +593,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--writers", type=int, default=4, help="verdict writes in flight at once; 0: one by one"
     )
+    parser.add_argument(
+        "--webhook-service",
+        action="append",
+        default=[],
+        help="a webhook Service the serving certificate must name (repeat); none: the "
+        "certificate is someone else's (e.g. cert-manager's) and nothing below is kept",
+    )
+    parser.add_argument("--webhook-secret", default="gpustack-webhook-tls")
+    parser.add_argument(
+        "--webhook-namespace",
+        default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
+        help="where the webhook Services and the Secret live (default: $POD_NAMESPACE)",
+    )
+    parser.add_argument(
+        "--mutating-webhook",
+        action="append",
+        default=[],
+        help="a MutatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
+    )
+    parser.add_argument(
+        "--validating-webhook",
+        action="append",
+        default=[],
+        help="a ValidatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     kube = Kube.from_environment(args.kubeconfig)
@@ -602,6 +628,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.health_port >= 0:
         serve_health(heartbeat, args.health_port)
     seed_in_background(kube, os.environ)
+    if args.webhook_service:
+        target = Target(
+            namespace=args.webhook_namespace,
+            secret=args.webhook_secret,
+            services=args.webhook_service,
+            mutating=args.mutating_webhook,
+            validating=args.validating_webhook,
+        )
+        keep_in_background(Keeper(kube, target))
     caches = Caches()
     caches.start(kube)
     release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods

@@ -13,7 +13,7 @@ from testbed.kube import KubeError
 WORKER = "worker.gpustack.ai/v1alpha1"
 
 
-def _type(name: str, **spec: object) -> dict[str, object]:
+def instance_type(name: str, **spec: object) -> dict[str, object]:
     base = {
         "acceleratable": True,
         "acceleratorGroup": "nvidia-l4",
@@ -33,7 +33,7 @@ def _type(name: str, **spec: object) -> dict[str, object]:
 def test_defaulting_and_validation(testbed: Testbed, chain: Installed) -> None:
     kube = testbed.kube
     name = f"gpustack--e2e-{uuid.uuid4().hex[:6]}"
-    created = kube.create(_type(name))
+    created = kube.create(instance_type(name))
     try:
         labels = created["metadata"]["labels"]
         assert created["spec"]["generalGroup"] == "generic"
@@ -50,5 +50,5 @@ def test_defaulting_and_validation(testbed: Testbed, chain: Installed) -> None:
         kube.delete(WORKER, "InstanceType", name)
 
     with pytest.raises(KubeError) as denied:
-        kube.create(_type(f"{name}-bad", unitResources={"cpu": "8", "ram": "32GB"}))
+        kube.create(instance_type(f"{name}-bad", unitResources={"cpu": "8", "ram": "32GB"}))
     assert "spec.unitResources.ram" in denied.value.message

@@ -4,8 +4,8 @@
 `kubectl kustomize testbed/overlay`: the local image, 4 x T4 on node-a, 2 x L4 on node-b) run on
 the real nodes and register their device plugins with the real kubelets; the rest of the chain
 is installed as in every other e2e test (hooks and webhooks served on the host, the verdict driver
-a host process). Running those as Pods from the image too needs Kueue, Metacontroller and
-cert-manager on the nodes: the next step of the shipped-install issue.
+a host process). `test_real_nodes_install.py` runs all of those as Pods; moving these tests onto
+that install is the next step of the shipped-install issue.
 """
 
 from __future__ import annotations

@@ -4,38 +4,33 @@ A testbed of its own (its own network slot, beside `real_cluster`): the control 
 default overlay: master, worker, garbage collector), Kueue (its release manifests, with the
 chain's configuration merged into its ConfigMap the documented way) and Metacontroller (its own
 manifests) installed in the cluster as Pods on the real node, Metacontroller calling the hooks by
-their Service names; and
-cert-manager's CRDs read from its module (cert-manager itself cannot be built from the module
-proxy, so nothing issues the webhooks' certificate here: the API server still validates the
-shipped Issuers and Certificates against its schema). The overlay (`testbed/overlay`) is the
-shipped manifests with the local image.
+their Service names, and the API server calling the webhooks' Pods over TLS with the certificate
+the verdict driver issued. The overlay (`testbed/overlay`) is the shipped manifests with the
+local image.
 """
 
 from __future__ import annotations
 
+import base64
 import tempfile
+import uuid
+from functools import partial
 from pathlib import Path
 
+import yaml
+
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
-from testbed import build
-from testbed.cluster import OVERLAY, start_nodes
+from testbed.cluster import OVERLAY, REAL_NODES, start_nodes
 from testbed.harness import COMPONENT_ORDER, Testbed
 from testbed.install import MANIFESTS, kustomize
-from testbed.kube import Obj, load_yaml_documents, wait_for
+from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
-from testbed.realnode import NodeSpec
 from testbed.upstream import install_kueue, install_metacontroller, install_nfd
+from tests.e2e.test_instancetypes import instance_type
 
 NAMESPACE = "gpustack-system"
-CERT_MANAGER_CRDS = "deploy/crds"
-
-
-def _cert_manager_crds() -> list[Obj]:
-    """cert-manager's CRDs from its module in the Go module cache (pinned beside the others)."""
-    pins = build.versions()["cert-manager"]
-    info = build.mod_download(f"{pins['module']}@{pins['version']}")
-    folder = Path(info["Dir"]) / CERT_MANAGER_CRDS
-    return [crd for path in sorted(folder.glob("*.yaml")) for crd in load_yaml_documents(path)]
+WORKER = "worker.gpustack.ai/v1alpha1"
+WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
 def _shipped(kind: str) -> list[Obj]:
@@ -53,15 +48,11 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-install-")), real_nodes=True)
     try:
         bed.up(components=COMPONENT_ORDER[:3])  # Kueue, Metacontroller, NFD: Pods, below
-        start_nodes(bed, [NodeSpec("node-a", 0)])
+        # Two nodes: the install's Pods request more CPU than one 2-core node can offer.
+        start_nodes(bed, list(REAL_NODES))
         install_nfd(bed)
         install_kueue(bed)
         install_metacontroller(bed)
-        crds = _cert_manager_crds()
-        bed.kube.apply_all(crds)
-        for crd in crds:
-            name = crd["metadata"]["name"]
-            wait_for(lambda name=name: bed.crd_established(name), 60, f"CRD {name}")
 
         kubectl(bed, "apply", "-k", str(OVERLAY))  # once: any refusal fails the test
 
@@ -69,21 +60,18 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
         wait_for(
             lambda: bed.kube.get(CHAIN_API, SETTINGS, SETTINGS_NAME), 180, "the settings singleton"
         )
-        servers = [
-            d
-            for d in _shipped("Deployment")
-            if not any(
-                "--certfile" in " ".join(c.get("args", []))
-                for c in d["spec"]["template"]["spec"]["containers"]
-            )
-        ]
+        # Every Deployment comes up, the TLS webhooks too: they mount the Secret the driver
+        # issues on its first start.
+        servers = _shipped("Deployment")
         assert {d["metadata"]["name"] for d in servers} >= {
             "gpustack-hook-flavor",
             "gpustack-admission-driver",
+            "gpustack-webhook-admission",
+            "gpustack-webhook-instancetype",
         }
         for deployment in servers:
-            name = deployment["metadata"]["name"]
-            wait_for(lambda name=name: _available(bed, name), 180, f"{name} to be available")
+            server: str = deployment["metadata"]["name"]
+            wait_for(partial(_available, bed, server), 180, f"{server} to be available")
         pods = bed.kube.list("v1", "Pod", NAMESPACE)
         for pod in pods:
             name = pod["metadata"]["name"]
@@ -132,12 +120,64 @@ def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
             120,
             "nfd-worker's CPU labels on the node",
         )
-        # The webhooks wait for the certificate cert-manager would issue.
-        for cert in _shipped("Certificate"):
-            found = bed.kube.get(
-                "cert-manager.io/v1", "Certificate", cert["metadata"]["name"], NAMESPACE
-            )
-            assert found is not None
-            assert found["spec"].get("dnsNames") == cert["spec"].get("dnsNames")
+        _webhooks_serve_over_tls(bed)
     finally:
         bed.down()
+
+
+def _trusted(bed: Testbed) -> bool:
+    secret = bed.kube.get("v1", "Secret", "gpustack-webhook-tls", NAMESPACE) or {}
+    ca = (secret.get("data") or {}).get("ca.crt")
+    for kind in WEBHOOK_KINDS:
+        for config in _shipped(kind):
+            found = bed.kube.get(
+                "admissionregistration.k8s.io/v1", kind, config["metadata"]["name"]
+            )
+            hooks = (found or {}).get("webhooks") or []
+            if not ca or any(h["clientConfig"].get("caBundle") != ca for h in hooks):
+                return False
+    return True
+
+
+def _webhooks_serve_over_tls(bed: Testbed) -> None:
+    """The API server calls the webhook Pods through their Services, trusting the CA the driver
+    put in every configuration: the InstanceType webhooks default and refuse, the Pod webhook
+    refuses a rule-breaking Pod with the rule."""
+    wait_for(lambda: _trusted(bed), 60, "every webhook configuration to trust the driver's CA")
+    secret = bed.kube.get("v1", "Secret", "gpustack-webhook-tls", NAMESPACE)
+    assert secret is not None and secret["type"] == "kubernetes.io/tls"
+    assert b"PRIVATE KEY" not in base64.b64decode(secret["data"]["ca.crt"])
+
+    name = f"gpustack--install-{uuid.uuid4().hex[:6]}"
+    created = bed.kube.create(instance_type(name))
+    try:
+        assert created["spec"]["generalGroup"] == "generic"
+        labels = created["metadata"]["labels"]
+        assert labels["schedule.gpustack.ai/queue-entrance"].startswith("gpustack-fnv64-")
+    finally:
+        bed.kube.delete(WORKER, "InstanceType", name)
+    try:
+        bed.kube.create(instance_type(f"{name}-bad", unitResources={"cpu": "8", "ram": "32GB"}))
+    except KubeError as denied:
+        assert "spec.unitResources.ram" in denied.message
+    else:
+        raise AssertionError("an InstanceType with a malformed quantity was admitted")
+
+    sliced = "nvidia.com/gpu.sliced"
+    limits = {sliced: "2", f"{sliced}.memory-percentage": "20"}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "two-slices", "labels": {"kueue.x-k8s.io/queue-name": "any"}},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "pause", "resources": {"limits": limits}},
+            ]
+        },
+    }
+    try:
+        kubectl(bed, "create", "-n", "default", "-f", "-", stdin=yaml.safe_dump(pod))
+    except RuntimeError as denied:
+        assert "a logical slice request is always a single card" in str(denied)
+    else:
+        raise AssertionError("a Pod asking two cards of slices was admitted")

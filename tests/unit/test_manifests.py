@@ -11,6 +11,7 @@ import yaml
 from testbed.install import MANIFESTS, kustomize
 
 OBJECTS = kustomize(MANIFESTS)
+NAMESPACE = "gpustack-system"
 
 
 def _of(kind: str) -> list[dict[str, Any]]:
@@ -152,26 +153,58 @@ def test_node_agents_serve_the_device_plugin_where_the_kubelet_looks(
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
-def test_the_webhook_certificate_names_every_webhook_service() -> None:
-    """cert-manager issues one certificate for every webhook Service the configurations call;
-    they inject its CA, and every webhook Deployment mounts its Secret."""
-    [cert] = [c for c in _of("Certificate") if not c["spec"].get("isCA")]
-    ref = f"{cert['metadata']['namespace']}/{cert['metadata']['name']}"
-    names = set(cert["spec"]["dnsNames"])
+def _driver_flags() -> dict[str, list[str]]:
+    [driver] = [
+        d for d in _of("Deployment") if d["metadata"]["name"] == "gpustack-admission-driver"
+    ]
+    flags: dict[str, list[str]] = {}
+    for arg in driver["spec"]["template"]["spec"]["containers"][0]["args"]:
+        if arg.startswith("--") and "=" in arg:
+            flag, value = arg.split("=", 1)
+            flags.setdefault(flag, []).append(value)
+    return flags
+
+
+def _granted(kind: str, name: str, resource: str) -> set[str]:
+    """The resourceNames the driver's `kind` (Role or ClusterRole) may get and update."""
+    [role] = [r for r in _of(kind) if r["metadata"]["name"] == name]
+    out: set[str] = set()
+    for rule in role["rules"]:
+        if resource in rule["resources"] and {"get", "update"} <= set(rule["verbs"]):
+            out |= set(rule.get("resourceNames") or ["*"])
+    return out
+
+
+def test_the_driver_keeps_the_certificate_of_every_webhook() -> None:
+    """The verdict driver issues one serving certificate naming every webhook Service the
+    configurations call, keeps the caBundle of every configuration, and every TLS Deployment
+    mounts the Secret it writes; its RBAC reaches those objects by name and nothing more."""
+    flags = _driver_flags()
+    [secret] = flags["--webhook-secret"]
+    services = set(flags["--webhook-service"])
     configs = _of("MutatingWebhookConfiguration") + _of("ValidatingWebhookConfiguration")
     for config in configs:
-        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == ref
+        assert "annotations" not in config["metadata"], "nothing else injects a CA"
         for hook in config["webhooks"]:
             service = hook["clientConfig"]["service"]
-            assert f"{service['name']}.{service['namespace']}.svc" in names
-    issuer = cert["spec"]["issuerRef"]["name"]
-    assert issuer in {i["metadata"]["name"] for i in _of("Issuer")}
+            assert service["name"] in services
+            assert service["namespace"] == NAMESPACE
+    mutating = {c["metadata"]["name"] for c in _of("MutatingWebhookConfiguration")}
+    validating = {c["metadata"]["name"] for c in _of("ValidatingWebhookConfiguration")}
+    assert set(flags["--mutating-webhook"]) == mutating
+    assert set(flags["--validating-webhook"]) == validating
+    driver = "gpustack-admission-driver"
+    assert _granted("ClusterRole", driver, "mutatingwebhookconfigurations") == mutating
+    assert _granted("ClusterRole", driver, "validatingwebhookconfigurations") == validating
+    assert _granted("Role", driver, "secrets") == {secret}
+    served = {s["metadata"]["name"] for s in _of("Service")}
+    assert services <= served
     for deployment in HOOK_SERVERS:
         volumes = deployment["spec"]["template"]["spec"].get("volumes") or []
         secrets = {v["secret"]["secretName"] for v in volumes if "secret" in v}
         args = " ".join(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
         if "--certfile" in args:
-            assert secrets == {cert["spec"]["secretName"]}
+            assert secrets == {secret}
 
 
 def test_no_custom_resource_of_the_chain_is_applied_with_its_crd() -> None:
