@@ -151,17 +151,24 @@ class Domain:
     pods: int
 
 
-def hostname_domains(assignment: f.Obj, path: str) -> list[Domain] | None:
-    """Decode a compact v1beta2 `topologyAssignment`; None unless its lowest level is the
-    hostname (only a hostname-level assignment names nodes)."""
+def hostname_domains(assignment: f.Obj, path: str, podset_pods: int) -> list[Domain] | None:
+    """Decode a compact v1beta2 `topologyAssignment` of a PodSet of `podset_pods` Pods; None unless
+    its lowest level is the hostname (only a hostname-level assignment names nodes). Every
+    domain holds at least one Pod, so more domains than Pods is refused before any is built
+    (a hand-made `domainCount` of 1e9 would otherwise stall every verdict)."""
     if not assignment:
         return None
     levels = assignment.get("levels")
     if not isinstance(levels, list) or not levels or levels[-1] != HOSTNAME:
         return None
-    domains = []
+    domains: list[Domain] = []
     for item, where in f.items(assignment, "slices", path):
         count = f.integer(item, "domainCount", where)
+        if len(domains) + count > podset_pods:
+            raise ValueError(
+                f"{where}.domainCount: {len(domains) + count} domains in all for a PodSet of "
+                f"{podset_pods} pods (each domain holds at least one)"
+            )
         values = list(f.items(item, "valuesPerLevel", where))
         if len(values) != len(levels):
             raise ValueError(f"{where}.valuesPerLevel: expected {len(levels)} levels")
@@ -234,7 +241,7 @@ def workload_shares(workload: f.Obj, table: ManufacturerTable) -> list[Share]:
         pods = f.integer(assignment, "count", at) or f.integer(podset, "count", where)
         flavor = _credits_flavor(f.child(assignment, "flavors", at), table)
         domains = hostname_domains(
-            f.child(assignment, "topologyAssignment", at), f"{at}.topologyAssignment"
+            f.child(assignment, "topologyAssignment", at), f"{at}.topologyAssignment", pods
         )
         if domains is None:
             shares.append(Share(role, flavor, "", pods, per_pod))
@@ -422,8 +429,10 @@ def _shared(cards: Sequence[Card], demand: Demand) -> Miss | None:
             by_host = Counter(c.hostname for c in free)
             best = min(by_host, key=lambda h: (-by_host[h], h), default=None)
             if best is None or by_host[best] < size:
+                # Nothing frees up within one verdict: the rest of this size cannot fit either
+                # (and a PodSet of a billion Pods must not cost a billion passes).
                 missed = Miss.CARDS
-                continue
+                break
             on_host = sorted(
                 (c for c in free if c.hostname == best), key=_shares_left, reverse=True
             )

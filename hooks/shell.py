@@ -250,7 +250,12 @@ def make_app(name: str, routes: Mapping[str, Handler]) -> Flask:
 
     def endpoint(handler: Handler) -> Callable[[], tuple[Response, int]]:
         def serve() -> tuple[Response, int]:
-            body = request.get_json(silent=True)
+            try:
+                body = request.get_json(silent=True)
+            except RecursionError:
+                return _error(
+                    400, "the request body is nested too deeply to be a Kubernetes object"
+                )
             if body is None:
                 return _error(400, "the request body must be JSON (Content-Type: application/json)")
             try:
@@ -258,6 +263,10 @@ def make_app(name: str, routes: Mapping[str, Handler]) -> Flask:
             except BadRequest as err:
                 log.warning("%s %s: bad request: %s", name, request.path, err)
                 return _error(400, err.message, err.field)
+            except UnicodeError:
+                # JSON may carry a lone UTF-16 surrogate (`"\ud800"`); no Kubernetes name,
+                # label or value can, and it cannot be encoded into one.
+                return _error(400, "a string of the request holds a lone UTF-16 surrogate")
             except Exception as err:  # a 5xx keeps Metacontroller from deleting anything
                 log.exception("%s %s failed", name, request.path)
                 return _error(500, f"{type(err).__name__}: {err}")

@@ -93,14 +93,36 @@ def desired_labels(
     return {**kept, **schedule, QUEUE_ENTRANCE: local_queue_name(name)}
 
 
+# The fields defaulting reads, which must be strings. Mutation runs before the API server checks
+# the CRD's schema, so a wrong type is refused here, naming the field, rather than crashing.
+_STRING_FIELDS = ("generalGroup", "acceleratorGroup", "os", "arch")
+
+
+def _type_problem(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> str | None:
+    for key in _STRING_FIELDS:
+        value = spec.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"spec.{key}: expected a string, got {type(value).__name__}"
+    labels = meta.get("labels")
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        return "metadata.labels: expected a map of strings"
+    return None
+
+
 def mutate(body: Any) -> Obj:
     review = validate(body, REVIEW_SCHEMA)["request"]
     obj = review.get("object")
     if review["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
         return _review(review["uid"], True)
-    meta = obj.get("metadata") or {}
-    name = meta.get("name") or ""
+    raw_meta = obj.get("metadata")
+    meta = raw_meta if isinstance(raw_meta, dict) else {}
+    name = str(meta.get("name") or "")
     spec = _spec(obj)
+    problem = _type_problem(meta, spec)
+    if problem is not None:
+        return _review(review["uid"], False, problem)
     patch: list[Obj] = []
     # Only on CREATE: an UPDATE must not change the spec, and validation would refuse it.
     if review["operation"] == "CREATE" and not spec.get("generalGroup"):

@@ -46,6 +46,7 @@ from hooks.queue.request import (
     Pool,
     check_active,
     observed_queue,
+    observed_queues,
     pool_flavors,
     read_pool,
     selector_of,
@@ -206,7 +207,7 @@ def sync(body: Obj, table: ManufacturerTable) -> Obj:
     _instance_type(request.object, "$.object")
     meta = request.object["metadata"]
     if request.finalizing or meta.get("deletionTimestamp"):
-        return finalize(observed_queue(request, meta["name"]))
+        return finalize(observed_queues(request))
 
     pool = read_pool(request.object, "$.object")
     observed = observed_queue(request, pool.name)
@@ -234,27 +235,32 @@ def sync(body: Obj, table: ManufacturerTable) -> Obj:
     }
 
 
-def finalize(observed: ObservedQueue | None) -> Obj:
-    """Drain the queue, let it be deleted, and release the InstanceType only once it is gone.
+def finalize(observed: Sequence[ObservedQueue]) -> Obj:
+    """Drain the type's queues, let them be deleted, and release the InstanceType only once
+    they are gone.
 
-    The queue is answered as observed, with HoldAndDrain, until Kueue shows it drained; then
-    it is left out and Metacontroller deletes it (Kueue's own finalizer holds it until no
-    workload remains). `finalized` is true only once the queue is no longer observed.
+    Every attached queue is the type's own (Metacontroller attaches only what the type owns),
+    whatever its name. Each is answered as observed, with HoldAndDrain, until Kueue shows it
+    drained; then it is left out and Metacontroller deletes it (Kueue's own finalizer holds it
+    until no workload remains). `finalized` is true only once no queue is observed.
     """
-    if observed is None:
+    if not observed:
         return {"attachments": [], "finalized": True, "resyncAfterSeconds": 0}
-    answer: Obj = {"attachments": [], "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
-    drained = observed.stop_policy == STOP_HOLD_AND_DRAIN and observed.idle
-    if not observed.deleting and not drained:
-        meta = observed.obj["metadata"]
-        held: Obj = {
-            "apiVersion": KUEUE_API,
-            "kind": CLUSTER_QUEUE,
-            "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {})},
-            "spec": {**(observed.obj.get("spec") or {}), "stopPolicy": STOP_HOLD_AND_DRAIN},
-        }
-        answer["attachments"] = [held]
-    return answer
+    held: list[Obj] = []
+    for queue in observed:
+        drained = queue.stop_policy == STOP_HOLD_AND_DRAIN and queue.idle
+        if queue.deleting or drained:
+            continue
+        meta = queue.obj["metadata"]
+        held.append(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": CLUSTER_QUEUE,
+                "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {})},
+                "spec": {**(queue.obj.get("spec") or {}), "stopPolicy": STOP_HOLD_AND_DRAIN},
+            }
+        )
+    return {"attachments": held, "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
 
 
 def customize(body: Obj) -> Obj:

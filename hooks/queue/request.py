@@ -116,8 +116,18 @@ def selector_of(identity: PoolIdentity, aware: bool) -> dict[str, str] | None:
     return pool_flavor_selector(identity.schedule_labels(aware))
 
 
+def _part(obj: Obj, key: str, path: str) -> Mapping[str, Any]:
+    """`obj[key]` when it is an object, {} when absent; BadRequest naming it otherwise."""
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"{path}.{key}", f"expected an object, got {type(value).__name__}")
+    return value
+
+
 def _conditions(obj: Obj, path: str) -> list[Obj]:
-    conditions = (obj.get("status") or {}).get("conditions") or []
+    conditions = _part(obj, "status", path).get("conditions") or []
     if not isinstance(conditions, list) or not all(isinstance(c, dict) for c in conditions):
         raise BadRequest(f"{path}.status.conditions", "expected a list of conditions")
     return conditions
@@ -162,10 +172,18 @@ def _count(status: Mapping[str, Any], key: str, path: str) -> int:
 
 def _holds_quota(status: Mapping[str, Any], path: str) -> bool:
     for field in ("flavorsReservation", "flavorsUsage"):
-        for i, flavor in enumerate(status.get(field) or []):
-            for j, usage in enumerate((flavor or {}).get("resources") or []):
+        flavors = status.get(field) or []
+        if not isinstance(flavors, list) or not all(isinstance(f, dict) for f in flavors):
+            raise BadRequest(f"{path}.status.{field}", "expected a list of objects")
+        for i, flavor in enumerate(flavors):
+            usages = flavor.get("resources") or []
+            if not isinstance(usages, list) or not all(isinstance(u, dict) for u in usages):
+                raise BadRequest(
+                    f"{path}.status.{field}[{i}].resources", "expected a list of objects"
+                )
+            for j, usage in enumerate(usages):
                 for amount in ("total", "borrowed"):
-                    raw = (usage or {}).get(amount, "0")
+                    raw = usage.get(amount, "0")
                     try:
                         if parse_quantity(str(raw)) != 0:
                             return True
@@ -183,29 +201,35 @@ def _idle(obj: Obj, path: str) -> bool:
     seen = active.get("observedGeneration") if active is not None else None
     if not isinstance(seen, int) or not isinstance(generation, int) or seen < generation:
         return False
-    status = obj.get("status") or {}
+    status = _part(obj, "status", path)
     busy = _count(status, "reservingWorkloads", path) or _count(status, "admittedWorkloads", path)
     return not busy and not _holds_quota(status, path)
 
 
 def observed_queue(request: DecoratorRequest, name: str) -> ObservedQueue | None:
     """The attached ClusterQueue named after the InstanceType, if there is one."""
-    for obj in request.attachments.of(CLUSTER_QUEUE, KUEUE_API):
-        if obj["metadata"]["name"] != name:
-            continue
-        path = object_path("attachments", obj)
-        spec = obj.get("spec") or {}
-        stop = spec.get("stopPolicy") or STOP_NONE
-        if stop not in STOP_POLICIES:
-            raise BadRequest(f"{path}.spec.stopPolicy", f"expected one of {STOP_POLICIES}")
-        groups = spec.get("resourceGroups") or []
-        if not isinstance(groups, list):
-            raise BadRequest(f"{path}.spec.resourceGroups", "expected a list")
-        return ObservedQueue(
-            obj=obj,
-            stop_policy=stop,
-            groups=groups,
-            deleting=bool(obj["metadata"].get("deletionTimestamp")),
-            idle=_idle(obj, path),
-        )
-    return None
+    return next((q for q in observed_queues(request) if q.obj["metadata"]["name"] == name), None)
+
+
+def observed_queues(request: DecoratorRequest) -> list[ObservedQueue]:
+    """Every attached ClusterQueue, whatever its name: Metacontroller attaches only objects the
+    InstanceType owns, so each of them is this type's queue to drain before it goes."""
+    return [_observed(obj) for obj in request.attachments.of(CLUSTER_QUEUE, KUEUE_API)]
+
+
+def _observed(obj: Obj) -> ObservedQueue:
+    path = object_path("attachments", obj)
+    spec = _part(obj, "spec", path)
+    stop = spec.get("stopPolicy") or STOP_NONE
+    if stop not in STOP_POLICIES:
+        raise BadRequest(f"{path}.spec.stopPolicy", f"expected one of {STOP_POLICIES}")
+    groups = spec.get("resourceGroups") or []
+    if not isinstance(groups, list):
+        raise BadRequest(f"{path}.spec.resourceGroups", "expected a list")
+    return ObservedQueue(
+        obj=obj,
+        stop_policy=stop,
+        groups=groups,
+        deleting=bool(obj["metadata"].get("deletionTimestamp")),
+        idle=_idle(obj, path),
+    )

@@ -28,12 +28,14 @@ from chain.feasibility import (
     UNRESOLVED,
     Demand,
     Domain,
+    Miss,
     Share,
     Snapshot,
     State,
     Verdict,
     charged_pods,
     demands,
+    fit,
     holds_cards,
     hostname_domains,
     judge,
@@ -492,13 +494,20 @@ def test_compact_topology_assignment() -> None:
             },
         ],
     }
-    assert hostname_domains(assignment, "t") == [
+    assert hostname_domains(assignment, "t", 9) == [
         Domain("rack-1-node-1x", 2),
         Domain("rack-1-node-2x", 3),
         Domain("solo", 4),
     ]
-    assert hostname_domains({"levels": ["rack"], "slices": []}, "t") is None
-    assert hostname_domains({}, "t") is None
+    assert hostname_domains({"levels": ["rack"], "slices": []}, "t", 9) is None
+    assert hostname_domains({}, "t", 9) is None
+    # Every domain holds a Pod: more domains than the PodSet's Pods is refused at once, before
+    # any is built (1e18 domains would otherwise loop for ever).
+    with pytest.raises(ValueError, match=r"slices\[1\]\.domainCount: 3 domains in all"):
+        hostname_domains(assignment, "t", 2)
+    huge = {**assignment, "slices": [{**assignment["slices"][1], "domainCount": 10**18}]}
+    with pytest.raises(ValueError, match="domainCount"):
+        hostname_domains(huge, "t", 9)
 
 
 @pytest.mark.parametrize(
@@ -525,7 +534,7 @@ def test_compact_topology_assignment() -> None:
 )
 def test_malformed_topology_names_the_field(broken: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        hostname_domains({"levels": [HOSTNAME], "slices": [broken]}, "t")
+        hostname_domains({"levels": [HOSTNAME], "slices": [broken]}, "t", 9)
 
 
 def test_demand_order() -> None:
@@ -623,3 +632,10 @@ def test_brute_force_itself() -> None:
 
 def test_table_fixture_is_the_builtin_table(table: ManufacturerTable) -> None:
     assert table == TABLE
+
+
+def test_a_shared_demand_of_a_billion_pods_misses_at_once() -> None:
+    """Once no host has room for a share, none appears later in the same verdict: the fit stops
+    there instead of trying every one of the PodSet's Pods."""
+    demand = Demand(Family.SHARED, 10**9, holders=((1, 10**9),))
+    assert fit([], demand) == Miss.CARDS

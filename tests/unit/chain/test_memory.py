@@ -101,3 +101,16 @@ def test_parse_quantity(text: str, value: Fraction) -> None:
 def test_parse_quantity_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not a quantity"):
         parse_quantity(text)
+
+
+@pytest.mark.parametrize("text", ["10e9999999", "1e31", "1e-31", "5E+100000"])
+def test_parse_quantity_refuses_exponents_nothing_counts_in(text: str) -> None:
+    """Kubernetes accepts them; computing 10^9999999 exactly would take seconds per request."""
+    with pytest.raises(ValueError, match="exponent beyond"):
+        parse_quantity(text)
+    assert parse_quantity("1e30") == 10**30
+
+
+def test_parse_quantity_refuses_numbers_too_long_to_read() -> None:
+    with pytest.raises(ValueError):
+        parse_quantity("1" * 10_000)

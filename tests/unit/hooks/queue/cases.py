@@ -112,6 +112,10 @@ def _echo(stop: str) -> Obj:
     return echoed
 
 
+def _renamed(queue: Obj) -> Obj:
+    return {**queue, "metadata": {**queue["metadata"], "name": "gpustack--t4-by-hand"}}
+
+
 def _many(count: int) -> list[Obj]:
     return [
         slim_flavor(
@@ -392,6 +396,12 @@ def _finalizing() -> dict[str, Case]:
             "the queue is gone: the InstanceType may go",
             gone,
             finalize_answer([], finalized=True, resync=0),
+        ),
+        "finalize-6-queue-named-otherwise": _finalize(
+            "the type owns a queue under another name (renamed by hand, say): it is the type's "
+            "all the same, and it is drained before the type goes",
+            request(T4_DELETING, [_renamed(_t4_served("None", 1, RUNNING))], finalizing=True),
+            finalize_answer([_renamed(_echo("HoldAndDrain"))], finalized=False, resync=WAIT),
         ),
         "finalize-on-sync-route": _finalize(
             "a finalize body sent to /sync is finalized all the same",
