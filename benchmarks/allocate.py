@@ -58,6 +58,7 @@ from testbed.harness import Testbed
 from testbed.install import install
 from testbed.kube import Kube, Obj
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
+from testbed.nodes import node_object, register_node
 
 PROFILE = "l4x2"
 NAMESPACE = "bench-allocate"
@@ -329,7 +330,9 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
     if variant == "api":
         devices = {"apiVersion": DEVICES_API, "kind": DEVICES_KIND, "metadata": {"name": name}}
         bed.kube.create({**devices, "spec": {"groups": groups}})
-        kubeconfig = str(bed.service_account_kubeconfig(AGENT_NAMESPACE, AGENT_ACCOUNT))
+        # The agent may write only for its own node (its token names it): the node must exist.
+        register_node(bed.kube, node_object(name, cpu="16"))
+        kubeconfig = str(bed.service_account_kubeconfig(AGENT_NAMESPACE, AGENT_ACCOUNT, name))
     plugin = Plugin(
         variant,
         name,

@@ -12,22 +12,18 @@ name. `bed.down()` removes the nodes.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 
 import yaml
 
-from hooks.admission.lease import LEASE_NAMESPACE
 from nodeagent.plugin import nvidia as nvidia_plugin
 from nodeagent.plugin.nvidia import OPERATOR_LIB_DIR
 from testbed import build, images, network, realnode, system, upstream
 from testbed.harness import Testbed
-from testbed.install import install
 from testbed.kube import load_yaml_documents, wait_for
 from testbed.kubectl import kubectl
-from testbed.nodes import nfd_worker_feature
 from testbed.realnode import NodeSpec, RealNode
 
 ADDONS = Path(__file__).with_name("addons")
@@ -108,7 +104,6 @@ def start_dns(bed: Testbed, timeout: float) -> None:
 OVERLAY = Path(__file__).with_name("overlay")
 AGENT_NAMESPACE = "gpustack-system"
 NVIDIA_AGENT = "gpustack-device-manager-nvidia"
-NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 
 
 def ready_agents(bed: Testbed) -> int:
@@ -116,27 +111,29 @@ def ready_agents(bed: Testbed) -> int:
     return int(found.get("status", {}).get("numberReady", 0))
 
 
-def install_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 180.0) -> None:
-    """The chain on a testbed with real nodes.
+def deployment_available(bed: Testbed, name: str, namespace: str = AGENT_NAMESPACE) -> bool:
+    found = bed.kube.get("apps/v1", "Deployment", name, namespace) or {}
+    status = found.get("status", {})
+    wanted = found.get("spec", {}).get("replicas", 1)
+    return bool(status.get("availableReplicas") == wanted and status.get("updatedReplicas"))
 
-    The node agents are the shipped DaemonSets from `kubectl kustomize testbed/overlay` (the
-    local image, simulated NVIDIA hardware per node), applied with the real kubectl; the
-    kubelets register their plugins. The rest is installed by `testbed.install` as for every
-    e2e test (hooks and webhooks served on the host, their Deployments not run), and the
-    verdict driver runs as a host process under its shipped ServiceAccount. What nfd-worker
-    would publish for these nodes (their CPU, NVIDIA's vendor on the simulated PCI bus) is
-    published as its NodeFeature."""
-    install(bed)
-    for spec in nodes:
-        feature = nfd_worker_feature(spec.name)
-        feature["spec"]["labels"][NVIDIA_PCI_LABEL] = "true"
-        bed.kube.apply(feature)
-    kubeconfig = bed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
-    argv = [sys.executable, "-m", "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
-    bed.run("admission-driver", [*argv, "--identity", "driver", "--period", "0.5"])
-    rendered = kubectl(bed, "kustomize", str(OVERLAY))
-    daemonsets = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "DaemonSet"]
-    kubectl(bed, "apply", "-f", "-", stdin=yaml.safe_dump_all(daemonsets))
+
+def install_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 300.0) -> None:
+    """The whole install as a user runs it, on a control plane started without Kueue,
+    Metacontroller and NFD (`bed.up(components=COMPONENT_ORDER[:3])`): those three from their
+    upstream manifests as Pods (`testbed.upstream`), then `kubectl apply -k testbed/overlay`
+    once (the shipped manifests with the local image and simulated NVIDIA hardware). Returns
+    once every Deployment of the chain is available, the agents are ready and every node offers
+    its cards."""
+    upstream.install_nfd(bed)
+    upstream.install_kueue(bed)
+    upstream.install_metacontroller(bed)
+    kubectl(bed, "apply", "-k", str(OVERLAY))  # once: any refusal raises
+    rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(OVERLAY)))
+    for obj in rendered:
+        if obj and obj["kind"] == "Deployment":
+            name = obj["metadata"]["name"]
+            wait_for(partial(deployment_available, bed, name), timeout, f"{name} to be available")
     wait_for(lambda: ready_agents(bed) == len(nodes), timeout, "the node agents to be ready")
     for spec in nodes:
         wait_for(partial(offers_cards, bed, spec.name), timeout, f"{spec.name} to offer cards")

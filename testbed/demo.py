@@ -31,8 +31,8 @@ from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build, images
-from testbed.cluster import REAL_NODES, install_chain, pool_views, start_nodes
-from testbed.harness import CONTROL_PLANE_NODE, Testbed
+from testbed.cluster import AGENT_NAMESPACE, REAL_NODES, install_chain, pool_views, start_nodes
+from testbed.harness import COMPONENT_ORDER, CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
@@ -41,7 +41,6 @@ from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, release_quota, sliced_job
 
 SAMPLE = REPO / "examples" / "cluster.json"
-AGENT_NAMESPACE = "gpustack-system"
 DEMO_NAMESPACE = "team-a"
 # Namespaces that should not get LocalQueues in the demo (the chain setting for it).
 EXCLUDED = ["kube-node-lease", "kube-public", "kueue-system", "node-feature-discovery"]
@@ -88,11 +87,14 @@ def _live(bed: Testbed) -> list[Obj]:
 
 
 def _start_agents(bed: Testbed) -> None:
-    kubeconfig = bed.service_account_kubeconfig(AGENT_NAMESPACE, "gpustack-device-manager")
     for name, (profile, cards) in GPU_NODES.items():
         register_node(
             bed.kube,
             node_object(name, cpu="32", labels=NFD_CPU, capacity={"nvidia.com/gpu": str(cards)}),
+        )
+        # Its token names its node (the agent's admission policy confines it to that node).
+        kubeconfig = bed.service_account_kubeconfig(
+            AGENT_NAMESPACE, "gpustack-device-manager", name
         )
         bed.run(
             f"agent-{name}",
@@ -485,15 +487,28 @@ def _real_node_scene() -> None:
     started = time.monotonic()
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-demo-nodes-")), real_nodes=True)
     try:
-        bed.up()
+        bed.up(components=COMPONENT_ORDER[:3])
         start_nodes(bed, REAL_NODES)
+        nodes_up = time.monotonic() - started
         install_chain(bed, REAL_NODES)
         print(
             f"\nreal nodes: a second testbed with {len(REAL_NODES)} real nodes (kubelet, "
-            "containerd, runc, CNI, kube-proxy; CoreDNS) up in "
-            f"{time.monotonic() - started:.0f}s; the node agents run as the shipped DaemonSet "
-            f"from the project's image ({images.PROJECT_IMAGE}), the kubelets registered them:"
+            f"containerd, runc, CNI, kube-proxy; CoreDNS) up in {nodes_up:.0f}s; then the "
+            "install as a user runs it "
+            f"({time.monotonic() - started - nodes_up:.0f}s): NFD, Kueue and Metacontroller "
+            "from their own manifests, and `kubectl apply -k` of the shipped manifests once; "
+            f"every chain component runs as a Pod from the project's image "
+            f"({images.PROJECT_IMAGE}):"
         )
+        pods = bed.kube.list("v1", "Pod", AGENT_NAMESPACE)
+        ready = [
+            p
+            for p in pods
+            if all(c.get("ready") for c in p["status"].get("containerStatuses") or [])
+        ]
+        kinds = sorted({p["metadata"]["labels"].get("app.kubernetes.io/name", "?") for p in ready})
+        print(f"  {len(ready)} Pods ready in {AGENT_NAMESPACE}: " + ", ".join(kinds))
+        print("  the node agents' device plugins, registered with the real kubelets:")
         for spec in REAL_NODES:
             node = bed.kube.get("v1", "Node", spec.name) or {}
             offered = node.get("status", {}).get("allocatable", {})

@@ -369,21 +369,32 @@ class Testbed:
             return False
         return cmdline.decode(errors="replace") == (proc.exe or proc.argv[0])
 
-    def service_account_kubeconfig(self, namespace: str, name: str) -> Path:
+    def service_account_kubeconfig(
+        self, namespace: str, name: str, node: str | None = None
+    ) -> Path:
         """A kubeconfig that authenticates as a ServiceAccount (a fresh bound token), to prove
-        a component works with exactly the RBAC the manifests grant it."""
+        a component works with exactly the RBAC the manifests grant it. With `node`, the token
+        is bound to that Node, so it names the node as the token a kubelet projects into a Pod
+        on it does (what the node agent's admission policy requires)."""
+        spec: dict[str, object] = {"expirationSeconds": 3600}
+        if node is not None:
+            found = self.kube.get("v1", "Node", node)
+            assert found is not None, f"Node {node} must exist to bind a token to it"
+            spec["boundObjectRef"] = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": node,
+                "uid": found["metadata"]["uid"],
+            }
         token = self.kube.request(
             "POST",
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
-            body={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 3600},
-            },
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
         )["status"]["token"]
-        token_file = self.root / f"token-{namespace}-{name}"
+        suffix = f"{namespace}-{name}" + (f"-{node}" if node else "")
+        token_file = self.root / f"token-{suffix}"
         token_file.write_text(token)
-        path = self.root / f"kubeconfig-{namespace}-{name}"
+        path = self.root / f"kubeconfig-{suffix}"
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",

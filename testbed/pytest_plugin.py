@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import REAL_NODES, start_nodes
-from testbed.harness import ComponentDied, Testbed
+from testbed.cluster import REAL_NODES, install_chain, start_nodes
+from testbed.harness import COMPONENT_ORDER, ComponentDied, Testbed
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
 
@@ -44,14 +44,14 @@ def testbed() -> Iterator[Testbed]:
 
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[Testbed]:
-    """A control plane of its own (every testbed component, plus the scheduler and every
-    default controller) with real nodes (kubelet, containerd, runc, kube-proxy), CoreDNS, and the
-    project's image on every node. Separate from `testbed`, whose tests register fake Nodes and
-    must not see these."""
+    """A control plane of its own (etcd, the API server, the scheduler and every default
+    controller; Kueue, Metacontroller and NFD come as Pods with `real_chain`) with real nodes
+    (kubelet, containerd, runc, kube-proxy), CoreDNS, and the project's image on every node.
+    Separate from `testbed`, whose tests register fake Nodes and must not see these."""
     root = Path(tempfile.mkdtemp(prefix="gpustack-cluster-"))
     bed = Testbed(root, real_nodes=True)
     try:
-        bed.up()
+        bed.up(components=COMPONENT_ORDER[:3])
         start_nodes(bed, REAL_NODES)
     except BaseException:
         bed.down()
@@ -60,6 +60,15 @@ def real_cluster() -> Iterator[Testbed]:
         yield bed
     finally:
         bed.down()
+
+
+@pytest.fixture(scope="session")
+def real_chain(real_cluster: Testbed) -> Testbed:
+    """`real_cluster` with the whole install on it, as a user installs: NFD, Kueue and
+    Metacontroller from their own manifests, then the shipped manifests in one pass
+    (`testbed.cluster.install_chain`); every chain component runs as a Pod from the image."""
+    install_chain(real_cluster, REAL_NODES)
+    return real_cluster
 
 
 @pytest.fixture(autouse=True)
@@ -109,4 +118,4 @@ def pytest_runtest_makereport(
     report.sections.extend(sections or [])
 
 
-__all__ = ["REAL_NODES", "ComponentDied", "real_cluster", "testbed"]
+__all__ = ["REAL_NODES", "ComponentDied", "real_chain", "real_cluster", "testbed"]

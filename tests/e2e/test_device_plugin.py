@@ -71,7 +71,7 @@ def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
     kubelet = KubeletEmulator(root)
     register_node(kube, node_object(name, cpu="16"))
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager")
+    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager", name)
     testbed.run(
         f"agent-{name}",
         [

@@ -34,10 +34,11 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
     tag = uuid.uuid4().hex[:5]
     nodes = {f"sim-{tag}-t4a": "t4x4", f"sim-{tag}-t4b": "t4x4", f"sim-{tag}-a10g": "a10gx1"}
     # The agents run as the shipped ServiceAccount: the shipped RBAC must be enough.
-    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager")
     for name, profile in nodes.items():
         register_node(kube, node_object(name, cpu="48"))
         kube.apply(nfd_worker_feature(name))
+        # Its token names its node, as the one the kubelet projects into the agent's Pod.
+        kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager", name)
         testbed.run(
             f"agent-{name}",
             [

@@ -1,17 +1,17 @@
-"""The chain on real nodes: the node agent as shipped, and a sliced Job through every gate.
+"""The chain on real nodes, installed as a user installs it (`real_chain`).
 
-`testbed.cluster.install_chain` sets the scene: the shipped node-agent DaemonSets (from
-`kubectl kustomize testbed/overlay`: the local image, 4 x T4 on node-a, 2 x L4 on node-b) run on
-the real nodes and register their device plugins with the real kubelets; the rest of the chain
-is installed as in every other e2e test (hooks and webhooks served on the host, the verdict driver
-a host process). `test_real_nodes_install.py` runs all of those as Pods; moving these tests onto
-that install is the next step of the shipped-install issue.
+NFD, Kueue and Metacontroller run as Pods from their upstream manifests; `kubectl apply -k
+testbed/overlay` (the shipped manifests with the local image, 4 x T4 simulated on node-a and
+2 x L4 on node-b) runs every chain component as a Pod: the node agents register their device
+plugins with the real kubelets, Metacontroller calls the hook Pods, the API server calls the
+webhook Pods, and the verdict driver judges from its Pod.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -22,7 +22,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from testbed import images
-from testbed.cluster import AGENT_NAMESPACE, install_chain, pool_views, ready_agents
+from testbed.cluster import AGENT_NAMESPACE, NVIDIA_AGENT, pool_views, ready_agents
 from testbed.harness import Testbed
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
@@ -38,9 +38,13 @@ NAMESPACE = "default"
 
 
 @pytest.fixture(scope="module")
-def agents(real_cluster: Testbed) -> Iterator[Testbed]:
-    install_chain(real_cluster, REAL_NODES)
-    yield real_cluster
+def agents(real_chain: Testbed) -> Iterator[Testbed]:
+    yield real_chain
+
+
+def _agent_pods(bed: Testbed) -> list[Obj]:
+    selector = f"app.kubernetes.io/name={NVIDIA_AGENT}"
+    return bed.kube.list("v1", "Pod", AGENT_NAMESPACE, label_selector=selector)
 
 
 def _capacity(bed: Testbed, node: str) -> dict[str, str]:
@@ -49,16 +53,14 @@ def _capacity(bed: Testbed, node: str) -> dict[str, str]:
 
 
 def test_the_real_kubelet_registers_the_agents_plugins(agents: Testbed) -> None:
+    def offers(node: str, count: int) -> bool:
+        return _capacity(agents, node).get(GPU) == str(count)
+
     for node, (_model, count) in CARDS.items():
-        wait_for(
-            lambda node=node, count=count: _capacity(agents, node).get(GPU) == str(count),
-            90,
-            f"{node} to offer {count} {GPU}",
-        )
+        wait_for(partial(offers, node, count), 90, f"{node} to offer {count} {GPU}")
         offered = _capacity(agents, node)
         assert SLICED in offered and f"{GPU}.shared" in offered
-    pods = agents.kube.list("v1", "Pod", AGENT_NAMESPACE)
-    for agent in pods:
+    for agent in _agent_pods(agents):
         spec = agent["spec"]
         assert spec["containers"][0]["image"] == images.PROJECT_IMAGE
         assert (
@@ -141,11 +143,7 @@ def test_restarting_the_agent_keeps_the_ledger(agents: Testbed) -> None:
     before = (bed.kube.get(WORKER, "Devices", "node-b") or {})["status"]
 
     def agent_on_b() -> list[Obj]:
-        return [
-            p
-            for p in bed.kube.list("v1", "Pod", AGENT_NAMESPACE)
-            if p["spec"].get("nodeName") == "node-b"
-        ]
+        return [p for p in _agent_pods(bed) if p["spec"].get("nodeName") == "node-b"]
 
     (old,) = agent_on_b()
     bed.kube.delete("v1", "Pod", old["metadata"]["name"], AGENT_NAMESPACE)

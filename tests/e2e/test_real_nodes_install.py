@@ -1,35 +1,36 @@
 """The shipped install as a user runs it: `kubectl apply -k` once, on a cluster with real nodes.
 
-A testbed of its own (its own network slot, beside `real_cluster`): the control plane; NFD (its
-default overlay: master, worker, garbage collector), Kueue (its release manifests, with the
-chain's configuration merged into its ConfigMap the documented way) and Metacontroller (its own
-manifests) installed in the cluster as Pods on the real node, Metacontroller calling the hooks by
-their Service names, and the API server calling the webhooks' Pods over TLS with the certificate
-the verdict driver issued. The overlay (`testbed/overlay`) is the shipped manifests with the
-local image.
+`real_chain` (testbed.pytest_plugin) installs NFD (its default overlay: master, worker, garbage
+collector), Kueue (its release manifests, with the chain's configuration merged into its
+ConfigMap the documented way) and Metacontroller (its own manifests) as Pods on the real nodes,
+then applies `testbed/overlay` once: the shipped manifests with the local image and simulated
+NVIDIA hardware. Every chain component runs as a Pod from the image: Metacontroller calls the
+hooks by their Service names, and the API server calls the webhooks' Pods over TLS with the
+certificate the verdict driver issued.
 """
 
 from __future__ import annotations
 
 import base64
-import tempfile
+import threading
+import time
 import uuid
 from functools import partial
-from pathlib import Path
+from typing import Any
 
 import yaml
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
-from testbed.cluster import OVERLAY, REAL_NODES, start_nodes
-from testbed.harness import COMPONENT_ORDER, Testbed
+from testbed.cluster import deployment_available
+from testbed.harness import Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
-from testbed.upstream import install_kueue, install_metacontroller, install_nfd
 from tests.e2e.test_instancetypes import instance_type
 
 NAMESPACE = "gpustack-system"
 WORKER = "worker.gpustack.ai/v1alpha1"
+KUEUE = "kueue.x-k8s.io/v1beta2"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
@@ -37,112 +38,60 @@ def _shipped(kind: str) -> list[Obj]:
     return [o for o in kustomize(MANIFESTS) if o["kind"] == kind]
 
 
-def _available(bed: Testbed, name: str) -> bool:
-    found = bed.kube.get("apps/v1", "Deployment", name, NAMESPACE) or {}
-    status = found.get("status", {})
-    wanted = found.get("spec", {}).get("replicas", 1)
-    return bool(status.get("availableReplicas") == wanted and status.get("updatedReplicas"))
+def _node_labels(bed: Testbed, node: str) -> dict[str, str]:
+    return dict(
+        ((bed.kube.get("v1", "Node", node) or {}).get("metadata") or {}).get("labels") or {}
+    )
 
 
-def test_the_shipped_install_applies_in_one_pass_and_its_pods_run() -> None:
-    bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-install-")), real_nodes=True)
-    try:
-        bed.up(components=COMPONENT_ORDER[:3])  # Kueue, Metacontroller, NFD: Pods, below
-        # Two nodes: the install's Pods request more CPU than one 2-core node can offer.
-        start_nodes(bed, list(REAL_NODES))
-        install_nfd(bed)
-        install_kueue(bed)
-        install_metacontroller(bed)
-
-        kubectl(bed, "apply", "-k", str(OVERLAY))  # once: any refusal fails the test
-
-        # The verdict driver creates the settings singleton on its first start.
-        wait_for(
-            lambda: bed.kube.get(CHAIN_API, SETTINGS, SETTINGS_NAME), 180, "the settings singleton"
-        )
-        # Every Deployment comes up, the TLS webhooks too: they mount the Secret the driver
-        # issues on its first start.
-        servers = _shipped("Deployment")
-        assert {d["metadata"]["name"] for d in servers} >= {
-            "gpustack-hook-flavor",
-            "gpustack-admission-driver",
-            "gpustack-webhook-admission",
-            "gpustack-webhook-instancetype",
-        }
-        for deployment in servers:
-            server: str = deployment["metadata"]["name"]
-            wait_for(partial(_available, bed, server), 180, f"{server} to be available")
-        pods = bed.kube.list("v1", "Pod", NAMESPACE)
-        for pod in pods:
-            name = pod["metadata"]["name"]
-            spec = pod["spec"]
-            if name.startswith("gpustack-hook-"):
-                # Hooks hold no Kubernetes credentials: no token volume, no token mount.
-                volumes = {v["name"] for v in spec.get("volumes", [])}
-                assert not [v for v in volumes if v.startswith("kube-api-access")], name
-                assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
-            assert spec["containers"][0]["image"] == "localhost/gpustack-chain:testbed"
-        # Metacontroller, in the cluster, reaches the hooks' Pods by their Service names: the
-        # Node decorator's hook labels the node and gives it its flavor summary.
-        wait_for(
-            lambda: (
-                (bed.kube.get("v1", "Node", "node-a") or {})
-                .get("metadata", {})
-                .get("labels", {})
-                .get("gpustack.ai/managed")
-                == "true"
-            ),
-            120,
-            "the flavor hook's Pod to label the node, called by the in-cluster Metacontroller",
-        )
-        wait_for(
-            lambda: bed.kube.get(CHAIN_API, "NodeFlavors", "node-a"), 60, "node-a's NodeFlavors"
-        )
-        # Kueue, in the cluster, runs with the chain's configuration (merged into its ConfigMap
-        # the documented way), and its own webhooks admit the pool's ResourceFlavor that the
-        # pools hook authors through Metacontroller.
-        config = bed.kube.get("v1", "ConfigMap", "kueue-manager-config", "kueue-system") or {}
-        assert "credits.gpustack.ai/nvidia" in config["data"]["controller_manager_config.yaml"]
-        wait_for(
-            lambda: bed.kube.list("kueue.x-k8s.io/v1beta2", "ResourceFlavor"),
-            90,
-            "the pools hook's ResourceFlavor, admitted by the in-cluster Kueue",
-        )
-        # NFD, in the cluster: its worker read the real node's CPU, its master labelled the Node,
-        # and the Node decorator turned that into the node's CPU key.
-        wait_for(
-            lambda: (
-                "feature.node.kubernetes.io/cpu-model.vendor_id"
-                in (bed.kube.get("v1", "Node", "node-a") or {})
-                .get("metadata", {})
-                .get("labels", {})
-            ),
-            120,
-            "nfd-worker's CPU labels on the node",
-        )
-        _webhooks_serve_over_tls(bed)
-    finally:
-        bed.down()
+def test_every_component_runs_as_a_pod_from_the_image(real_chain: Testbed) -> None:
+    bed = real_chain
+    # The verdict driver created the settings singleton on its first start.
+    assert bed.kube.get(CHAIN_API, SETTINGS, SETTINGS_NAME) is not None
+    # Every Deployment is up, the TLS webhooks too: they mount the Secret the driver issued.
+    servers = {d["metadata"]["name"] for d in _shipped("Deployment")}
+    assert servers >= {
+        "gpustack-hook-flavor",
+        "gpustack-admission-driver",
+        "gpustack-webhook-admission",
+        "gpustack-webhook-instancetype",
+    }
+    assert all(deployment_available(bed, name) for name in servers)
+    for pod in bed.kube.list("v1", "Pod", NAMESPACE):
+        name = pod["metadata"]["name"]
+        spec = pod["spec"]
+        if name.startswith(("gpustack-hook-", "gpustack-webhook-")):
+            # Hooks and webhooks hold no Kubernetes credentials: no token volume, no mount.
+            volumes = {v["name"] for v in spec.get("volumes", [])}
+            assert not [v for v in volumes if v.startswith("kube-api-access")], name
+            assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
+        assert spec["containers"][0]["image"] == "localhost/gpustack-chain:testbed"
 
 
-def _trusted(bed: Testbed) -> bool:
-    secret = bed.kube.get("v1", "Secret", "gpustack-webhook-tls", NAMESPACE) or {}
-    ca = (secret.get("data") or {}).get("ca.crt")
-    for kind in WEBHOOK_KINDS:
-        for config in _shipped(kind):
-            found = bed.kube.get(
-                "admissionregistration.k8s.io/v1", kind, config["metadata"]["name"]
-            )
-            hooks = (found or {}).get("webhooks") or []
-            if not ca or any(h["clientConfig"].get("caBundle") != ca for h in hooks):
-                return False
-    return True
+def test_upstream_parts_in_the_cluster_drive_the_hooks(real_chain: Testbed) -> None:
+    bed = real_chain
+    # Metacontroller, in the cluster, reaches the hooks' Pods by their Service names: the Node
+    # decorator's hook labels the node and gives it its flavor summary.
+    wait_for(
+        lambda: _node_labels(bed, "node-a").get("gpustack.ai/managed") == "true",
+        120,
+        "the flavor hook's Pod to label the node, called by the in-cluster Metacontroller",
+    )
+    wait_for(lambda: bed.kube.get(CHAIN_API, "NodeFlavors", "node-a"), 60, "node-a's NodeFlavors")
+    # Kueue, in the cluster, runs with the chain's configuration (merged into its ConfigMap the
+    # documented way), and its own webhooks admit the pools' ResourceFlavors.
+    config = bed.kube.get("v1", "ConfigMap", "kueue-manager-config", "kueue-system") or {}
+    assert "credits.gpustack.ai/nvidia" in config["data"]["controller_manager_config.yaml"]
+    wait_for(lambda: bed.kube.list(KUEUE, "ResourceFlavor"), 90, "the pools' ResourceFlavors")
+    # NFD, in the cluster: its worker read the real node's CPU, its master labelled the Node.
+    assert "feature.node.kubernetes.io/cpu-model.vendor_id" in _node_labels(bed, "node-a")
 
 
-def _webhooks_serve_over_tls(bed: Testbed) -> None:
+def test_webhooks_are_called_over_tls_with_the_drivers_certificate(real_chain: Testbed) -> None:
     """The API server calls the webhook Pods through their Services, trusting the CA the driver
     put in every configuration: the InstanceType webhooks default and refuse, the Pod webhook
     refuses a rule-breaking Pod with the rule."""
+    bed = real_chain
     wait_for(lambda: _trusted(bed), 60, "every webhook configuration to trust the driver's CA")
     secret = bed.kube.get("v1", "Secret", "gpustack-webhook-tls", NAMESPACE)
     assert secret is not None and secret["type"] == "kubernetes.io/tls"
@@ -169,11 +118,7 @@ def _webhooks_serve_over_tls(bed: Testbed) -> None:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "two-slices", "labels": {"kueue.x-k8s.io/queue-name": "any"}},
-        "spec": {
-            "containers": [
-                {"name": "c", "image": "pause", "resources": {"limits": limits}},
-            ]
-        },
+        "spec": {"containers": [{"name": "c", "image": "pause", "resources": {"limits": limits}}]},
     }
     try:
         kubectl(bed, "create", "-n", "default", "-f", "-", stdin=yaml.safe_dump(pod))
@@ -181,3 +126,103 @@ def _webhooks_serve_over_tls(bed: Testbed) -> None:
         assert "a logical slice request is always a single card" in str(denied)
     else:
         raise AssertionError("a Pod asking two cards of slices was admitted")
+
+
+def _attachments(bed: Testbed) -> dict[tuple[str, str, str], str]:
+    """(kind, namespace, name) -> uid of everything the hooks own through Metacontroller."""
+    kinds = [
+        (KUEUE, "ResourceFlavor"),
+        (KUEUE, "ClusterQueue"),
+        (KUEUE, "LocalQueue"),
+        (WORKER, "InstanceType"),
+        (CHAIN_API, "NodeFlavors"),
+        ("v1", "ConfigMap"),
+    ]
+    out = {}
+    for api, kind in kinds:
+        for obj in bed.kube.list(api, kind):
+            meta = obj["metadata"]
+            if kind == "ConfigMap" and meta["name"] != "gpustack-admission-catalog":
+                continue
+            out[(kind, meta.get("namespace", ""), meta["name"])] = meta["uid"]
+    return out
+
+
+def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> None:
+    """Every hook Pod killed at once, while Metacontroller is made to sync (a Node label, a
+    Settings annotation, a new namespace): the hook calls fail, nothing is deleted, and the
+    Deployments bring the hooks back, after which the chain serves the new namespace."""
+    bed = real_chain
+    before = _attachments(bed)
+    assert any(kind == "InstanceType" for kind, _, _ in before)
+    assert any(kind == "ClusterQueue" for kind, _, _ in before)
+    hooks = [
+        d["metadata"]["name"] for d in _shipped("Deployment") if "-hook-" in d["metadata"]["name"]
+    ]
+    lost: list[Any] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            now = _attachments(bed)
+            lost.extend(key for key, uid in before.items() if now.get(key) != uid)
+            time.sleep(0.2)
+
+    def pods_of(name: str) -> list[Obj]:
+        return bed.kube.list(
+            "v1", "Pod", NAMESPACE, label_selector=f"app.kubernetes.io/name={name}"
+        )
+
+    killed = {p["metadata"]["uid"] for name in hooks for p in pods_of(name)}
+
+    def replaced(name: str) -> bool:
+        pods = pods_of(name)
+        return deployment_available(bed, name) and not killed & {p["metadata"]["uid"] for p in pods}
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        for name in hooks:
+            kubectl(
+                bed,
+                "delete",
+                "pods",
+                "-n",
+                NAMESPACE,
+                "-l",
+                f"app.kubernetes.io/name={name}",
+                "--wait=false",
+            )
+        poke = uuid.uuid4().hex[:6]
+        bed.kube.merge_patch("v1", "Node", "node-a", {"metadata": {"labels": {"e2e-poke": poke}}})
+        bed.kube.merge_patch(
+            CHAIN_API, SETTINGS, SETTINGS_NAME, {"metadata": {"annotations": {"e2e-poke": poke}}}
+        )
+        tenant = f"tenant-{poke}"
+        bed.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": tenant}})
+        for name in hooks:
+            wait_for(partial(replaced, name), 180, f"{name} replaced and available")
+        # Served again: the entrance hook gives the new namespace its LocalQueues.
+        wait_for(
+            lambda: bed.kube.list(KUEUE, "LocalQueue", tenant), 120, "the tenant's LocalQueues"
+        )
+        time.sleep(3)  # a few more syncs with the hooks back
+    finally:
+        stop.set()
+        watcher.join(5)
+        bed.kube.merge_patch("v1", "Node", "node-a", {"metadata": {"labels": {"e2e-poke": None}}})
+    assert not lost, f"deleted or replaced while the hooks were down: {sorted(set(lost))}"
+
+
+def _trusted(bed: Testbed) -> bool:
+    secret = bed.kube.get("v1", "Secret", "gpustack-webhook-tls", NAMESPACE) or {}
+    ca = (secret.get("data") or {}).get("ca.crt")
+    for kind in WEBHOOK_KINDS:
+        for config in _shipped(kind):
+            found = bed.kube.get(
+                "admissionregistration.k8s.io/v1", kind, config["metadata"]["name"]
+            )
+            hooks = (found or {}).get("webhooks") or []
+            if not ca or any(h["clientConfig"].get("caBundle") != ca for h in hooks):
+                return False
+    return True
