@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image demo test unit e2e lint clean
+.PHONY: all venv testbed image demo test unit e2e fuzz lint clean
 
 all: test
 
@@ -42,6 +42,10 @@ unit: venv
 
 e2e: testbed
 	$(PY) -m pytest -m e2e tests || [ $$? -eq 5 ]
+
+# The long fuzz profile of every hook and webhook route (make test runs the fast one).
+fuzz: venv
+	GPUSTACK_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/unit/hooks/test_fuzz.py
 
 # The test command: lint and types, then both tiers (unit, and e2e on the testbed).
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.

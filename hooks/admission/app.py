@@ -43,6 +43,7 @@ def create_app(catalog: Callable[[], Catalog], table: ManufacturerTable | None =
             "/mutate-workloads": workloads,
             "/judge": verdict,
         },
+        webhooks=frozenset({"/mutate-pods", "/mutate-jobs", "/mutate-workloads"}),
     )
 
 

@@ -76,7 +76,10 @@ def _mutate_created(body: Any, field: str, catalog: Catalog, table: Manufacturer
     obj = review.object
     if review.operation != "CREATE" or obj is None:
         return allow(review.uid)
-    labels = (obj.get("metadata") or {}).get("labels") or {}
+    meta = obj.get("metadata") or {}
+    labels = (meta.get("labels") or {}) if isinstance(meta, dict) else None
+    if not isinstance(labels, dict):
+        raise BadRequest(f"{_OBJECT}.metadata", "expected an object with a map of labels")
     queue = str(labels.get(KUEUE_QUEUE_NAME, ""))
     spec: Any = obj
     for step in field.split("."):

@@ -33,7 +33,7 @@ from chain.labels import (
 from chain.names import HOSTNAME_PROFILE, topology_name
 from chain.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
 from hooks.flavor.summary import FlavorEntry
-from hooks.shell import Obj
+from hooks.shell import BadRequest, Obj, object_path
 
 TOPOLOGY_NAME = topology_name(HOSTNAME_PROFILE)
 CPU_ONLY_DISPLAY_NAME = "CPU-only"
@@ -187,8 +187,14 @@ def as_observed(obj: Obj) -> Obj:
     """
     meta = obj["metadata"]
     kept: Obj = {"name": meta["name"]}
-    if meta.get("labels"):
-        kept["labels"] = dict(meta["labels"])
+    labels = meta.get("labels")
+    if labels is not None and not (
+        isinstance(labels, dict) and all(isinstance(v, str) for v in labels.values())
+    ):
+        path = object_path("attachments", obj)
+        raise BadRequest(f"{path}.metadata.labels", "expected a map of strings")
+    if labels:
+        kept["labels"] = dict(labels)
     observed: Obj = {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "metadata": kept}
     if "spec" in obj:
         observed["spec"] = obj["spec"]

@@ -23,4 +23,5 @@ app = make_app(
         "/catalog/sync": catalog.sync,
         "/catalog/customize": catalog.customize,
     },
+    webhooks=frozenset({"/mutate", "/validate"}),
 )

@@ -15,7 +15,7 @@ from hooks.entrance.app import app as entrance_app
 from hooks.flavor.app import app as flavor_app
 from hooks.instancetype.app import app as instancetype_app
 from hooks.queue.app import app as queue_app
-from hooks.shell import make_app
+from hooks.shell import WEBHOOK_BODY_LIMIT, make_app
 from tests.unit.hooks.admission.helpers import client, review
 
 FIXTURES = Path(__file__).parent
@@ -132,3 +132,41 @@ def test_a_pod_with_null_limits_is_answered() -> None:
     )
     assert reply.status_code == 200
     assert reply.get_json()["response"]["allowed"] is True
+
+
+def test_a_webhook_body_beyond_its_limit_is_a_413_before_parsing() -> None:
+    """An AdmissionReview holds at most two objects of etcd's 1.5 MiB: past 8 MiB it is refused
+    unread. Metacontroller's requests grow with the cluster and have a larger limit."""
+    padding = "x" * (WEBHOOK_BODY_LIMIT + 1)
+    big = json.dumps({"padding": padding})
+    status, answer = _post(instancetype_app, "/mutate", raw=big)
+    assert status == 413
+    assert str(WEBHOOK_BODY_LIMIT) in answer["error"]
+    status, _ = _post(instancetype_app, "/sync", raw=big)
+    assert status == 400  # read, and refused for what it says, not for its size
+    reply = client().post("/mutate-pods", data=big, content_type="application/json")
+    assert reply.status_code == 413
+
+
+@pytest.mark.parametrize("route", ["/mutate-pods", "/mutate-jobs"])
+@pytest.mark.parametrize("metadata", [True, 1, ["x"], {"labels": ["x"]}])
+def test_a_webhook_object_whose_metadata_is_not_an_object_is_a_400(
+    route: str, metadata: Any
+) -> None:
+    """Found by the long fuzz profile: `metadata: true` on the reviewed object was a 500."""
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": []}}
+    reply = client().post(route, data=json.dumps(review(obj)), content_type="application/json")
+    assert reply.status_code == 400
+    assert reply.get_json()["field"] == "$.request.object.metadata"
+
+
+@pytest.mark.parametrize("labels", [7, ["a"], {"a": 1}])
+def test_labels_of_an_attached_instance_type_that_are_not_strings_are_a_400(labels: Any) -> None:
+    request = _request("flavor", "pools-node-removed.json")
+    bad = copy.deepcopy(request)
+    kind = "InstanceType.worker.gpustack.ai/v1alpha1"
+    name = next(iter(bad["attachments"][kind]))
+    bad["attachments"][kind][name]["metadata"]["labels"] = labels
+    status, answer = _post(flavor_app, "/flavors/sync", bad)
+    assert status == 400
+    assert answer["field"].endswith(f"['{name}'].metadata.labels")
