@@ -18,7 +18,6 @@ Promised cards that no longer fit (the ledger moved under them) are charged as f
 from __future__ import annotations
 
 import enum
-import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from chain.labels import (
     count_key,
 )
 from chain.ledger import AcceleratorAllocation, Mode
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.manufacturers import ManufacturerTable
 from chain.partitions import vendor_profile_name
 from chain.requests import INT32_MAX, PodDemand, pod_demands, read_containers
@@ -45,7 +45,6 @@ from chain.units import M
 
 NODE_DEVICES_CHECK = "gpustack-node-devices"
 NODE_DEVICES_CONTROLLER = "worker.gpustack.ai/node-devices"
-ALLOCATED_ANNOTATION = "device.gpustack.ai/accelerator.allocated"
 
 POOL_READY = "the assigned flavor pool has enough free cards to place the request"
 NODE_READY = 'the node "{node}" Kueue assigned has enough free cards to place the request'
@@ -702,10 +701,12 @@ def charged_pods(
 
 
 def _recorded(raw: object) -> set[str]:
-    if not isinstance(raw, str) or not raw:
+    """The containers a record names, read by the ledger's own parser: a record the ledger
+    cannot count (`{"c": 5}`) names nobody here either, so its Pod stays promised rather than
+    being counted by neither."""
+    if not isinstance(raw, str):
         return set()
     try:
-        record = json.loads(raw)
+        return set(parse_allocated(raw))
     except ValueError:
         return set()
-    return {str(name) for name in record} if isinstance(record, dict) else set()

@@ -11,8 +11,10 @@ only then is its `general.feature.gpustack.ai/<key>` label stamped (exactly what
 setting does for the types the pools hook derives).
 
 Validation on CREATE checks the complete shape; on UPDATE only that the spec did not change
-except `displayName`, `description` and `inactive` (the create-time shape is not re-checked, so a
-type created under older rules stays editable), also while the object is being deleted.
+except `displayName` (rename) and `inactive` (in or out of service), as the seeds say; a digest
+of them also listed `description`, which the seeds freeze like the rest. The create-time shape is
+not re-checked, so a type created under older rules stays editable, also while the object is
+being deleted.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from chain.names import GENERIC, local_queue_name
 from chain.pools import pool_schedule_labels
 from hooks.shell import BadRequest, Obj, validate
 
-MUTABLE_SPEC = ("displayName", "description", "inactive")
+MUTABLE_SPEC = ("displayName", "inactive")
 _POSITIVE_INT = re.compile(r"[1-9][0-9]*")
 _GIBIBYTES = re.compile(r"[1-9][0-9]*Gi")
 _INT32_MAX = 2**31 - 1
@@ -194,7 +196,7 @@ def validate_review(body: Any) -> Obj:
             return _review(
                 uid,
                 False,
-                f"InstanceType spec is immutable except displayName, description and inactive; "
+                "InstanceType spec is immutable except displayName and inactive; "
                 f"changed: {', '.join('spec.' + k for k in changed)}. "
                 "Create a new InstanceType instead.",
             )

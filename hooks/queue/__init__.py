@@ -22,8 +22,9 @@ Rules:
 - The pool loses every flavor while the queue has groups: with
   `instance-type-drain-when-no-flavors` (default) the queue goes HoldAndDrain, the type is
   marked drained, and once Kueue shows the stopped queue empty the groups go. With the setting
-  off the queue goes on Hold (no eviction: admitted workloads finish, nothing new is admitted),
-  and the groups go once no workload holds quota; the type is not marked.
+  off it gates the drain and nothing else (upstream waits and requeues): the queue keeps its
+  groups and its stop policy while workloads hold quota, then its groups go and the empty queue
+  is held; nothing is evicted and the type is not marked.
 - Flavors come back: the groups come back and the queue leaves HoldAndDrain, but a drained
   type stays on Hold until an admin removes the mark.
 - More than 64 flavors (Kueue's limit per resource group), or an accelerated type whose

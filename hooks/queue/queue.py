@@ -162,9 +162,12 @@ def plan(
         return Plan([], STOP_HOLD, mark_drained=draining)
     if settings.instance_type_drain_when_no_flavors:
         return _empty_when_idle(live, STOP_HOLD_AND_DRAIN, mark=True)
-    # No draining: admitted workloads finish under Hold, which also stops new ones, so the
-    # wait ends; nothing is evicted, so the type is not marked (unless it already was).
-    return _empty_when_idle(live, STOP_HOLD, mark=draining)
+    # Switch off, it gates the drain and nothing else: the queue keeps its groups and its stop
+    # policy while workloads hold quota in it (upstream requeues and waits), and empties (held)
+    # once none does. Nothing is evicted, so the type is not marked (unless it already was).
+    if live.idle:
+        return Plan([], STOP_HOLD, mark_drained=draining)
+    return Plan(live.groups, held, mark_drained=draining, wait=True)
 
 
 def cluster_queue(

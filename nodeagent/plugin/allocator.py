@@ -40,8 +40,9 @@ from chain.allocation import (
     sliced_room,
     units_per_token,
 )
+from chain.devices import DevicesSpec
 from chain.families import SLICED_UNITS
-from chain.ledger import Mode
+from chain.ledger import DevicesStatus, Mode
 from chain.ledger_rebuild import (
     ALLOCATED_ANNOTATION,
     AllocationRecord,
@@ -66,6 +67,8 @@ from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 T = TypeVar("T")
+Occupancy = dict[CardRef, dict[Holder, int]]
+"""Per sliced card, the units each holder takes."""
 
 DEFAULT_DEADLINE_S = 0.8
 KUBELET_LIST_TIMEOUT_S = 2.0
@@ -182,7 +185,7 @@ class Allocator:
             return 0
         return container_limit(candidate.container, self.maker.resource_name + SLICED_UNITS)
 
-    def _occupancy(self, pods: Sequence[PodAllocations]) -> dict[CardRef, dict[Holder, int]]:
+    def _occupancy(self, pods: Sequence[PodAllocations]) -> Occupancy:
         holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
         return sliced_occupancy(holdings)
 
@@ -204,19 +207,28 @@ class Allocator:
     # --- GetPreferredAllocation -------------------------------------------------------------
 
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
-        with self.node.mutex:
-            raw = self.node.source.pods()
-            pods = [PodAllocations.from_pod(pod) for pod in raw]
-            spec, status = self.node.spec(), self.node.ledger(pods)
-            occupancy = self._occupancy(pods)
-            served = self._served_test()
         kubelet = self._kubelet_view(DEFAULT_DEADLINE_S)
-        try:
-            found: Candidate | None = identify(
-                raw, self.resource, size, kubelet, served, lambda _: True
-            )
-        except LookupError:
-            found = None
+
+        def read(fresh: bool) -> tuple[DevicesSpec, DevicesStatus, Occupancy, Candidate | None]:
+            """The node as the hint reads it, and the container asking (None: unknown)."""
+            with self.node.mutex:
+                raw = self.node.listed(fresh)
+                pods = [PodAllocations.from_pod(pod) for pod in raw]
+                spec, status = self.node.spec(), self.node.ledger(pods)
+                occupancy = self._occupancy(pods)
+                served = self._served_test()
+            try:
+                found = identify(raw, self.resource, size, kubelet, served, lambda _: True)
+            except LookupError as error:
+                if not fresh:
+                    raise Unidentified(str(error)) from None
+                found = None  # no Pod to size for: pack without size or preference
+            return spec, status, occupancy, found
+
+        # The Pod may be bound a moment before the watch brings it (kubelet asks for the hint
+        # as soon as it admits): without it, a slice would be packed without its size onto a
+        # card that cannot hold it, and Allocate would refuse. Read afresh then, as Allocate does.
+        spec, status, occupancy, found = self.node.identified(read)
         units, wanted, room = 0, frozenset[str](), dict[CardRef, int]()
         if found is not None:
             units = min(self._units(found), M)

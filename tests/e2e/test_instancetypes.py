@@ -40,12 +40,12 @@ def test_defaulting_and_validation(testbed: Testbed, chain: Installed) -> None:
         assert labels["acceleratable.feature.gpustack.ai/nvidia-l4"] == "true"
         assert labels["schedule.gpustack.ai/queue-entrance"].startswith("gpustack-fnv64-")
 
-        # Editable: displayName, description, inactive.
+        # Editable: displayName, inactive.
         kube.merge_patch(WORKER, "InstanceType", name, {"spec": {"inactive": True}})
         # Frozen: the rest, with a message that says what to do.
         with pytest.raises(KubeError) as denied:
             kube.merge_patch(WORKER, "InstanceType", name, {"spec": {"os": "windows"}})
-        assert "immutable except displayName, description and inactive" in denied.value.message
+        assert "immutable except displayName and inactive" in denied.value.message
     finally:
         kube.delete(WORKER, "InstanceType", name)
 

@@ -42,6 +42,7 @@ from chain.feasibility import (
     needs_verdict,
 )
 from chain.ledger import Mode
+from chain.ledger_rebuild import PodAllocations
 from chain.manufacturers import ManufacturerTable, manufacturers
 from chain.requests import PodDemand
 from chain.units import M
@@ -467,9 +468,15 @@ def test_charged_pods() -> None:
         pod("p2", None),
         pod("p3", "not json"),
         pod("p4", {"main": {}}, node_name="gone"),
+        # A record the ledger cannot read charges nothing there, so it counts as charged nowhere:
+        # its Pod stays promised (one parser for both readers).
+        pod("p5", {"main": 5}),
+        pod("p6", {"main": {"devices": "x"}}),
     ]
     found = charged_pods(pods, {"node-a": "host-a"}, TABLE)
     assert found == {("team-a", "other", "main", "host-a"): 1}
+    for broken in pods[5:]:
+        assert PodAllocations.from_pod(broken).problem
 
 
 # --- topology decoding --------------------------------------------------------------------------

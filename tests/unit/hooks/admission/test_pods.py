@@ -272,3 +272,13 @@ def test_a_job_without_template_containers_is_a_bad_request() -> None:
     status, answer = post(client(CATALOG), "/mutate-jobs", body)
     assert status == 400
     assert answer["field"] == "$.request.object.spec.template.spec"
+
+
+@pytest.mark.parametrize("key", [GPU, GPU + ".shared"])
+def test_two_containers_may_each_hold_cards_of_one_resource(key: str) -> None:
+    """The reading this project takes (docs/nodeagent.md, "Two containers of one Pod"): the newer
+    upstream allocator keys reservations on (Pod, container) and records each container in the
+    annotation, "so two containers of one group each holding a live claim are both recorded and
+    both charged"; the agent does so (tests/unit/nodeagent/plugin/test_restart.py). The older
+    text that called the shape unsupported predates that."""
+    assert mutate(pod({key: "1"}, {key: "1"}))["allowed"] is True

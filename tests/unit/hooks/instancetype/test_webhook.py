@@ -159,11 +159,18 @@ def test_valid_creates_pass() -> None:
         assert answer["response"]["allowed"] is True
 
 
-def test_update_freezes_spec_except_three_fields() -> None:
+def test_update_freezes_spec_except_display_name_and_inactive() -> None:
     old = _type("t", T4_SPEC)
-    ok = _type("t", {**T4_SPEC, "displayName": "T4", "description": "d", "inactive": True})
+    ok = _type("t", {**T4_SPEC, "displayName": "T4", "inactive": True})
     _, answer = _post("/validate", _review("UPDATE", ok, old))
     assert answer["response"]["allowed"] is True
+    # The seeds freeze the description with the rest.
+    described = _type("t", {**T4_SPEC, "description": "d"})
+    _, answer = _post("/validate", _review("UPDATE", described, old))
+    assert answer["response"]["allowed"] is False
+    assert answer["response"]["status"]["message"].startswith(
+        "InstanceType spec is immutable except displayName and inactive; changed: spec.description."
+    )
     bad = _type("t", {**T4_SPEC, "unitResources": {"cpu": "4", "ram": "16Gi"}})
     _, answer = _post("/validate", _review("UPDATE", bad, old))
     assert answer["response"]["allowed"] is False

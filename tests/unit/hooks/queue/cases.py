@@ -65,6 +65,7 @@ ACTIVE = admission_check(active=True)
 T4_TYPE = instance_type(T4, T4_SPEC)
 T4_MARKED = instance_type(T4, T4_SPEC, {DRAINED: "true"})
 T4_DELETING = instance_type(T4, T4_SPEC, deleting=True)
+T4_INACTIVE = instance_type(T4, {**T4_SPEC, "inactive": True})
 WAIT = 10
 TOO_MANY = (
     "TooManyFlavors: the pool has 65 flavors and Kueue allows at most 64 in a resource group; "
@@ -103,6 +104,7 @@ RUNNING = kueue_status(
 DRAINING = kueue_status(2, stopped=True, reserving=1, admitted=1, reserved={T4_2D_NAME: "3200000"})
 DRAINED_STATUS = kueue_status(2, stopped=True, reserved={T4_1D_NAME: "0", T4_2D_NAME: "0"})
 STALE = kueue_status(1, reserved={T4_1D_NAME: "0", T4_2D_NAME: "0"})
+STALE_IDLE = kueue_status(2, reserved={T4_1D_NAME: "0", T4_2D_NAME: "0"})
 
 
 def _echo(stop: str) -> Obj:
@@ -322,20 +324,22 @@ def _drain() -> dict[str, Case]:
             request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
             answer([_t4("Hold")], drained=True),
         ),
-        "drain-off-1-hold": _sync(
-            "drain-when-no-flavors off: Hold (never HoldAndDrain) until reservations end",
+        "drain-off-1-waits": _sync(
+            "drain-when-no-flavors off gates the drain only: while workloads hold quota the "
+            "queue keeps its groups and its stop policy (no Hold, no HoldAndDrain) and waits",
             request(
                 T4_TYPE,
                 [_t4_served("None", 1, RUNNING)],
                 check=ACTIVE,
                 chain_settings=settings(instance_type_drain_when_no_flavors=False),
             ),
-            answer([_t4("Hold")], resync=WAIT),
+            answer([_t4("None")], resync=WAIT),
         ),
         "drain-off-2-waiting": _sync(
-            "drain-when-no-flavors off: admitted workloads still run, so the groups stay",
+            "drain-when-no-flavors off: a stop the type asked for (inactive) is kept while "
+            "admitted workloads still run",
             request(
-                T4_TYPE,
+                T4_INACTIVE,
                 [_t4_served("Hold", 2, DRAINING)],
                 check=ACTIVE,
                 chain_settings=settings(instance_type_drain_when_no_flavors=False),
@@ -346,7 +350,7 @@ def _drain() -> dict[str, Case]:
             "drain-when-no-flavors off: no reservation left, the groups go; no mark",
             request(
                 T4_TYPE,
-                [_t4_served("Hold", 2, DRAINED_STATUS)],
+                [_t4_served("None", 2, STALE_IDLE)],
                 check=ACTIVE,
                 chain_settings=settings(instance_type_drain_when_no_flavors=False),
             ),

@@ -49,8 +49,8 @@ class Cluster:
         stop = self.cq["spec"]["stopPolicy"]
         if stop == "HoldAndDrain":
             self.workloads = 0
-        elif stop == "Hold" and self.workloads:
-            self.workloads -= 1  # one admitted workload finishes per step
+        elif self.workloads:
+            self.workloads -= 1  # one admitted workload runs to its end per step (not evicted)
         if self.cq["metadata"].get("deletionTimestamp") and not self.workloads:
             self.cq = None  # resource-in-use finalizer removed, object gone
             return
@@ -154,7 +154,9 @@ def test_drain_then_flavors_return_then_admin_reactivates() -> None:
     assert _phases(cluster.log) == [("None", True, "")]
 
 
-def test_without_drain_setting_workloads_finish_under_hold() -> None:
+def test_without_drain_setting_workloads_finish_and_nothing_is_stopped_meanwhile() -> None:
+    """Switch off gates the drain only: the queue is neither held nor drained while its
+    workloads run to their end; then its groups go and the empty queue is held."""
     client = app.test_client()
     cluster = _running(workloads=2)
     cluster.chain_settings = settings(instance_type_drain_when_no_flavors=False)
@@ -162,7 +164,8 @@ def test_without_drain_setting_workloads_finish_under_hold() -> None:
     cluster.settle(client)
     phases = _phases(cluster.log)
     assert all(stop != "HoldAndDrain" for stop, _, _ in phases)
-    assert phases[0] == ("Hold", True, "") and phases[-1] == ("Hold", False, "")
+    assert phases[0] == ("None", True, "") and phases[-1] == ("Hold", False, "")
+    assert [stop for stop, groups, _ in phases if groups] == ["None"]
 
     cluster.log.clear()
     cluster.flavors = list(FLAVORS)

@@ -122,3 +122,28 @@ def test_without_a_cache_an_unknown_pod_is_refused_at_once() -> None:
     card = next(iter(t4_spec().cards()))
     with pytest.raises(Unidentified):
         allocator.allocate([f"{t4_spec().groups[0].id}:{card[1].id}:0000"], Attempt(5.0))
+
+
+def test_the_hint_finds_a_pod_the_cache_has_not_seen_and_sizes_it() -> None:
+    """Kubelet asks for the hint as soon as it admits a Pod, maybe before the watch brings it:
+    without the Pod the slice would be packed without its size onto the fullest card, which
+    cannot hold it, and Allocate would refuse (seen once in test_device_plugin's e2e run). The
+    hint reads afresh, as Allocate does."""
+    sliced = GPU + ".sliced"
+    whole = str(1_600_000)
+
+    def slice_of(units: str, percent: str) -> dict[str, str]:
+        return {sliced: "1", sliced + ".units": units, sliced + ".memory-percentage": percent}
+
+    cluster = FakeCluster()
+    cluster.add("half", ("main", slice_of("800000", "50")))
+    source = LaggingCache(cluster, seen=1)
+    allocator = Allocator(NodeState(t4_spec, source, cluster), NVIDIA, Mode.SLICED)
+    tokens = [a.id for a in allocator.advertised()]
+    allocator.allocate(allocator.preferred(tokens, [], 1), Attempt(5.0))
+    [held] = parse_allocated(cluster.annotation("half"))["main"].device_ids
+    cluster.set_phase("half", "Running")
+    cluster.add("whole", ("main", slice_of(whole, "100")))  # bound; not in the cache yet
+    [hint] = allocator.preferred([t for t in tokens if t != held], [], 1)
+    assert source.fresh_lists == 1
+    assert hint.split(":")[1] != held.split(":")[1]  # the half-full card cannot hold it
