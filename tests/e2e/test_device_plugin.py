@@ -281,6 +281,9 @@ def test_a_sidecar_sees_its_pods_card_and_is_charged_nothing(
     kube = testbed.kube
     kubelet = plugin_node.kubelet
     kubelet.wait_devices(VISIBILITY, lambda d: len(d) == 4 * 512, timeout=90)
+    # And the cards themselves: each plugin lists its devices on its own stream, and a real
+    # scheduler would not bind the Pod before the node shows the capacity.
+    kubelet.wait_devices(GPU, lambda d: len(d) == 4, timeout=90)
     pod = _pod(plugin_node)
     see = {VISIBILITY: "1"}
     pod["spec"]["containers"].append(
