@@ -8,9 +8,13 @@ rewritten (strategy Replace, so the original key is not charged as well):
 - `<base>.shared` (a share) -> M/10 credits each;
 - `<base>.sliced.units` -> one credit per unit, multiplied by `<base>.sliced` (the number of
   slices that each take that many units);
-- every other sliced key and the partition keys -> nothing: they describe a request already
-  counted by the keys above (or by the per-card admission check), and charging them would
-  count it twice.
+- `<base>.partitioned.units` -> one credit per unit, multiplied by `<base>.partitioned` (always
+  1 instance): the Pod webhook folds the profile's memory into these units, "so a 3g.40gb
+  partition costs what a same-VRAM slice costs". Without credits a partition PodSet would get no
+  flavor from a chain queue (Kueue skips undeclared resources), so Kueue would drop the per-card
+  check and admit it unconfined to the pool;
+- every other sliced key and `<base>.partitioned` itself -> nothing: they describe a request
+  already counted by the keys above, and charging them would count it twice.
 
 Per-profile partition keys (`<base>.partitioned.<kind>-<profile>`) cannot be listed ahead of
 time; `quotaCheckStrategy: IgnoreUndeclared` makes Kueue ignore them like every other resource a
@@ -57,7 +61,6 @@ FEATURE_GATES = {
 }
 
 _DRAINED_SLICED = (SLICED, SLICED_CORES_PERCENTAGE, SLICED_MEMORY_PERCENTAGE, SLICED_MEMORY_MIB)
-_DRAINED_PARTITIONED = (PARTITIONED, PARTITIONED_UNITS)
 
 
 def _rule(input_key: str, outputs: dict[str, str], multiply_by: str = "") -> dict[str, Any]:
@@ -80,7 +83,12 @@ def manufacturer_transformations(entry: Manufacturer) -> list[dict[str, Any]]:
     ]
     rules += [_rule(family_key(base, suffix), {}) for suffix in _DRAINED_SLICED]
     if entry.partition_kind:
-        rules += [_rule(family_key(base, suffix), {}) for suffix in _DRAINED_PARTITIONED]
+        rules += [
+            _rule(
+                family_key(base, PARTITIONED_UNITS), {credits: "1"}, family_key(base, PARTITIONED)
+            ),
+            _rule(family_key(base, PARTITIONED), {}),
+        ]
     return rules
 
 

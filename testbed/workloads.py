@@ -70,15 +70,11 @@ def gpu_workload(
     }
 
 
-def sliced_job(
-    name: str, namespace: str, queue: str, image: str, percentage: int, command: str
+def queued_job(
+    name: str, namespace: str, queue: str, limits: dict[str, str], image: str, command: str
 ) -> Obj:
-    """A tenant's batch/v1 Job on LocalQueue `queue` whose one Pod asks one NVIDIA slice by
-    memory percentage (the chain's webhooks fold it into units) and runs `command` in `sh`."""
-    limits = {
-        "nvidia.com/gpu.sliced": "1",
-        "nvidia.com/gpu.sliced.memory-percentage": str(percentage),
-    }
+    """A tenant's batch/v1 Job on LocalQueue `queue` whose one Pod asks `limits` (requests the
+    same) and runs `command` in `sh`."""
     labels = {"kueue.x-k8s.io/queue-name": queue}
     return {
         "apiVersion": "batch/v1",
@@ -96,10 +92,21 @@ def sliced_job(
                             "name": "main",
                             "image": image,
                             "command": ["sh", "-c", command],
-                            "resources": {"limits": limits, "requests": limits},
+                            "resources": {"limits": dict(limits), "requests": dict(limits)},
                         }
                     ],
                 },
             },
         },
     }
+
+
+def sliced_job(
+    name: str, namespace: str, queue: str, image: str, percentage: int, command: str
+) -> Obj:
+    """One NVIDIA slice by memory percentage (the chain's webhooks fold it into units)."""
+    limits = {
+        "nvidia.com/gpu.sliced": "1",
+        "nvidia.com/gpu.sliced.memory-percentage": str(percentage),
+    }
+    return queued_job(name, namespace, queue, limits, image, command)

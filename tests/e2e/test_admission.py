@@ -10,31 +10,27 @@ the quota when Kueue evicts one after a Retry.
 
 from __future__ import annotations
 
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from chain.feasibility import NODE_DEVICES_CHECK, NODE_RETRY, PROMISED
 from chain.names import local_queue_name
-from hooks.admission.driver import FIELD_MANAGER
 from hooks.admission.lease import LEASE_NAME, LEASE_NAMESPACE
-from testbed.harness import Testbed, free_port
+from testbed.drivers import running_drivers
+from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, Obj, load_yaml_documents, wait_for
+from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, gpu_workload, now, release_quota
+from testbed.workloads import condition, gpu_workload, release_quota
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"
 M = 1_600_000
-MANIFEST = Path(__file__).resolve().parents[2] / "manifests" / "admission" / "driver.yaml"
 HELD = (0, 1)  # cards held half sliced on every node
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 
@@ -109,67 +105,16 @@ def pool(testbed: Testbed, chain: Installed) -> Iterator[list[str]]:
     """Two T4 nodes x 4 cards, the driver's RBAC, two driver replicas; torn down after."""
     kube = testbed.kube
     forget_pool(kube, T4_POOL)
-    for obj in load_yaml_documents(MANIFEST):
-        if obj["kind"] != "Deployment":  # no kubelet: the replicas run as testbed processes
-            kube.apply(obj)
     tag = uuid.uuid4().hex[:5]
     nodes = [f"t4a-{tag}-{i}" for i in range(2)]
     for name in nodes:
         register_node(kube, node_object(name, cpu="16", capacity={"nvidia.com/gpu": "4"}))
         kube.apply(nfd_worker_feature(name))
         kube.apply(device_manager_feature(name, 4))
-    kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
-    ports = {replica: free_port() for replica in ("a", "b")}
-    for replica in ("a", "b"):
-        testbed.run(
-            f"admission-driver-{replica}",
-            [
-                sys.executable,
-                "-m",
-                "hooks.admission.driver",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--identity",
-                f"driver-{replica}",
-                "--period",
-                "0.5",
-                "--lease-seconds",
-                "4",
-                "--health-port",
-                str(ports[replica]),
-            ],
-        )
     try:
-        for replica, port in ports.items():
-            wait_for(
-                lambda p=port: _healthy(p), 30, f"driver {replica} to answer /healthz with 200"
-            )
-        yield nodes
+        with running_drivers(testbed):
+            yield nodes
     finally:
-        for replica in ("a", "b"):
-            testbed.stop(f"admission-driver-{replica}")
-        # Later tests run without a driver: take the check out of service again, so the queue
-        # hook stops naming it (Kueue would otherwise wait for verdicts nobody gives).
-        kube.apply(
-            {
-                "apiVersion": KUEUE,
-                "kind": "AdmissionCheck",
-                "metadata": {"name": NODE_DEVICES_CHECK},
-                "status": {
-                    "conditions": [
-                        {
-                            "type": "Active",
-                            "status": "False",
-                            "reason": "NoController",
-                            "message": "the e2e test stopped the driver",
-                            "lastTransitionTime": now(),
-                        }
-                    ]
-                },
-            },
-            manager=FIELD_MANAGER,
-            subresource="status",
-        )
         for name in nodes:
             kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
             kube.delete(
@@ -177,19 +122,6 @@ def pool(testbed: Testbed, chain: Installed) -> Iterator[list[str]]:
             )
             kube.delete(WORKER, "Devices", name)
             kube.delete("v1", "Node", name)
-        wait_for(
-            lambda: NODE_DEVICES_CHECK not in _queue_checks(kube),
-            120,
-            "the queue to stop naming the check",
-        )
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
 
 
 def _write_ledger(kube: Kube, node: str, held: tuple[int, ...]) -> None:

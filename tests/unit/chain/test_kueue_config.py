@@ -35,11 +35,17 @@ def test_nvidia_rules(table: ManufacturerTable) -> None:
         "nvidia.com/gpu.sliced.memory-percentage",
         "nvidia.com/gpu.sliced.memory-mib",
         "nvidia.com/gpu.partitioned",
-        "nvidia.com/gpu.partitioned.units",
     ]
     for key in drained:
         assert rules[key] == {"input": key, "strategy": "Replace", "outputs": {}}
-    assert len(rules) == 3 + len(drained)
+    # A partition costs its folded units, as a slice of the same memory does.
+    assert rules["nvidia.com/gpu.partitioned.units"] == {
+        "input": "nvidia.com/gpu.partitioned.units",
+        "strategy": "Replace",
+        "multiplyBy": "nvidia.com/gpu.partitioned",
+        "outputs": {credits: "1"},
+    }
+    assert len(rules) == 4 + len(drained)
 
 
 def test_amd_has_no_partition_keys(table: ManufacturerTable) -> None:

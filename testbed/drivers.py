@@ -1,0 +1,90 @@
+"""Verdict driver replicas as testbed processes, under the shipped ServiceAccount and RBAC.
+
+No kubelet runs them on the plain testbed, so the shipped Deployment is not applied; its
+ServiceAccount, roles and bindings are. On the way out the node-devices check is taken out of
+service again (later tests run without a driver, and Kueue would otherwise wait for verdicts
+nobody gives) and the chain's queues stop naming it.
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+
+from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
+from chain.feasibility import NODE_DEVICES_CHECK
+from hooks.admission.driver import FIELD_MANAGER
+from hooks.admission.lease import LEASE_NAMESPACE
+from testbed.harness import Testbed, free_port
+from testbed.kube import Kube, load_yaml_documents, wait_for
+from testbed.workloads import now
+
+MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "admission" / "driver.yaml"
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
+
+
+def queues_naming_the_check(kube: Kube) -> list[str]:
+    """The ClusterQueues whose admission checks name the node-devices check."""
+    named = []
+    for queue in kube.list(KUEUE_API, CLUSTER_QUEUE):
+        strategy = (queue.get("spec") or {}).get("admissionChecksStrategy") or {}
+        if any(c.get("name") == NODE_DEVICES_CHECK for c in strategy.get("admissionChecks") or []):
+            named.append(queue["metadata"]["name"])
+    return named
+
+
+@contextmanager
+def running_drivers(
+    testbed: Testbed, replicas: tuple[str, ...] = ("a", "b"), lease_seconds: int = 4
+) -> Iterator[dict[str, int]]:
+    """Driver replicas `admission-driver-<replica>` judging on `testbed`; yields their health
+    ports."""
+    kube = testbed.kube
+    for obj in load_yaml_documents(MANIFEST):
+        if obj["kind"] != "Deployment":
+            kube.apply(obj)
+    kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
+    ports = {replica: free_port() for replica in replicas}
+    for replica in replicas:
+        argv = [sys.executable, "-m", "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
+        argv += ["--identity", f"driver-{replica}", "--period", "0.5"]
+        argv += ["--lease-seconds", str(lease_seconds), "--health-port", str(ports[replica])]
+        testbed.run(f"admission-driver-{replica}", argv)
+    try:
+        for replica, port in ports.items():
+            wait_for(partial(healthy, port), 30, f"driver {replica} to answer /healthz")
+        yield ports
+    finally:
+        for replica in replicas:
+            testbed.stop(f"admission-driver-{replica}")
+        inactive = {
+            "type": "Active",
+            "status": "False",
+            "reason": "NoController",
+            "message": "the e2e test stopped the driver",
+            "lastTransitionTime": now(),
+        }
+        kube.apply(
+            {
+                "apiVersion": KUEUE_API,
+                "kind": ADMISSION_CHECK,
+                "metadata": {"name": NODE_DEVICES_CHECK},
+                "status": {"conditions": [inactive]},
+            },
+            manager=FIELD_MANAGER,
+            subresource="status",
+        )
+        wait_for(
+            lambda: not queues_naming_the_check(kube), 120, "the queues to stop naming the check"
+        )
