@@ -646,3 +646,70 @@ def test_a_shared_demand_of_a_billion_pods_misses_at_once() -> None:
     there instead of trying every one of the PodSet's Pods."""
     demand = Demand(Family.SHARED, 10**9, holders=((1, 10**9),))
     assert fit([], demand) == Miss.CARDS
+
+
+def test_mixed_slice_sizes_are_placed_together() -> None:
+    """The case that broke the greedy order: card A has 20 % and two free slots, card B 30 %
+    and one. "big" (1 x 20 %) best-fitted onto A leaves no room for "small" (2 x 10 %); big on B
+    and both smalls on A fits, and the verdict must say so."""
+    fifth, tenth = M // 5, M // 10
+    a = C(Mode.SLICED, fifth, slices=3, held=1)
+    b = C(Mode.SLICED, M * 3 // 10, slices=2, held=1)
+    found = verdict(
+        workload(slices(1, fifth, "big"), slices(2, tenth, "small")), [node("a", [a, b])]
+    )
+    assert found.state == State.READY, found
+    # And where nothing fits, the Retry still names a role.
+    tight = C(Mode.SLICED, fifth, slices=2, held=1)
+    found = verdict(
+        workload(slices(1, fifth, "big"), slices(2, tenth, "small")), [node("a", [tight, b])]
+    )
+    assert found.state == State.RETRY and "small" in found.message
+
+
+def _slices_fit(cards: list[C], sizes: list[int]) -> bool:
+    """Brute force: can the slices of `sizes` be given cards so that no card exceeds its room
+    or its free slots?"""
+    for choice in itertools.product(range(len(cards)), repeat=len(sizes)):
+        ok = True
+        for i, c in enumerate(cards):
+            taken = [sizes[n] for n, at in enumerate(choice) if at == i]
+            if taken and not (
+                c.slices > 0
+                and c.mode in (Mode.NONE, Mode.SLICED)
+                and len(taken) <= c.slices - c.held
+                and sum(taken) <= c.left
+            ):
+                ok = False
+                break
+        if ok:
+            return True
+    return False
+
+
+@st.composite
+def a_slot_card(draw: st.DrawFn) -> C:
+    """A card where slots bind as often as room: few slots, some held, room in tenths."""
+    slots = draw(st.integers(1, 3))
+    held = draw(st.integers(0, slots - 1))
+    if held == 0:
+        return C(slices=slots)
+    return C(Mode.SLICED, draw(st.integers(0, 9)) * 160000, slots, held)
+
+
+@given(
+    cards=st.lists(a_card() | a_slot_card(), min_size=1, max_size=3),
+    podsets=st.lists(
+        st.tuples(st.integers(1, 2), st.sampled_from([160000, 320000, 480000, 800000, M])),
+        min_size=1,
+        max_size=3,
+    ),
+)
+@settings(max_examples=500, deadline=None)
+def test_several_podsets_of_mixed_slice_sizes_match_brute_force(
+    cards: list[C], podsets: list[tuple[int, int]]
+) -> None:
+    sets = [slices(pods, units, f"ps{n}") for n, (pods, units) in enumerate(podsets)]
+    found = verdict(workload(*sets), [node("a", cards)])
+    sizes = [units for pods, units in podsets for _ in range(pods)]
+    assert (found.state == State.READY) == _slices_fit(cards, sizes), (found, cards, podsets)
