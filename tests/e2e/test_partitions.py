@@ -26,16 +26,20 @@ from testbed.install import Installed
 from testbed.kube import KubeError, Obj, wait_for
 from testbed.workloads import queued_job
 from tests.e2e.test_device_plugin import PluginNode, _agent_node
+from tests.e2e.test_pools import forget_pool
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 PARTITIONED = "nvidia.com/gpu.partitioned"
 CREDITS = "credits.gpustack.ai/nvidia"
+A100_POOL = "gpustack--nvidia-a100-sxm4-40gb-linux-amd64"
 
 
 @pytest.fixture
 def mig_pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[PluginNode, str]]:
-    """The MIG node, its pool's InstanceType (partition profiles known) and two drivers."""
+    """The MIG node, its pool's InstanceType (partition profiles known) and two drivers. An
+    earlier test's A100 node may have left the pool drained (a sticky mark): start afresh."""
+    forget_pool(testbed.kube, A100_POOL)
     with _agent_node(testbed, "a100-40gb-mig") as node, running_drivers(testbed):
 
         def pool() -> str | None:
