@@ -101,7 +101,7 @@ class Reporter:
         if node is None:
             raise RuntimeError(f"Node {self.node} does not exist")
         groups = [g for g in current.groups if g.manufacturer in self.owned]
-        self._node_feature(groups)
+        self._node_feature(groups, node["metadata"]["uid"])
         devices = self._devices(node, groups)
         if self.ledger and devices is not None:
             devices = Devices.parse(self._write_ledger(devices.render()))
@@ -111,11 +111,16 @@ class Reporter:
             node, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         )
 
-    def _node_feature(self, groups: list[Any]) -> None:
-        desired: dict[str, Any] = node_feature(self.node, self.namespace, groups)
+    def _node_feature(self, groups: list[Any], node_uid: str) -> None:
+        desired: dict[str, Any] = node_feature(self.node, self.namespace, groups, node_uid)
         name = desired["metadata"]["name"]
         existing = self.kube.get(NODE_FEATURE_API, NODE_FEATURE_KIND, name, self.namespace)
-        if existing is None or existing.get("spec") != desired["spec"]:
+        owners = (existing or {}).get("metadata", {}).get("ownerReferences")
+        if (
+            existing is None
+            or existing.get("spec") != desired["spec"]
+            or owners != desired["metadata"]["ownerReferences"]
+        ):
             self.kube.apply(desired, _manager(self.owned))
             log.info("NodeFeature %s/%s written", self.namespace, name)
 

@@ -51,8 +51,11 @@ def node_feature_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
     return accelerator_labels(group.facts() for group in groups)
 
 
-def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup]) -> Obj:
-    """The device manager's NodeFeature for `node`."""
+def node_feature(
+    node: str, namespace: str, groups: Iterable[DevicesGroup], node_uid: str
+) -> Obj:
+    """The device manager's NodeFeature for `node`, owned by the Node (upstream): when the node
+    leaves the cluster the garbage collector takes its NodeFeature with it."""
     return {
         "apiVersion": NODE_FEATURE_API,
         "kind": NODE_FEATURE_KIND,
@@ -60,6 +63,7 @@ def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup]) -> O
             "name": node_feature_name(node),
             "namespace": namespace,
             "labels": {NFD_NODE_NAME: node, PART_OF: DEVICE_MANAGER},
+            "ownerReferences": [owner_reference(node, node_uid)],
         },
         "spec": {"labels": node_feature_labels(groups)},
     }

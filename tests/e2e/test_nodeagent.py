@@ -71,6 +71,10 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
         forget_pool(kube, pool, tuple(nodes))
 
 
+def devices_owner_uid(devices: Obj) -> str:
+    return str(devices["metadata"]["ownerReferences"][0]["uid"])
+
+
 def _labels(kube: Kube, kind: str, name: str, api: str = "v1") -> dict[str, str]:
     obj = kube.get(api, kind, name) or {}
     return dict((obj.get("metadata") or {}).get("labels") or {})
@@ -91,6 +95,9 @@ def test_agents_report_and_pools_appear(
 
     feature = kube.get(NFD, "NodeFeature", f"{t4a}-gpustack-device-manager", AGENT_NS)
     assert feature is not None and feature["spec"]["labels"][f"{T4}.count"] == "4"
+    # Owned by its Node, like the Devices (upstream): it leaves with the node (below).
+    [owner] = feature["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", t4a, devices_owner_uid(devices))
 
     other = wait_for(lambda: kube.get(WORKER, "Devices", a10g), 60, "the A10G node's Devices")
     assert [g["id"] for g in other["spec"]["groups"]] == ["a10g"]
@@ -131,6 +138,19 @@ def test_agents_report_and_pools_appear(
         return int(parse_quantity(value)) if value else 0
 
     wait_for(lambda: units() == 4 * 1_600_000, 60, "the sliced counting keys")
+
+    # A node leaves the cluster: the garbage collector takes its NodeFeature and its Devices.
+    testbed.stop(f"agent-{t4b}")
+    kube.delete("v1", "Node", t4b)
+    feature_of_b = f"{t4b}-gpustack-device-manager"
+    wait_for(
+        lambda: (
+            kube.get(NFD, "NodeFeature", feature_of_b, AGENT_NS) is None
+            and kube.get(WORKER, "Devices", t4b) is None
+        ),
+        60,
+        "the departed node's NodeFeature and Devices to be collected",
+    )
 
 
 def _summary(kube: Kube, name: str) -> str:

@@ -35,7 +35,7 @@ def t4_group(cards: int) -> DevicesGroup:
 def test_node_feature_vector() -> None:
     # vectors.md "Device labels", both groups, published through the NodeFeature.
     h100 = DevicesGroup("h100", "nvidia", "H100", 81920, accelerators=(Accelerator("GPU-9", 4),))
-    feature = node_feature("node-a", "gpustack-system", [t4_group(4), h100])
+    feature = node_feature("node-a", "gpustack-system", [t4_group(4), h100], "uid-a")
     assert feature["apiVersion"] == "nfd.k8s-sigs.io/v1alpha1"
     assert feature["kind"] == "NodeFeature"
     assert feature["metadata"] == {
@@ -45,6 +45,17 @@ def test_node_feature_vector() -> None:
             "nfd.node.kubernetes.io/node-name": "node-a",
             "app.kubernetes.io/part-of": "gpustack-operator-device-manager",
         },
+        # Owned by the Node (upstream), so a departed node's NodeFeature is collected with it.
+        "ownerReferences": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": "node-a",
+                "uid": "uid-a",
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
     }
     spec = feature["spec"]
     assert isinstance(spec, dict)
@@ -71,7 +82,7 @@ def test_node_feature_vector() -> None:
 
 def test_groups_without_cards_publish_nothing() -> None:
     assert node_feature_labels([t4_group(0)]) == {}
-    feature = node_feature("n", "ns", [])
+    feature = node_feature("n", "ns", [], "uid-n")
     assert feature["spec"] == {"labels": {}}
 
 
