@@ -206,17 +206,19 @@ class Reporter:
         return self.kube.merge_patch("v1", "Node", self.node, {"metadata": {"labels": patch}})
 
 
-def stop_on_signals() -> Callable[[], bool]:
-    """A `stop()` that turns true on SIGTERM/SIGINT (a DaemonSet Pod being replaced)."""
+def stop_on_signals() -> threading.Event:
+    """An event set on SIGTERM/SIGINT (a DaemonSet Pod being replaced). The loop's sleeps wait
+    on it, so the agent stops at once rather than after its current monitor period (the
+    kubelet kills it after the grace period otherwise)."""
     stopping = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping after this round", signum)
+        log.info("signal %d: stopping", signum)
         stopping.set()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    return stopping.is_set
+    return stopping
 
 
 def node_name(flag: str | None) -> str:

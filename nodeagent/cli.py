@@ -14,7 +14,6 @@ import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from typing import cast
@@ -214,9 +213,11 @@ def serve(args: argparse.Namespace) -> int:
             report(current)
             health.mark_reported()
 
+        stopping = stop_on_signals()
+
         def sleep_and_beat(seconds: float) -> None:
             health.beat()
-            time.sleep(seconds)
+            stopping.wait(seconds)  # a signal ends the sleep at once
             health.beat()
 
         loop = DetectLoop(
@@ -231,7 +232,7 @@ def serve(args: argparse.Namespace) -> int:
             redetect_every=args.redetect_every,
             report_due=reporter.node_changed,
         )
-        loop.run(stop_on_signals())
+        loop.run(stopping.is_set)
     return 0
 
 

@@ -10,7 +10,9 @@ ledger (Devices.status) charges that card.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -27,7 +29,7 @@ from chain.labels import shared_fit_key
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.units import M
-from testbed.harness import Testbed
+from testbed.harness import Testbed, pid_alive
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
 from testbed.kubelet import KubeletEmulator, delete_ended
@@ -338,3 +340,18 @@ def test_a_partition_is_cut_on_the_card_and_reaches_the_ledger(
     ].claims()
     assert (claim.row.id, claim.row.allocated_physical_profile) == (card, "3g.20gb")
     assert claim.row.allocated_physical_id == mig
+
+
+def test_the_agent_stops_at_once_on_sigterm(testbed: Testbed, plugin_node: PluginNode) -> None:
+    """A DaemonSet Pod being replaced gets SIGTERM: the agent stops within moments, not after
+    its current monitor period (30 s here), and takes its plugin sockets with it."""
+    plugin_node.kubelet.wait_devices(GPU, lambda d: len(d) == 4, timeout=90)
+    name = f"agent-{plugin_node.name}"
+    pid = testbed.state.processes[name].pid
+    sockets = list(plugin_node.kubelet.plugin_dir.glob("nvidia.*.sock"))
+    assert sockets
+    started = time.monotonic()
+    os.killpg(pid, signal.SIGTERM)
+    wait_for(lambda: not pid_alive(pid), 10, "the agent to exit on SIGTERM")
+    assert time.monotonic() - started < 5
+    assert not [s for s in sockets if s.exists()]
