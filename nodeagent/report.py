@@ -51,9 +51,7 @@ def node_feature_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
     return accelerator_labels(group.facts() for group in groups)
 
 
-def node_feature(
-    node: str, namespace: str, groups: Iterable[DevicesGroup], node_uid: str
-) -> Obj:
+def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup], node_uid: str) -> Obj:
     """The device manager's NodeFeature for `node`, owned by the Node (upstream): when the node
     leaves the cluster the garbage collector takes its NodeFeature with it."""
     return {

@@ -18,6 +18,7 @@ Judgment calls:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -50,6 +51,7 @@ from chain.ledger_rebuild import (
     Holder,
     PodAllocations,
     node_holdings,
+    parse_allocated,
     render_allocated,
 )
 from chain.manufacturers import Manufacturer
@@ -67,6 +69,7 @@ from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 Occupancy = dict[CardRef, dict[Holder, int]]
 """Per sliced card, the units each holder takes."""
 
@@ -362,8 +365,67 @@ class Allocator:
         meta = found.allocations
         try:
             self.node.writer.write(meta.namespace, meta.name, before)
+        except Exception as error:
+            # The kubelet will not start this container, so a record left behind would charge
+            # its card for nothing: retried until it lands or the Pod is gone (upstream).
+            where = f"{meta.namespace}/{meta.name}"
+            log.warning("giving back %s %s failed (%s); retrying", where, holder, error)
+            self._retry_give_back(meta.namespace, meta.name, holder, prior, before)
         finally:
             self._release(holder, prior)
+
+    def _retry_give_back(
+        self,
+        namespace: str,
+        name: str,
+        holder: Holder,
+        prior: AllocationRecord | None,
+        before: str,
+        first_delay: float = 0.5,
+        longest: float = 10.0,
+    ) -> threading.Thread:
+        """Put the container's entry back as it was before the refused grant, from a thread,
+        until it lands, the Pod is gone, or a later grant holds the container (whose record then
+        stands). Only this container's entry is restored: others may have been granted since."""
+        kept = parse_allocated(before).get(holder.container) if before else None
+
+        def settled() -> str | None:
+            """The annotation to write now, or None when nothing is left to give back."""
+            with self.node.mutex:
+                if self.node.reservations.get(holder) not in (None, prior):
+                    return None
+            listed = [PodAllocations.from_pod(raw) for raw in self.node.listed(fresh=True)]
+            pod = next((p for p in listed if p.uid == holder.pod_uid), None)
+            if pod is None:
+                return None
+            records = dict(pod.records)
+            if records.get(holder.container) == kept:
+                return None
+            if kept is None:
+                records.pop(holder.container, None)
+            else:
+                records[holder.container] = kept
+            return render_allocated(records)
+
+        def retry() -> None:
+            delay = first_delay
+            while True:
+                time.sleep(delay)
+                try:
+                    value = settled()
+                    if value is None:
+                        return
+                    self.node.writer.write(namespace, name, value)
+                    log.info("gave back %s/%s %s", namespace, name, holder)
+                    self.node.notify()
+                    return
+                except Exception as error:
+                    log.warning("giving back %s/%s %s: %s", namespace, name, holder, error)
+                delay = min(longest, delay * 2)
+
+        thread = threading.Thread(target=retry, name=f"give-back-{name}", daemon=True)
+        thread.start()
+        return thread
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
         if self.maker.name != nvidia.MANUFACTURER:

@@ -147,3 +147,46 @@ def test_the_hint_finds_a_pod_the_cache_has_not_seen_and_sizes_it() -> None:
     [hint] = allocator.preferred([t for t in tokens if t != held], [], 1)
     assert source.fresh_lists == 1
     assert hint.split(":")[1] != held.split(":")[1]  # the half-full card cannot hold it
+
+
+class FlakyWriter:
+    """Writes through to the cluster, except the `failing` writes after the first one."""
+
+    def __init__(self, cluster: FakeCluster, failing: int) -> None:
+        self.cluster = cluster
+        self.failing = failing
+        self.calls = 0
+
+    def write(self, namespace: str, name: str, value: str) -> None:
+        self.calls += 1
+        if 1 < self.calls <= 1 + self.failing:
+            raise RuntimeError("the API server is briefly unreachable")
+        self.cluster.write(namespace, name, value)
+
+
+def test_a_give_back_that_fails_is_retried_until_it_lands() -> None:
+    """The grant is recorded, then its answer fails (here: the work dir cannot be made), so the
+    kubelet will not start the container; the give-back write fails twice, and lands on the
+    third try instead of leaving the card charged to nobody (upstream: "retried until it lands
+    or the Pod is gone")."""
+    sliced = GPU + ".sliced"
+    limits = {sliced: "1", sliced + ".units": "800000", sliced + ".memory-percentage": "50"}
+    cluster = FakeCluster()
+    cluster.add("doomed", ("main", limits))
+    writer = FlakyWriter(cluster, failing=2)
+
+    def no_dirs(path: str) -> None:
+        raise OSError("read-only file system")
+
+    allocator = Allocator(
+        NodeState(t4_spec, cluster, writer), NVIDIA, Mode.SLICED, make_dirs=no_dirs
+    )
+    tokens = [a.id for a in allocator.advertised()]
+    with pytest.raises(Exception, match="read-only file system"):
+        allocator.allocate(allocator.preferred(tokens, [], 1), Attempt(5.0))
+    assert parse_allocated(cluster.annotation("doomed"))  # the record is still there, for now
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and parse_allocated(cluster.annotation("doomed")):
+        time.sleep(0.05)
+    assert parse_allocated(cluster.annotation("doomed")) == {}
+    assert writer.calls == 4  # the grant, two failed give-backs, the one that landed
