@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from chain.allocation import (
@@ -42,7 +42,7 @@ from chain.allocation import (
     units_per_token,
 )
 from chain.devices import DevicesSpec
-from chain.families import SLICED_UNITS
+from chain.families import SLICED_MEMORY_MIB, SLICED_MEMORY_PERCENTAGE, SLICED_UNITS
 from chain.ledger import DevicesStatus, Mode
 from chain.ledger_rebuild import (
     ALLOCATED_ANNOTATION,
@@ -55,7 +55,7 @@ from chain.ledger_rebuild import (
     render_allocated,
 )
 from chain.manufacturers import Manufacturer
-from chain.units import M
+from chain.units import M, memory_mib_to_units, memory_percentage_to_units
 from nodeagent.plugin import nvidia
 from nodeagent.plugin.identify import (
     Candidate,
@@ -183,10 +183,28 @@ class Allocator:
 
     # --- shared by Allocate and the hint ----------------------------------------------------
 
-    def _units(self, candidate: Candidate) -> int:
+    def _units(self, candidate: Candidate, card_mib: int = 0) -> int:
+        """Units a slice is charged: its `.sliced.units`, but never less than its memory asks.
+
+        A Pod that names no Kueue queue never meets the Pod webhook, so nothing folded its
+        memory into units: charged by its `.sliced.units` alone (none, or a hand-written one),
+        two such slices of 80 % each would fit one card's ledger while HAMi-core lets each use
+        80 % of the memory, squeezing every other tenant of the card. The allocator is the
+        backstop (upstream's answer for such Pods), so it folds the memory itself: a percentage
+        as the webhook does, MiB over the card's memory (`card_mib`; the smallest card of the
+        manufacturer when not known yet). A webhook-folded Pod is charged exactly as before."""
         if self.mode != Mode.SLICED:
             return 0
-        return container_limit(candidate.container, self.maker.resource_name + SLICED_UNITS)
+        base = self.maker.resource_name
+        declared = container_limit(candidate.container, base + SLICED_UNITS)
+        percent = container_limit(candidate.container, base + SLICED_MEMORY_PERCENTAGE)
+        mib = container_limit(candidate.container, base + SLICED_MEMORY_MIB)
+        if mib and card_mib <= 0:
+            card_mib = min((g.memory for g in self.node.spec().groups if g.memory > 0), default=0)
+        folded = memory_percentage_to_units(percent) if percent else 0
+        if mib:
+            folded = max(folded, memory_mib_to_units(mib, card_mib))
+        return max(declared, folded)
 
     def _occupancy(self, pods: Sequence[PodAllocations]) -> Occupancy:
         holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
@@ -311,10 +329,11 @@ class Allocator:
         occupancy = self._occupancy(pods)
         kubelet = self._kubelet_view(attempt.left())
         offered = _cards_of(device_ids)
+        card_mib = _card_memory(spec, self.maker.name, offered)
         served = self._served_test()
 
         def feasible(candidate: Candidate) -> bool:
-            units = min(self._units(candidate), M)
+            units = min(self._units(candidate, card_mib), M)
             return all(
                 sliced_room(occupancy, CardRef(self.maker.name, card), candidate.holder) >= units
                 for card in offered
@@ -328,7 +347,8 @@ class Allocator:
             raise Unidentified(str(error)) from None
         if found.allocations.problem:
             raise Refusal(Code.INTERNAL, found.allocations.problem)
-        per_token = units_per_token(self._units(found)) if self.mode == Mode.SLICED else 1
+        sliced = self.mode == Mode.SLICED
+        per_token = units_per_token(min(self._units(found, card_mib), M)) if sliced else 1
         request = GrantRequest(
             self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
         )
@@ -465,3 +485,13 @@ def runtime_class(pod: Pod) -> str:
     spec = pod.get("spec")
     value = spec.get("runtimeClassName") if isinstance(spec, Mapping) else None
     return value if isinstance(value, str) else ""
+
+
+def _card_memory(spec: DevicesSpec, manufacturer: str, cards: Collection[str]) -> int:
+    """MiB of the offered cards (the smallest, if they differ); 0 when none is known."""
+    sizes = [
+        group.memory
+        for group, card in spec.cards()
+        if group.manufacturer == manufacturer and card.id in cards and group.memory > 0
+    ]
+    return min(sizes, default=0)

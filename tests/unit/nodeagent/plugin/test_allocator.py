@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from chain.allocation import Code, Refusal
 from chain.devices import DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
@@ -190,3 +191,38 @@ def test_a_give_back_that_fails_is_retried_until_it_lands() -> None:
         time.sleep(0.05)
     assert parse_allocated(cluster.annotation("doomed")) == {}
     assert writer.calls == 4  # the grant, two failed give-backs, the one that landed
+
+
+@pytest.mark.parametrize(
+    ("memory", "units"),
+    [
+        ({GPU + ".sliced.memory-percentage": "80"}, 1_280_000),
+        # 12,288 MiB of the simulated T4's 16,384: three quarters.
+        ({GPU + ".sliced.memory-mib": "12288"}, 1_200_000),
+        # A hand-written size below what the memory asks does not lower the charge.
+        ({GPU + ".sliced.memory-percentage": "80", GPU + ".sliced.units": "1"}, 1_280_000),
+    ],
+)
+def test_a_slice_that_bypassed_the_webhook_is_charged_what_its_memory_asks(
+    memory: dict[str, str], units: int
+) -> None:
+    """A Pod without a Kueue queue label never meets the Pod webhook, so nothing folded its
+    memory into units. Charged one unit, two 80 % slices would share one card's ledger while
+    HAMi-core lets each use 80 % of its memory; the allocator folds the memory itself."""
+    cluster = FakeCluster()
+    cluster.add("first", ("main", {GPU + ".sliced": "1", **memory}))
+    allocator = Allocator(NodeState(t4_spec, cluster, cluster), NVIDIA, Mode.SLICED)
+    tokens = [a.id for a in allocator.advertised()]
+    [token] = allocator.preferred(tokens, [], 1)
+    allocator.allocate([token], Attempt(5.0))
+    [claim] = parse_allocated(cluster.annotation("first"))["main"].claims()
+    assert claim.row.allocated == units
+    cluster.set_phase("first", "Running")
+    cluster.add("second", ("main", {GPU + ".sliced": "1", **memory}))
+    card = token.split(":")[1]
+    same_card = [t for t in tokens if t.split(":")[1] == card and t != token]
+    with pytest.raises(Refusal) as refused:
+        allocator.allocate(same_card[:1], Attempt(5.0))
+    assert refused.value.code == Code.FAILED_PRECONDITION
+    [hint] = allocator.preferred(tokens, [], 1)
+    assert hint.split(":")[1] != card  # the hint sends it to another card
