@@ -104,6 +104,9 @@ def test_flavor_names() -> None:
         ("gpustack--generic--nvidia-h100-linux-amd64-1d-fnv64-0123456789abcdef", 1),
         ("gpustack--generic-linux-amd64", None),
         ("", None),
+        # A key segment that looks like a count (a CPU named "...-4c") is not the count: the
+        # scan runs from the end.
+        ("gpustack--intel-core-4c--nvidia-tesla-t4-linux-amd64-2d", 2),
     ],
 )
 def test_flavor_count(name: str, count: int | None) -> None:
@@ -111,8 +114,8 @@ def test_flavor_count(name: str, count: int | None) -> None:
 
 
 @given(
-    st.sampled_from(["generic", "amd-25-1", "intel-xeon-platinum-8358"]),
-    st.sampled_from(["", "nvidia-tesla-t4", "ascend-910b2"]),
+    st.sampled_from(["generic", "amd-25-1", "intel-xeon-platinum-8358", "intel-core-4c"]),
+    st.sampled_from(["", "nvidia-tesla-t4", "ascend-910b2", "vendor-model-16d"]),
     st.integers(min_value=0, max_value=10**6),
 )
 def test_flavor_count_reads_back(general: str, accelerator: str, count: int) -> None:

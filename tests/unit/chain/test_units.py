@@ -34,6 +34,8 @@ def test_credits_to_accelerators() -> None:
     assert units.credits_to_micro_accelerators(Fraction(1, 3)) == 0
     assert units.credits_to_micro_accelerators(1_600) == 1_000
     assert units.credits_to_micro_accelerators(Fraction(1599, 1)) == 999
+    # The credits are rounded up before the division (a floor here would give 999).
+    assert units.credits_to_micro_accelerators(Fraction(3199, 2)) == 1_000
 
 
 def test_pod_fold_vectors() -> None:
