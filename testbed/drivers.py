@@ -9,7 +9,6 @@ nobody gives) and the chain's queues stop naming it.
 from __future__ import annotations
 
 import sys
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -19,19 +18,11 @@ from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.feasibility import NODE_DEVICES_CHECK
 from hooks.admission.driver import FIELD_MANAGER
 from hooks.admission.lease import LEASE_NAMESPACE
-from testbed.harness import Testbed, free_port
+from testbed.harness import Testbed, free_port, http_ok
 from testbed.kube import Kube, load_yaml_documents, wait_for
 from testbed.workloads import now
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "admission" / "driver.yaml"
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
 
 
 def queues_naming_the_check(kube: Kube) -> list[str]:
@@ -63,7 +54,8 @@ def running_drivers(
         testbed.run(f"admission-driver-{replica}", argv)
     try:
         for replica, port in ports.items():
-            wait_for(partial(healthy, port), 30, f"driver {replica} to answer /healthz")
+            url = f"http://127.0.0.1:{port}/healthz"
+            wait_for(partial(http_ok, url), 30, f"driver {replica} to answer /healthz")
         yield ports
     finally:
         for replica in replicas:

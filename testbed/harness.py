@@ -792,7 +792,7 @@ class Testbed:
             ],
         )
         health = f"http://127.0.0.1:{self.state.ports['kueue_health']}/readyz"
-        self._wait_ready("kueue", lambda: _http_ok(health), timeout)
+        self._wait_ready("kueue", lambda: http_ok(health), timeout)
         for hook_config in self.kueue_webhooks():
             self.kube.apply(hook_config)
 
@@ -813,7 +813,7 @@ class Testbed:
             ],
         )
         self._wait_ready(
-            "metacontroller", lambda: _http_ok(f"http://127.0.0.1:{port}/metrics"), timeout
+            "metacontroller", lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), timeout
         )
 
     def _start_nfd(self, binary: Path, timeout: float) -> None:
@@ -855,9 +855,7 @@ class Testbed:
                 "metadata": {"name": "node-feature-discovery"},
             }
         )
-        self._wait_ready(
-            "nfd-master", lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), timeout
-        )
+        self._wait_ready("nfd-master", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout)
 
 
 def metacontroller_v4_fields(crd: Obj) -> Obj:
@@ -894,7 +892,7 @@ def metacontroller_v4_fields(crd: Obj) -> Obj:
     return widened
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
         return requests.get(url, timeout=2).status_code == 200
     except requests.RequestException:

@@ -403,7 +403,7 @@ class Allocator:
         before: str,
         first_delay: float = 0.5,
         longest: float = 10.0,
-    ) -> threading.Thread:
+    ) -> None:
         """Put the container's entry back as it was before the refused grant, from a thread,
         until it lands, the Pod is gone, or a later grant holds the container (whose record then
         stands). Only this container's entry is restored: others may have been granted since."""
@@ -443,9 +443,7 @@ class Allocator:
                     log.warning("giving back %s/%s %s: %s", namespace, name, holder, error)
                 delay = min(longest, delay * 2)
 
-        thread = threading.Thread(target=retry, name=f"give-back-{name}", daemon=True)
-        thread.start()
-        return thread
+        threading.Thread(target=retry, name=f"give-back-{name}", daemon=True).start()
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
         if self.maker.name != nvidia.MANUFACTURER:
