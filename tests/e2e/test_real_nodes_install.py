@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -26,6 +27,7 @@ from testbed.harness import Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
+from testbed.realnode import node_pids
 from tests.e2e.test_instancetypes import instance_type
 
 NAMESPACE = "gpustack-system"
@@ -66,6 +68,37 @@ def test_every_component_runs_as_a_pod_from_the_image(real_chain: Testbed) -> No
             assert not [v for v in volumes if v.startswith("kube-api-access")], name
             assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
         assert spec["containers"][0]["image"] == "localhost/gpustack-chain:testbed"
+
+
+CAP_SYS_ADMIN = 21  # linux/capability.h
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone since the listing
+
+
+def _process_status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def test_the_nvidia_agent_runs_with_one_capability_under_seccomp(real_chain: Testbed) -> None:
+    """What the kernel says of the agent's process on each real node, not what the manifest
+    asks: only CAP_SYS_ADMIN effective, bounded and permitted, under a seccomp filter; and it
+    still serves (its Devices object is reported)."""
+    bed = real_chain
+    for node in ("node-a", "node-b"):
+        agents = [pid for pid in node_pids(bed, node) if b"nodeagent\x00serve" in _cmdline(pid)]
+        assert agents, f"no agent process on {node}"
+        for pid in agents:
+            status = _process_status(pid)
+            for field in ("CapEff", "CapPrm", "CapBnd"):
+                assert int(status[field], 16) == 1 << CAP_SYS_ADMIN, (node, field, status[field])
+            assert status["Seccomp"].strip() == "2", "filter mode: the runtime's default profile"
+        assert bed.kube.get(WORKER, "Devices", node) is not None
 
 
 def test_upstream_parts_in_the_cluster_drive_the_hooks(real_chain: Testbed) -> None:

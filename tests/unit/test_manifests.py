@@ -153,6 +153,32 @@ def test_node_agents_serve_the_device_plugin_where_the_kubelet_looks(
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
 
 
+@pytest.mark.parametrize("daemonset", _of("DaemonSet"), ids=lambda d: d["metadata"]["name"])
+def test_node_agents_keep_only_the_privileges_a_device_operation_needs(
+    daemonset: dict[str, Any],
+) -> None:
+    """Every agent drops what it does not use: the runtime's seccomp profile, a read-only root;
+    NVIDIA's keeps one capability (MIG management) and gets its cards from the toolkit, not
+    the host's /dev; only the vendors without a runtime hook stay privileged."""
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    host = {v["hostPath"]["path"] for v in pod["volumes"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["runAsUser"] == 0
+    if daemonset["metadata"]["name"].endswith("-nvidia"):
+        assert "privileged" not in context
+        assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+        assert "/dev" not in host
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+        assert env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
+    else:
+        assert context["privileged"] is True
+        assert "/dev" in host
+
+
 def _driver_flags() -> dict[str, list[str]]:
     [driver] = [
         d for d in _of("Deployment") if d["metadata"]["name"] == "gpustack-admission-driver"
