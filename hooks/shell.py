@@ -12,8 +12,12 @@ keys: hook versions v1 and v2 differ only in those keys, so one hook serves both
 from __future__ import annotations
 
 import logging
+import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import FrameType
 from typing import Any
 
 import jsonschema
@@ -251,48 +255,103 @@ def _error(status: int, message: str, field: str | None = None) -> tuple[Respons
 HOOK_BODY_LIMIT = 64 * 2**20
 WEBHOOK_BODY_LIMIT = 8 * 2**20
 
+# How long a route may work on one request: a second under the timeout its caller gives up at
+# (Metacontroller's hook `timeout`, the API server's `timeoutSeconds`: 10 s in manifests/ unless a
+# route says otherwise), so a request nobody waits for any more stops holding a worker. A test
+# reads both sides from the manifests.
+DEADLINE = 9.0
+
+
+class DeadlineExceeded(BaseException):
+    """A route ran past its deadline. A BaseException, so no `except Exception` in a hook's own
+    code can swallow it."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Raise DeadlineExceeded in this thread once `seconds` of wall time pass inside the block.
+
+    A real-time timer's SIGALRM interrupts pure-Python work anywhere; gunicorn's sync workers
+    serve each request on the main thread, the only one a signal reaches, and never use SIGALRM
+    themselves. Off the main thread (a threaded server) there is no limit.
+    """
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum: int, _frame: FrameType | None) -> None:
+        raise DeadlineExceeded
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
 
 def make_app(
-    name: str, routes: Mapping[str, Handler], webhooks: frozenset[str] = frozenset()
+    name: str,
+    routes: Mapping[str, Handler],
+    webhooks: frozenset[str] = frozenset(),
+    deadlines: Mapping[str, float] | None = None,
 ) -> Flask:
     """A Flask app serving each route as POST JSON -> JSON, plus GET /healthz. Routes named in
-    `webhooks` take AdmissionReviews and the smaller body limit."""
+    `webhooks` take AdmissionReviews and the smaller body limit; `deadlines` overrides DEADLINE
+    per route (`app.config["ROUTE_DEADLINES"]` lists every route's)."""
     app = Flask(name)
     app.config["MAX_CONTENT_LENGTH"] = HOOK_BODY_LIMIT
+    limits = {path: (deadlines or {}).get(path, DEADLINE) for path in routes}
+    app.config["ROUTE_DEADLINES"] = limits
 
-    def endpoint(handler: Handler, limit: int) -> Callable[[], tuple[Response, int]]:
+    def endpoint(
+        handler: Handler, limit: int, seconds: float
+    ) -> Callable[[], tuple[Response, int]]:
         def serve() -> tuple[Response, int]:
-            too_large = _error(413, f"the request body is larger than {limit} bytes")
-            if (request.content_length or 0) > limit:
-                return too_large
             try:
-                body = request.get_json(silent=True)
-            except RequestEntityTooLarge:
-                return too_large
-            except RecursionError:
+                with deadline(seconds):
+                    return answer(handler, limit)
+            except DeadlineExceeded:
+                log.warning("%s %s: gave up after %g s", name, request.path, seconds)
                 return _error(
-                    400, "the request body is nested too deeply to be a Kubernetes object"
+                    503,
+                    f"the hook gave up after {seconds:g} s, just before its caller's timeout; "
+                    "the caller retries (a request this slow means the cluster outgrew the "
+                    "route's timeout: see the README's benchmarks)",
                 )
-            if body is None:
-                return _error(400, "the request body must be JSON (Content-Type: application/json)")
-            try:
-                return jsonify(handler(body)), 200
-            except BadRequest as err:
-                log.warning("%s %s: bad request: %s", name, request.path, err)
-                return _error(400, err.message, err.field)
-            except UnicodeError:
-                # JSON may carry a lone UTF-16 surrogate (`"\ud800"`); no Kubernetes name,
-                # label or value can, and it cannot be encoded into one.
-                return _error(400, "a string of the request holds a lone UTF-16 surrogate")
-            except Exception as err:  # a 5xx keeps Metacontroller from deleting anything
-                log.exception("%s %s failed", name, request.path)
-                return _error(500, f"{type(err).__name__}: {err}")
 
         return serve
 
+    def answer(handler: Handler, limit: int) -> tuple[Response, int]:
+        too_large = _error(413, f"the request body is larger than {limit} bytes")
+        if (request.content_length or 0) > limit:
+            return too_large
+        try:
+            body = request.get_json(silent=True)
+        except RequestEntityTooLarge:
+            return too_large
+        except RecursionError:
+            return _error(400, "the request body is nested too deeply to be a Kubernetes object")
+        if body is None:
+            return _error(400, "the request body must be JSON (Content-Type: application/json)")
+        try:
+            return jsonify(handler(body)), 200
+        except BadRequest as err:
+            log.warning("%s %s: bad request: %s", name, request.path, err)
+            return _error(400, err.message, err.field)
+        except UnicodeError:
+            # JSON may carry a lone UTF-16 surrogate (`"\ud800"`); no Kubernetes name,
+            # label or value can, and it cannot be encoded into one.
+            return _error(400, "a string of the request holds a lone UTF-16 surrogate")
+        except Exception as err:  # a 5xx keeps Metacontroller from deleting anything
+            log.exception("%s %s failed", name, request.path)
+            return _error(500, f"{type(err).__name__}: {err}")
+
     for path, handler in routes.items():
         limit = WEBHOOK_BODY_LIMIT if path in webhooks else HOOK_BODY_LIMIT
-        app.add_url_rule(path, endpoint=path, view_func=endpoint(handler, limit), methods=["POST"])
+        view = endpoint(handler, limit, limits[path])
+        app.add_url_rule(path, endpoint=path, view_func=view, methods=["POST"])
     app.add_url_rule("/healthz", endpoint="healthz", view_func=lambda: ("ok", 200))
     return app
 

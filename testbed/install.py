@@ -48,7 +48,7 @@ def kustomize(directory: Path) -> list[Obj]:
     return objects
 
 
-def _gunicorn_app(deployment: Obj) -> tuple[str, list[str], Obj] | None:
+def gunicorn_app(deployment: Obj) -> tuple[str, list[str], Obj] | None:
     """`(module:attr, extra gunicorn args, container)` when the Deployment runs a hook app with
     gunicorn."""
     for container in deployment["spec"]["template"]["spec"]["containers"]:
@@ -61,7 +61,7 @@ def _gunicorn_app(deployment: Obj) -> tuple[str, list[str], Obj] | None:
     return None
 
 
-def _service_targets(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
+def service_targets(objects: list[Obj]) -> dict[tuple[str, str], Obj]:
     """(namespace, service name) -> the Deployment whose Pods the Service selects."""
     deployments = [o for o in objects if o["kind"] == "Deployment"]
     targets: dict[tuple[str, str], Obj] = {}
@@ -113,8 +113,8 @@ def install(
     """Apply `manifests` on `bed`; with `capture`, record every hook request body there."""
     objects = [copy.deepcopy(o) for o in kustomize(manifests)]
     installed = Installed(objects)
-    for (namespace, service), deployment in _service_targets(objects).items():
-        served = _gunicorn_app(deployment)
+    for (namespace, service), deployment in service_targets(objects).items():
+        served = gunicorn_app(deployment)
         if served is None:
             continue
         app, tls, container = served

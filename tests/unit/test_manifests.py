@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from testbed.install import MANIFESTS, kustomize
+from testbed.install import MANIFESTS, gunicorn_app, kustomize, service_targets
 
 OBJECTS = kustomize(MANIFESTS)
 NAMESPACE = "gpustack-system"
@@ -242,3 +244,47 @@ def test_no_custom_resource_of_the_chain_is_applied_with_its_crd() -> None:
     for obj in OBJECTS:
         group = obj["apiVersion"].rpartition("/")[0]
         assert (group, obj["kind"]) not in shipped, f"{obj['kind']} {obj['metadata']['name']}"
+
+
+def _seconds(duration: str) -> float:
+    """A Go duration as Metacontroller's hook `timeout` takes it ("10s", "1m30s")."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"([0-9.]+)(ms|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def _callers() -> list[tuple[str, str, float]]:
+    """(Service, path, seconds the caller waits) for every Metacontroller hook and every
+    admission webhook the manifests configure (Metacontroller's default hook timeout and the
+    API server's default timeoutSeconds are both 10 s)."""
+    calls: list[tuple[str, str, float]] = []
+    for controller in _of("DecoratorController") + _of("CompositeController"):
+        for hook in controller["spec"]["hooks"].values():
+            web = hook["webhook"]
+            calls.append((web["service"]["name"], web["path"], _seconds(web.get("timeout", "10s"))))
+    for config in _of("MutatingWebhookConfiguration") + _of("ValidatingWebhookConfiguration"):
+        for hook in config["webhooks"]:
+            service = hook["clientConfig"]["service"]
+            calls.append((service["name"], service["path"], float(hook.get("timeoutSeconds", 10))))
+    return calls
+
+
+@pytest.mark.parametrize("call", _callers(), ids=lambda c: f"{c[0]}{c[1]}")
+def test_every_route_gives_up_before_its_caller_and_before_gunicorn(
+    call: tuple[str, str, float],
+) -> None:
+    """A route stops working on a request before its caller stops waiting (so no worker is
+    held for an answer nobody reads), and gunicorn's worker timeout is longer than any of its
+    app's deadlines (so it never kills a worker a deadline would have freed)."""
+    service, path, waits = call
+    deployment = service_targets(OBJECTS)[(NAMESPACE, service)]
+    served = gunicorn_app(deployment)
+    assert served is not None, service
+    module, _, attribute = served[0].partition(":")
+    app = getattr(importlib.import_module(module), attribute)
+    deadlines = app.config["ROUTE_DEADLINES"]
+    assert deadlines[path] < waits, f"{path} works on past its caller's {waits:g} s"
+    container = served[2]
+    flags = dict(a.split("=", 1) for a in container["args"] if a.startswith("--timeout="))
+    assert float(flags["--timeout"]) > max(deadlines.values())
