@@ -254,30 +254,36 @@ def _seconds(duration: str) -> float:
     return sum(float(number) * units[unit] for number, unit in parts)
 
 
-def _callers() -> list[tuple[str, str, float]]:
-    """(Service, path, seconds the caller waits) for every Metacontroller hook and every
+METACONTROLLER = "metacontroller"
+API_SERVER = "kube-apiserver"
+
+
+def _callers() -> list[tuple[str, str, float, str]]:
+    """(Service, path, seconds the caller waits, caller) for every Metacontroller hook and every
     admission webhook the manifests configure (Metacontroller's default hook timeout and the
     API server's default timeoutSeconds are both 10 s)."""
-    calls: list[tuple[str, str, float]] = []
+    calls: list[tuple[str, str, float, str]] = []
     for controller in _of("DecoratorController") + _of("CompositeController"):
         for hook in controller["spec"]["hooks"].values():
             web = hook["webhook"]
-            calls.append((web["service"]["name"], web["path"], _seconds(web.get("timeout", "10s"))))
+            waits = _seconds(web.get("timeout", "10s"))
+            calls.append((web["service"]["name"], web["path"], waits, METACONTROLLER))
     for config in _of("MutatingWebhookConfiguration") + _of("ValidatingWebhookConfiguration"):
         for hook in config["webhooks"]:
             service = hook["clientConfig"]["service"]
-            calls.append((service["name"], service["path"], float(hook.get("timeoutSeconds", 10))))
+            waits = float(hook.get("timeoutSeconds", 10))
+            calls.append((service["name"], service["path"], waits, API_SERVER))
     return calls
 
 
 @pytest.mark.parametrize("call", _callers(), ids=lambda c: f"{c[0]}{c[1]}")
 def test_every_route_gives_up_before_its_caller_and_before_gunicorn(
-    call: tuple[str, str, float],
+    call: tuple[str, str, float, str],
 ) -> None:
     """A route stops working on a request before its caller stops waiting (so no worker is
     held for an answer nobody reads), and gunicorn's worker timeout is longer than any of its
     app's deadlines (so it never kills a worker a deadline would have freed)."""
-    service, path, waits = call
+    service, path, waits, _caller = call
     deployment = service_targets(OBJECTS)[(NAMESPACE, service)]
     served = gunicorn_app(deployment)
     assert served is not None, service
@@ -288,3 +294,67 @@ def test_every_route_gives_up_before_its_caller_and_before_gunicorn(
     container = served[2]
     flags = dict(a.split("=", 1) for a in container["args"] if a.startswith("--timeout="))
     assert float(flags["--timeout"]) > max(deadlines.values())
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector (matchLabels, and matchExpressions with In) against labels."""
+    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
+        return False
+    for expression in selector.get("matchExpressions") or []:
+        assert expression["operator"] == "In", "extend this matcher first"
+        if labels.get(expression["key"]) not in expression["values"]:
+            return False
+    return True
+
+
+def _policies_selecting(labels: dict[str, str]) -> set[str]:
+    return {
+        p["metadata"]["name"]
+        for p in _of("NetworkPolicy")
+        if _selects(p["spec"]["podSelector"], labels)
+    }
+
+
+def _ports(pod: dict[str, Any]) -> set[str]:
+    return {port["name"] for c in pod["containers"] for port in c.get("ports", [])}
+
+
+@pytest.mark.parametrize(
+    "workload", _of("Deployment") + _of("DaemonSet"), ids=lambda d: d["metadata"]["name"]
+)
+def test_network_policies_let_each_pod_be_called_only_by_its_caller(
+    workload: dict[str, Any],
+) -> None:
+    """Every chain Pod is under the default deny. A Pod serving Metacontroller hooks is opened
+    to Metacontroller's Pods alone, on the port its Service targets; a webhook Pod to anyone on
+    its TLS port (the API server is no Pod); both may open no connection. Other Pods (driver,
+    agents) are opened to nobody: the kubelet probes them from the node."""
+    template = workload["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    name = workload["metadata"]["name"]
+    hook_services = {c[0] for c in _callers() if c[3] == METACONTROLLER}
+    webhook_services = {c[0] for c in _callers() if c[3] == API_SERVER}
+    assert not hook_services & webhook_services, "one Service, two kinds of caller"
+    selected = _policies_selecting(labels)
+    assert "gpustack-default-deny" in selected
+    policies = {p["metadata"]["name"]: p["spec"] for p in _of("NetworkPolicy")}
+    if name in hook_services:
+        assert selected == {"gpustack-default-deny", "gpustack-hooks"}
+    elif name in webhook_services:
+        assert selected == {"gpustack-default-deny", "gpustack-webhooks"}
+    else:
+        assert selected == {"gpustack-default-deny"}
+        return
+    (policy,) = [policies[n] for n in selected - {"gpustack-default-deny"}]
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["egress"] == []
+    for rule in policy["ingress"]:
+        for port in rule["ports"]:
+            assert port["port"] in _ports(template["spec"]), (name, port)
+        if name in hook_services:
+            (peer,) = rule["from"]
+            assert peer["namespaceSelector"] == {
+                "matchLabels": {"kubernetes.io/metadata.name": "metacontroller"}
+            }
+            assert peer["podSelector"] == {
+                "matchLabels": {"app.kubernetes.io/name": "metacontroller"}
+            }
