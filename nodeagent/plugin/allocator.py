@@ -270,6 +270,15 @@ class Allocator:
 
     def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
         """The container's response; `Refusal` or `Late` otherwise (nothing kept then)."""
+        if self.mode == Mode.SLICED and len(device_ids) > 1:
+            # The Pod webhook's rule, again for Pods that never met it (no queue label): one
+            # HAMi-core environment fences one card's share, so a slice is one token.
+            raise Refusal(
+                Code.INVALID_ARGUMENT,
+                f"one slice per container: asked {len(device_ids)} {self.resource} devices; a "
+                f"logical slice is always a single card (set {self.resource}: 1), and "
+                "multi-card logical slicing is not supported",
+            )
         found, record, prior = self._locked(
             device_ids, attempt, lambda fresh: self._decide(device_ids, attempt, fresh)
         )

@@ -226,3 +226,21 @@ def test_a_slice_that_bypassed_the_webhook_is_charged_what_its_memory_asks(
     assert refused.value.code == Code.FAILED_PRECONDITION
     [hint] = allocator.preferred(tokens, [], 1)
     assert hint.split(":")[1] != card  # the hint sends it to another card
+
+
+def test_two_slices_in_one_container_are_refused_at_allocate() -> None:
+    """A slice is one card's share: the Pod webhook refuses `.sliced: 2`, and a Pod that
+    bypassed it (no queue label) meets the same rule here, before anything is charged; the
+    HAMi-core environment describes one card's limits and cannot fence two."""
+    cluster = FakeCluster()
+    cluster.add(
+        "greedy",
+        ("main", {GPU + ".sliced": "2", GPU + ".sliced.memory-percentage": "10"}),
+    )
+    allocator = Allocator(NodeState(t4_spec, cluster, cluster), NVIDIA, Mode.SLICED)
+    tokens = [a.id for a in allocator.advertised()]
+    with pytest.raises(Refusal) as refused:
+        allocator.allocate(tokens[:2], Attempt(5.0))
+    assert refused.value.code == Code.INVALID_ARGUMENT
+    assert "one slice per container" in refused.value.message
+    assert cluster.annotation("greedy") == ""  # nothing recorded
