@@ -261,6 +261,13 @@ def build_coredns(pins: dict[str, str], work: Path, bindir: Path) -> None:
     _go_install(f"{module}@{version}", ldflags, work, bindir)
 
 
+def build_kube_router(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # NetworkPolicy on the real nodes: only its firewall controller runs (testbed/realnode.py).
+    module, version = pins["module"], pins["version"]
+    ldflags = f"-s -w -X {module}/pkg/version.Version={version}"
+    _go_install(f"{module}/cmd/kube-router@{version}", ldflags, work, bindir)
+
+
 def build_pause(pins: dict[str, str], work: Path, bindir: Path) -> None:
     """The sandbox process of every Pod: the testbed's own few lines (testbed/pause/), since
     no image can be pulled."""
@@ -287,6 +294,7 @@ COMPONENTS: dict[str, Component] = {
         "containerd", ("containerd", "containerd-shim-runc-v2", "ctr"), build_containerd
     ),
     "coredns": Component("coredns", ("coredns",), build_coredns),
+    "kube-router": Component("kube-router", ("kube-router",), build_kube_router),
     "pause": Component("pause", ("pause",), build_pause),
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),

@@ -74,6 +74,7 @@ def place_hami_placeholders(node: RealNode) -> None:
 
 def start_nodes(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 180.0) -> list[RealNode]:
     archives = node_images()
+    bed.kube.apply_all(load_yaml_documents(ADDONS / "kube-router-rbac.yaml"))
     nodes = []
     for spec in specs:
         node = RealNode(bed, spec)
@@ -81,6 +82,8 @@ def start_nodes(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 180.0)
         place_hami_placeholders(node)
         nodes.append(node)
     realnode.wait_ready(bed, [s.name for s in specs], timeout)
+    for node in nodes:
+        node.start_kube_router()  # before any Pod: none runs unprotected
     start_dns(bed, timeout)
     return nodes
 

@@ -143,6 +143,9 @@ def attach_node(node: NodeAddresses, peers: Sequence[NodeAddresses]) -> None:
     sh(in_netns(ns, "ip", "link", "set", "eth0", "up"))
     sh(in_netns(ns, "ip", "route", "add", "default", "via", node.host_ip))
     sh(in_netns(ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"))
+    # Bridged Pod-to-Pod traffic on one node must meet iptables: kube-proxy's Service rules on
+    # the way back and kube-router's NetworkPolicy rules.
+    sh(in_netns(ns, "sysctl", "-q", "-w", "net.bridge.bridge-nf-call-iptables=1"))
     sh(["ip", "route", "add", node.pod_cidr, "via", node.ip, "dev", bridge])
     for peer in peers:
         if peer.name == node.name:

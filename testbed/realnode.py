@@ -66,6 +66,7 @@ def _proc_names(node: str) -> dict[str, str]:
         "containerd": f"containerd-{node}",
         "kubelet": f"kubelet-{node}",
         "kube-proxy": f"kube-proxy-{node}",
+        "kube-router": f"kube-router-{node}",
     }
 
 
@@ -197,6 +198,31 @@ class RealNode:
         ]
         self.bed.spawn(self.names["kube-proxy"], argv, exe=str(proxy))
 
+    def start_kube_router(self) -> None:
+        """kube-router's firewall controller alone: it turns NetworkPolicies into iptables rules
+        and ipsets in the node's network namespace (routing stays the host's routes, Services
+        stay kube-proxy's), so the shipped policies are enforced as a user's CNI would. It
+        needs the Node object at start: call it once the node is registered."""
+        router = build.bin_dir("kube-router") / "kube-router"
+        argv = [
+            "nsenter",
+            f"--net=/run/netns/{self.addr.netns}",
+            "--",
+            str(router),
+            "--run-firewall=true",
+            "--run-router=false",
+            "--run-service-proxy=false",
+            "--enable-cni=false",
+            f"--kubeconfig={self.dir / 'kube-router.kubeconfig'}",
+            f"--hostname-override={self.spec.name}",
+            f"--service-cluster-ip-range={network.SERVICE_CIDR}",
+            "--health-port=20244",  # per namespace: no clash between nodes
+            "--metrics-port=0",
+            "--v=1",
+        ]
+        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        self.bed.spawn(self.names["kube-router"], argv, exe=str(router), env=env)
+
     # -- configuration ----------------------------------------------------------------------
 
     def _write_configs(self) -> None:
@@ -214,9 +240,11 @@ class RealNode:
             server_sans=[self.spec.name, self.addr.ip],
         )
         proxy = certs.issue(certdir, f"kube-proxy-{self.spec.name}", "system:kube-proxy")
+        router = certs.issue(certdir, f"kube-router-{self.spec.name}", "system:kube-router")
         server = f"https://{self.addr.host_ip}:{self.bed.state.ports['apiserver']}"
         self.bed.write_kubeconfig(self.dir / "kubelet.kubeconfig", server, *client)
         self.bed.write_kubeconfig(self.dir / "kube-proxy.kubeconfig", server, *proxy)
+        self.bed.write_kubeconfig(self.dir / "kube-router.kubeconfig", server, *router)
         (self.dir / "resolv.conf").write_text("")  # no upstream DNS: nothing outside exists
         (self.dir / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(*serving)))
         (self.dir / "kube-proxy.yaml").write_text(yaml.safe_dump(self._kube_proxy_config()))
@@ -277,8 +305,10 @@ class RealNode:
             "clientConnection": {"kubeconfig": str(self.dir / "kube-proxy.kubeconfig")},
             "healthzBindAddress": "127.0.0.1:10256",
             "metricsBindAddress": "127.0.0.1:10249",
-            # Same-node Service traffic returns through the node, not across the CNI bridge.
-            "iptables": {"masqueradeAll": True},
+            # No masquerading of Pod-to-Service traffic: NetworkPolicy must see the calling
+            # Pod's own address on the other node. Same-node replies still pass kube-proxy's
+            # rules, since bridged traffic goes through iptables (network.attach_node).
+            "iptables": {"masqueradeAll": False},
             # conntrack limits are machine-wide: leave them as they are.
             "conntrack": {"maxPerCore": 0, "min": 0},
         }

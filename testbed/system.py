@@ -20,6 +20,7 @@ REQUIRED: dict[str, str] = {
     "runc": "runc",
     "/usr/lib/cni/bridge": "containernetworking-plugins",
     "iptables": "iptables",
+    "ipset": "ipset",  # kube-router's NetworkPolicy rules
     "mmdebstrap": "mmdebstrap",
     "podman": "podman",
     "ip": "iproute2",
