@@ -186,16 +186,13 @@ class RealNode:
         env = {"PATH": f"{build.bin_dir('containerd')}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.bed.spawn(self.names["kubelet"], argv, exe=str(kubelet), env=env)
 
+    def _in_netns(self, program: Path, *args: str) -> list[str]:
+        """`program args...` in the node's network namespace only (its iptables live there)."""
+        return ["nsenter", f"--net=/run/netns/{self.addr.netns}", "--", str(program), *args]
+
     def _start_kube_proxy(self) -> None:
         proxy = build.bin_dir("kubernetes-node") / "kube-proxy"
-        argv = [
-            "nsenter",
-            f"--net=/run/netns/{self.addr.netns}",
-            "--",
-            str(proxy),
-            f"--config={self.dir / 'kube-proxy.yaml'}",
-            "--v=1",
-        ]
+        argv = self._in_netns(proxy, f"--config={self.dir / 'kube-proxy.yaml'}", "--v=1")
         self.bed.spawn(self.names["kube-proxy"], argv, exe=str(proxy))
 
     def start_kube_router(self) -> None:
@@ -204,11 +201,8 @@ class RealNode:
         stay kube-proxy's), so the shipped policies are enforced as a user's CNI would. It
         needs the Node object at start: call it once the node is registered."""
         router = build.bin_dir("kube-router") / "kube-router"
-        argv = [
-            "nsenter",
-            f"--net=/run/netns/{self.addr.netns}",
-            "--",
-            str(router),
+        argv = self._in_netns(
+            router,
             "--run-firewall=true",
             "--run-router=false",
             "--run-service-proxy=false",
@@ -219,7 +213,7 @@ class RealNode:
             "--health-port=20244",  # per namespace: no clash between nodes
             "--metrics-port=0",
             "--v=1",
-        ]
+        )
         env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
         self.bed.spawn(self.names["kube-router"], argv, exe=str(router), env=env)
 
