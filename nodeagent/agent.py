@@ -28,6 +28,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,7 @@ from chain.labels import is_managed
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
+from kubeapi.watch import Cache
 from nodeagent.detect.loop import DetectionRound
 from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
 
@@ -219,6 +221,37 @@ def stop_on_signals() -> threading.Event:
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
     return stopping
+
+
+LABEL_POLL_SECONDS = 1.0
+"""The longest a sleep waits on the Node cache before looking at the stop event again."""
+
+
+def label_waker(stopping: threading.Event, nodes: Cache, node: str) -> Callable[[float], None]:
+    """The detect loop's sleep: it ends early on a stop signal, or when the Node's labels
+    change, so fit labels that depend on them (the flavor hook's `gpustack.ai/managed`, NFD's
+    labels arriving after the first report) are written at once rather than at the next
+    monitor tick. `nodes` is a watch cache of this Node; a status-only write (the kubelet's
+    heartbeat) does not wake it."""
+
+    def labels() -> dict[str, str] | None:
+        found = nodes.get(("", node))
+        return None if found is None else dict(found["metadata"].get("labels") or {})
+
+    def sleep(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        before = labels()
+        seen = nodes.changes
+        while not stopping.is_set():
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            seen = nodes.wait(seen, min(left, LABEL_POLL_SECONDS))
+            if labels() != before:
+                log.info("Node %s labels changed: reporting now", node)
+                return
+
+    return sleep
 
 
 def node_name(flag: str | None) -> str:

@@ -23,7 +23,8 @@ import yaml
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
 from kubeapi import Kube
-from nodeagent.agent import Reporter, node_name, stop_on_signals
+from kubeapi.watch import Watcher
+from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
 from nodeagent.detect.loop import (
     MONITOR_PERIOD_SECONDS,
     REDETECT_EVERY_MONITOR_ROUNDS,
@@ -214,10 +215,14 @@ def serve(args: argparse.Namespace) -> int:
             health.mark_reported()
 
         stopping = stop_on_signals()
+        node_watch = Watcher(kube, "v1", "Node", field_selector=f"metadata.name={node}").start()
+        stack.callback(node_watch.stop)
+        # A signal or a change of the Node's labels ends the sleep at once.
+        sleep = label_waker(stopping, node_watch.cache, node)
 
         def sleep_and_beat(seconds: float) -> None:
             health.beat()
-            stopping.wait(seconds)  # a signal ends the sleep at once
+            sleep(seconds)
             health.beat()
 
         loop = DetectLoop(

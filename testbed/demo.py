@@ -32,6 +32,7 @@ from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build, images
 from testbed.cluster import AGENT_NAMESPACE, REAL_NODES, install_chain, pool_views, start_nodes
+from testbed.drivers import run_agent
 from testbed.harness import COMPONENT_ORDER, CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
 from testbed.kube import Obj, wait_for
@@ -93,32 +94,7 @@ def _start_agents(bed: Testbed) -> None:
             node_object(name, cpu="32", labels=NFD_CPU, capacity={"nvidia.com/gpu": str(cards)}),
         )
         # Its token names its node (the agent's admission policy confines it to that node).
-        kubeconfig = bed.service_account_kubeconfig(
-            AGENT_NAMESPACE, "gpustack-device-manager", name
-        )
-        bed.run(
-            f"agent-{name}",
-            [
-                sys.executable,
-                "-m",
-                "nodeagent",
-                "serve",
-                "--node",
-                name,
-                "--namespace",
-                AGENT_NAMESPACE,
-                "--kubeconfig",
-                str(kubeconfig),
-                "--simulate",
-                profile,
-                "--manufacturer",
-                "nvidia",
-                "--period",
-                "1",
-                "--redetect-every",
-                "5",
-            ],
-        )
+        run_agent(bed, name, profile, "--period", "1", "--redetect-every", "5")
 
 
 def _converged(bed: Testbed) -> bool:
@@ -411,15 +387,7 @@ def _slicing_scene(bed: Testbed) -> None:
         bed.stop(agent)
         bed.run(
             agent,
-            [
-                *argv,
-                "--device-plugin-dir",
-                str(kubelet.plugin_dir),
-                "--pod-resources-socket",
-                str(kubelet.pod_resources_socket),
-                "--pods-dir",
-                str(root / "pods"),
-            ],
+            [*argv, *kubelet.agent_flags(root / "pods")],
         )
         advertised = kubelet.wait_devices(SLICED, lambda d: len(d) > 0, timeout=90)
         tokens = [DeviceToken.parse(text) for text in advertised]

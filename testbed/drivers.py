@@ -80,3 +80,15 @@ def running_drivers(
         wait_for(
             lambda: not queues_naming_the_check(kube), 120, "the queues to stop naming the check"
         )
+
+
+def run_agent(bed: Testbed, node: str, profile: str, *flags: str) -> None:
+    """A simulated node's agent (`python -m nodeagent serve`, NVIDIA) as a testbed process,
+    under the shipped ServiceAccount with a token that names its node, as the one the kubelet
+    projects into the agent's Pod (the shipped RBAC and admission policy must be enough);
+    `flags` are appended (period, device-plugin paths)."""
+    namespace = "gpustack-system"
+    kubeconfig = bed.service_account_kubeconfig(namespace, "gpustack-device-manager", node)
+    argv = [sys.executable, "-m", "nodeagent", "serve", "--node", node, "--namespace", namespace]
+    argv += ["--kubeconfig", str(kubeconfig), "--simulate", profile, "--manufacturer", "nvidia"]
+    bed.run(f"agent-{node}", [*argv, *flags])

@@ -91,6 +91,17 @@ class KubeletEmulator:
     def kubelet_socket(self) -> Path:
         return self.plugin_dir / "kubelet.sock"
 
+    def agent_flags(self, pods_dir: Path) -> list[str]:
+        """The `nodeagent serve` flags that point an agent's device plugins at this kubelet."""
+        return [
+            "--device-plugin-dir",
+            str(self.plugin_dir),
+            "--pod-resources-socket",
+            str(self.pod_resources_socket),
+            "--pods-dir",
+            str(pods_dir),
+        ]
+
     def _serve(self, socket: Path, add: Callable[[Any], None]) -> Any:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         add(server)

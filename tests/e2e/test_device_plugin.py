@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -29,6 +28,7 @@ from chain.labels import shared_fit_key
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.units import M
+from testbed.drivers import run_agent
 from testbed.harness import Testbed, pid_alive
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
@@ -73,35 +73,15 @@ def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
     kubelet = KubeletEmulator(root)
     register_node(kube, node_object(name, cpu="16"))
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager", name)
-    testbed.run(
-        f"agent-{name}",
-        [
-            sys.executable,
-            "-m",
-            "nodeagent",
-            "serve",
-            "--node",
-            name,
-            "--namespace",
-            AGENT_NS,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--simulate",
-            profile,
-            "--manufacturer",
-            "nvidia",
-            # A long monitor period: the ledger must follow the Pods through the agent's Pod
-            # watch, not through detection rounds.
-            "--period",
-            "30",
-            "--device-plugin-dir",
-            str(kubelet.plugin_dir),
-            "--pod-resources-socket",
-            str(kubelet.pod_resources_socket),
-            "--pods-dir",
-            str(root / "pods"),
-        ],
+    run_agent(
+        testbed,
+        name,
+        profile,
+        # A long monitor period: the ledger must follow the Pods through the agent's Pod
+        # watch, not through detection rounds.
+        "--period",
+        "30",
+        *kubelet.agent_flags(root / "pods"),
     )
     try:
         yield PluginNode(name, namespace, kubelet)

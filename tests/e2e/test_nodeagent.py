@@ -7,13 +7,13 @@ over a simulated NVML; its NodeFeature goes through the real nfd-master, and the
 
 from __future__ import annotations
 
-import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 
 from chain.quantity import parse_quantity
+from testbed.drivers import run_agent
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
@@ -28,47 +28,50 @@ T4 = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 POOLS = ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack--nvidia-a10g-linux-amd64")
 
 
+def forget_nodes(testbed: Testbed, nodes: Iterable[str]) -> None:
+    for name in nodes:
+        testbed.stop(f"agent-{name}")
+        testbed.kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
+        testbed.kube.delete("v1", "Node", name)
+    for pool in POOLS:
+        forget_pool(testbed.kube, pool, tuple(nodes))
+
+
 @pytest.fixture
 def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, str]]:
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
     nodes = {f"sim-{tag}-t4a": "t4x4", f"sim-{tag}-t4b": "t4x4", f"sim-{tag}-a10g": "a10gx1"}
-    # The agents run as the shipped ServiceAccount: the shipped RBAC must be enough.
     for name, profile in nodes.items():
         register_node(kube, node_object(name, cpu="48"))
         kube.apply(nfd_worker_feature(name))
-        # Its token names its node, as the one the kubelet projects into the agent's Pod.
-        kubeconfig = testbed.service_account_kubeconfig(AGENT_NS, "gpustack-device-manager", name)
-        testbed.run(
-            f"agent-{name}",
-            [
-                sys.executable,
-                "-m",
-                "nodeagent",
-                "serve",
-                "--node",
-                name,
-                "--namespace",
-                AGENT_NS,
-                "--kubeconfig",
-                str(kubeconfig),
-                "--simulate",
-                profile,
-                "--manufacturer",
-                "nvidia",
-                "--period",
-                "0.5",
-                "--redetect-every",
-                "4",
-            ],
-        )
+        run_agent(testbed, name, profile, "--period", "0.5", "--redetect-every", "4")
     yield nodes
-    for name in nodes:
-        testbed.stop(f"agent-{name}")
-        kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
-        kube.delete("v1", "Node", name)
-    for pool in POOLS:
-        forget_pool(kube, pool, tuple(nodes))
+    forget_nodes(testbed, nodes)
+
+
+def test_fit_labels_follow_the_nodes_labels_at_once(testbed: Testbed, chain: Installed) -> None:
+    """The agent's first report comes before the node is managed (nfd-worker's CPU labels come
+    late here, and the flavor hook marks the node only then). The fit labels depend on that
+    mark, so the agent reacts to the Node's labels, not to its next monitor tick (a minute
+    here; before, they waited for it)."""
+    kube = testbed.kube
+    name = f"sim-{uuid.uuid4().hex[:5]}-late"
+    register_node(kube, node_object(name, cpu="48"))
+    try:
+        run_agent(testbed, name, "t4x4", "--period", "60", "--redetect-every", "100")
+        wait_for(lambda: kube.get(WORKER, "Devices", name), 60, "the first report")
+        assert "gpustack.ai/managed" not in _labels(kube, "Node", name)
+        kube.apply(nfd_worker_feature(name))
+        wait_for(
+            lambda: _labels(kube, "Node", name).get("gpustack.ai/managed") == "true",
+            60,
+            "the flavor hook to manage the node",
+        )
+        fit = "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4"
+        wait_for(lambda: fit in _labels(kube, "Node", name), 20, "the fit labels, at once")
+    finally:
+        forget_nodes(testbed, [name])
 
 
 def devices_owner_uid(devices: Obj) -> str:

@@ -1,0 +1,68 @@
+"""The agent's sleep ends when its Node's labels change or a stop signal comes, not otherwise."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kubeapi.watch import Cache, Event
+from nodeagent.agent import label_waker
+
+
+def _node(labels: dict[str, str], heartbeat: str = "t0") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "node-a", "labels": labels, "resourceVersion": heartbeat},
+        "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": heartbeat}]},
+    }
+
+
+def _sleeping(sleep: Any, seconds: float) -> tuple[threading.Thread, list[float]]:
+    took: list[float] = []
+
+    def run() -> None:
+        start = time.monotonic()
+        sleep(seconds)
+        took.append(time.monotonic() - start)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, took
+
+
+def test_a_label_change_ends_the_sleep_and_a_heartbeat_does_not() -> None:
+    nodes = Cache()
+    nodes.replace([_node({"kubernetes.io/hostname": "node-a"})], "1")
+    sleep = label_waker(threading.Event(), nodes, "node-a")
+    thread, took = _sleeping(sleep, 20)
+    time.sleep(0.2)
+    nodes.apply(Event("MODIFIED", _node({"kubernetes.io/hostname": "node-a"}, "t1")))
+    time.sleep(0.5)
+    assert thread.is_alive(), "a status-only write woke the loop"
+    nodes.apply(
+        Event(
+            "MODIFIED", _node({"kubernetes.io/hostname": "node-a", "gpustack.ai/managed": "true"})
+        )
+    )
+    thread.join(5)
+    assert took and took[0] < 3
+
+
+def test_a_stop_signal_ends_the_sleep() -> None:
+    nodes = Cache()
+    stopping = threading.Event()
+    thread, took = _sleeping(label_waker(stopping, nodes, "node-a"), 20)
+    time.sleep(0.2)
+    stopping.set()
+    thread.join(5)
+    assert took and took[0] < 3
+
+
+def test_without_a_change_it_sleeps_its_time() -> None:
+    nodes = Cache()
+    nodes.replace([_node({})], "1")
+    start = time.monotonic()
+    label_waker(threading.Event(), nodes, "node-a")(0.3)
+    assert time.monotonic() - start >= 0.3
