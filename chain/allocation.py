@@ -83,6 +83,14 @@ class DeviceToken:
         return cls(parts[0], parts[1], int(parts[2]))
 
 
+def token_card(text: str) -> str:
+    """The card a device ID names; empty for text that is no device ID."""
+    try:
+        return DeviceToken.parse(text).card
+    except ValueError:
+        return ""
+
+
 def token_pool(card: Accelerator, mode: Mode) -> int:
     """How many tokens of `mode` a card advertises."""
     if mode == Mode.VISIBILITY:

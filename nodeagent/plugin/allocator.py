@@ -39,6 +39,7 @@ from chain.allocation import (
     preferred_cards,
     sliced_occupancy,
     sliced_room,
+    token_card,
     units_per_token,
 )
 from chain.devices import DevicesSpec
@@ -477,7 +478,7 @@ class Allocator:
 
 
 def _cards_of(device_ids: Sequence[str]) -> set[str]:
-    return {text.split(":")[1] for text in device_ids if text.count(":") == 2}
+    return {token_card(text) for text in device_ids} - {""}
 
 
 def _annotations(pod: Pod) -> Mapping[str, str]:

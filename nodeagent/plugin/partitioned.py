@@ -17,12 +17,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from chain.allocation import Code, Refusal
+from chain.allocation import Code, Refusal, token_card
 from chain.families import PARTITIONED_UNITS
 from chain.ledger import DevicesStatus, Mode
 from chain.ledger_rebuild import (
     ALLOCATED_ANNOTATION,
     AllocationRecord,
+    CardRef,
+    Claim,
     Holder,
     PodAllocations,
     node_holdings,
@@ -40,9 +42,16 @@ from chain.partition_grant import (
     requested_profile,
     with_partition_id,
 )
-from chain.partitions import vendor_profile_name
+from chain.partitions import Placement, vendor_profile_name
 from nodeagent.plugin import nvidia
-from nodeagent.plugin.allocator import Advertised, Allocator, Attempt, Late, _annotations
+from nodeagent.plugin.allocator import (
+    DEFAULT_DEADLINE_S,
+    Advertised,
+    Allocator,
+    Attempt,
+    Late,
+    _annotations,
+)
 from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
 from nodeagent.plugin.mig import Partitioner, PartitionError
 from nodeagent.plugin.node import NodeState, Unidentified
@@ -51,6 +60,10 @@ from nodeagent.plugin.response import ContainerResponse
 log = logging.getLogger(__name__)
 
 PARTITION_DEADLINE_S = 20.0
+
+
+def _any(_candidate: Candidate) -> bool:
+    return True
 
 
 def _limit_keys(container: Mapping[str, object]) -> list[str]:
@@ -111,8 +124,43 @@ class PartitionedAllocator(Allocator):
         ]
 
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
-        """No hint: the plugin picks the card itself, whichever token kubelet hands over."""
-        return []
+        """Tokens of the card the partition will be cut on, so that what the kubelet records
+        (its checkpoint, pod-resources, `allocatedResourcesStatus`) names the card that holds
+        the instance. Allocate picks the site the same way (the prior grant's, else the fullest
+        card with a free legal slot); no hint when the Pod or a site cannot be found."""
+        kubelet = self._kubelet_view(DEFAULT_DEADLINE_S)
+
+        def read(
+            fresh: bool,
+        ) -> tuple[Candidate | None, dict[CardRef, list[Placement]], Claim | None]:
+            with self.node.mutex:
+                raw = self.node.listed(fresh)
+                pods = [PodAllocations.from_pod(pod) for pod in raw]
+                holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
+                occupied = occupied_placements(holdings, self.maker.name)
+                reservations = dict(self.node.reservations)
+            try:
+                found = identify(raw, self.resource, size, kubelet, self._served_test(), _any)
+            except LookupError as error:
+                if not fresh:
+                    raise Unidentified(str(error)) from None
+                return None, occupied, None
+            prior = prior_partition(
+                found.holder, reservations, found.allocations.records, self.maker.name
+            )
+            return found, occupied, prior
+
+        found, occupied, prior = self.node.identified(read)
+        if found is None:
+            return []
+        try:
+            profile = requested_profile(self.maker, _limit_keys(found.container))
+            site = choose_site(self.node.spec(), self.maker.name, profile, occupied, prior)
+        except Refusal:
+            return []  # Allocate refuses with the reason
+        on_card = [t for t in available if t not in must and token_card(t) == site.card.id]
+        chosen = [*must, *on_card][:size]
+        return chosen if len(chosen) == size else []
 
     # --- Allocate ---------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from chain.allocation import (
     card_tokens,
     plugin_resource,
     shown_partitions,
+    token_card,
     visibility_owner,
 )
 from chain.ledger import Mode
@@ -44,9 +45,9 @@ from nodeagent.plugin.allocator import (
     numa_nodes,
     runtime_class,
 )
-from nodeagent.plugin.identify import Candidate, KubeletPods, identify
+from nodeagent.plugin.identify import Candidate, KubeletDevices, KubeletPods, identify
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.node import NodeState, Unidentified
+from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 LivePartition = Callable[[Holder], str | None]
@@ -89,8 +90,49 @@ class VisibilityAllocator:
         return found
 
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
-        """No hint: every token of every card shows the same thing."""
-        return []
+        """One token on each card the owner holds, so that what the kubelet records for the
+        sidecar (pod-resources, its checkpoint) names the cards it is shown. Every token shows
+        the same thing; no hint when the container or its owner cannot be found yet."""
+        kubelet = None
+        if self.kubelet is not None:
+            kubelet = self.kubelet.devices(self.resource, KUBELET_LIST_TIMEOUT_S)
+
+        def read(fresh: bool) -> AllocationRecord | None:
+            with self.node.mutex:
+                raw = self.node.listed(fresh)
+                reservations = dict(self.node.reservations)
+                granted = set(self.node.grants)
+            try:
+                found = self._identify(raw, size, kubelet, granted)
+            except LookupError as error:
+                if not fresh:
+                    raise Unidentified(str(error)) from None
+                return None
+            try:
+                _, record = visibility_owner(
+                    found.holder,
+                    found.allocations,
+                    reservations,
+                    self.node.spec(),
+                    self.maker.name,
+                    size,
+                )
+            except Refusal:
+                return None  # Allocate refuses with the reason
+            return record
+
+        record = self.node.identified(read)
+        if record is None:
+            return []
+        cards = [c.ref.card for c in record.claims() if c.manufacturer == self.maker.name]
+        chosen = list(must)
+        for card in cards:
+            if any(token_card(text) == card for text in chosen):
+                continue
+            chosen.extend(
+                next(([t] for t in available if t not in chosen and token_card(t) == card), [])
+            )
+        return chosen if len(chosen) == size else []
 
     def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
         """The response showing the owner's cards; `Refusal` or `Late` otherwise (then the
@@ -127,17 +169,8 @@ class VisibilityAllocator:
         if self.kubelet is not None:
             wait = max(min(KUBELET_LIST_TIMEOUT_S, attempt.left()), 0.01)
             kubelet = self.kubelet.devices(self.resource, wait)
-        granted = set(node.grants)
         try:
-            found = identify(
-                raw,
-                self.resource,
-                requested,
-                kubelet,
-                served=lambda _: False,
-                feasible=lambda _: True,
-                skip=lambda candidate: candidate.holder in granted,
-            )
+            found = self._identify(raw, requested, kubelet, set(node.grants))
         except LookupError as error:
             raise Unidentified(str(error)) from None
         node.grants.add(found.holder)
@@ -156,6 +189,25 @@ class VisibilityAllocator:
             node.grants.discard(found.holder)
             raise
         return found, owner
+
+    def _identify(
+        self,
+        raw: Sequence[Pod],
+        requested: int,
+        kubelet: KubeletDevices | None,
+        granted: set[Holder],
+    ) -> Candidate:
+        """The container asking, skipping any already shown its cards (a visibility grant
+        charges nothing and is served to anyone, so only the count narrows it)."""
+        return identify(
+            raw,
+            self.resource,
+            requested,
+            kubelet,
+            served=lambda _: False,
+            feasible=lambda _: True,
+            skip=lambda candidate: candidate.holder in granted,
+        )
 
     def _revoke(self, holder: Holder) -> None:
         with self.node.mutex:

@@ -218,7 +218,25 @@ def test_listing_broadcasts_the_live_pods(node: Node) -> None:
     assert heard == [frozenset({"uid-p1"})]
 
 
-def test_no_preferred_allocation(node: Node) -> None:
+def test_the_hint_names_the_card_the_partition_is_cut_on(node: Node) -> None:
+    """What the kubelet records for the container (its checkpoint, pod-resources) is the token
+    it was hinted: a token of the card that will hold the instance, not a random one."""
+    tokens = [a.id for a in node.allocator.advertised()]
+    other_cards = [t for t in tokens if t.split(":")[1] != CARDS[0]]
+    node.grant("p1", "1g.5gb")  # on CARDS[0], the fullest card from now on
+    node.cluster.add("p2", ("main", limits("1g.5gb")))
+    [hint] = node.allocator.preferred(list(reversed(tokens)), [], 1)
+    assert hint.split(":")[1] == CARDS[0]
+    # Allocate cuts it where the hint said.
+    node.allocator.allocate([hint], Attempt(10.0))
+    assert node.row("p2").id == CARDS[0]
+    # Nothing on that card offered: no hint rather than a wrong one.
+    node.cluster.add("p3", ("main", limits("1g.5gb")))
+    assert node.allocator.preferred(other_cards, [], 1) == []
+
+
+def test_no_hint_for_a_pod_that_names_no_profile(node: Node) -> None:
+    node.cluster.add("p1", ("main", {PART: "1"}))
     assert node.allocator.preferred([TOKEN], [], 1) == []
 
 
@@ -288,7 +306,9 @@ def test_kubelet_admits_a_partitioned_pod(served: tuple[KubeletEmulator, Node]) 
     assert mig.startswith("MIG-") and mig not in CARDS
     assert [view.mig_uuids for view in node.nvml.instances()] == [(mig,)]
     assert node.row("infer").allocated_physical_id == mig
-    assert ("main", []) in kubelet.hints  # the plugin gives no hint
+    # The hint named the card the instance was cut on, so the kubelet's record says so too.
+    [(_, [hint])] = [h for h in kubelet.hints if h[0] == "main"]
+    assert hint.split(":")[1] == node.row("infer").id
     node.state.notify()
     kubelet.wait_devices(PART, lambda d: len(d) == 56 and healthy(d) == 53)
 

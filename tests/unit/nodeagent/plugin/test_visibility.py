@@ -119,7 +119,23 @@ def test_every_card_advertises_512_tokens_healthy_unless_the_card_is_not() -> No
     sick = {d.id.split(":")[1] for d in devices if not d.healthy}
     assert sick == {CARDS[2]}
     assert f"{GROUP}:{CARDS[0]}:0511" in {d.id for d in devices}
-    assert n.plugin.preferred([d.id for d in devices[:8]], [], 1) == []
+
+
+def test_the_hint_names_the_cards_the_sidecar_is_shown() -> None:
+    """What the kubelet records for the sidecar (pod-resources, its checkpoint) is the token it
+    was hinted: one on each card of its owner, not whichever came first."""
+    n = node()
+    n.cluster.add("p", ("main", {GPU: "2"}), ("ssh", {VISIBILITY: "2"}))
+    n.annotate("p", {"main": held(1, 3)})
+    offered = [d.id for d in n.plugin.advertised()]
+    hint = n.plugin.preferred(offered, [], 2)
+    assert sorted(t.split(":")[1] for t in hint) == sorted([CARDS[1], CARDS[3]])
+    # A token the kubelet must keep stands for its card.
+    assert sorted(n.plugin.preferred(offered, [token(3, 7)], 2)) == sorted([token(1), token(3, 7)])
+    # No owner yet: no hint rather than a wrong one.
+    n2 = node()
+    n2.cluster.add("q", ("ssh", {VISIBILITY: "1"}))
+    assert n2.plugin.preferred(offered, [], 1) == []
 
 
 # --- the owner ----------------------------------------------------------------------------------
