@@ -173,6 +173,9 @@ class StartupEnv:
     """`KUBERNETES_POD_NAMESPACE`."""
     pci_class_prefixes: tuple[str, ...] = PCI_CLASS_PREFIXES_DEFAULT
     """`GPUSTACK_PCI_CLASS_PREFIXES`, comma separated."""
+    device_plugin_identify_by_kubelet: bool = True
+    """`GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KUBELET`: ask the kubelet's pod-resources which
+    container is allocating before the heuristic (`false`: the heuristic alone)."""
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
@@ -195,6 +198,9 @@ class StartupEnv:
             ledger_release_terminated_pods=flag("GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS", True),
             device_plugin_sliced_allocate_gate=flag(
                 "GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE", True
+            ),
+            device_plugin_identify_by_kubelet=flag(
+                "GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KUBELET", True
             ),
             system_namespace=env.get("KUBERNETES_POD_NAMESPACE", "") or SYSTEM_NAMESPACE_DEFAULT,
             pci_class_prefixes=prefixes or PCI_CLASS_PREFIXES_DEFAULT,

@@ -166,7 +166,15 @@ def serve(args: argparse.Namespace) -> int:
     kube = Kube.from_environment(args.kubeconfig)
     node = node_name(args.node)
     plugins = args.device_plugin_dir is not None
-    reporter = Reporter(kube, node, args.namespace, names, table, ledger=plugins)
+    reporter = Reporter(
+        kube,
+        node,
+        args.namespace,
+        names,
+        table,
+        ledger=plugins,
+        release_terminated=env.ledger_release_terminated_pods,
+    )
     publish: Callable[[frozenset[str]], None] = _ignore
     report: Callable[[DetectionRound], None] = reporter
     # Alive while the loop wakes up at least once in three monitor periods.
@@ -200,6 +208,8 @@ def serve(args: argparse.Namespace) -> int:
                 mig_dir=args.mig_dir
                 or os.path.join(os.path.dirname(os.path.normpath(args.pods_dir)), "mig"),
                 watch_pods=kube,
+                env=env,
+                environ=os.environ,
             )
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger

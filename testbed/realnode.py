@@ -56,6 +56,12 @@ class NodeSpec:
     labels: tuple[tuple[str, str], ...] = ()
 
 
+def node_cdi_dir(bed: Testbed, name: str) -> Path:
+    """Where a real node's containerd reads CDI specs (a vendor's toolkit writes them to
+    /etc/cdi on a machine of its own)."""
+    return bed.root / "nodes" / name / "cdi"
+
+
 def cgroup_root(addr: network.NodeAddresses) -> str:
     return f"/{addr.netns}"
 
@@ -91,10 +97,21 @@ class RealNode:
     def containerd_socket(self) -> Path:
         return self.host_path(CONTAINERD_SOCKET)
 
+    @property
+    def cdi_dir(self) -> Path:
+        return node_cdi_dir(self.bed, self.spec.name)
+
     # -- start -----------------------------------------------------------------------------
 
     def start(self, peers: list[NodeSpec], image_archives: list[Path]) -> None:
-        for folder in [*PRIVATE_PATHS.values(), "containerd", "cni/net.d", "cni/ipam", "certs"]:
+        for folder in [
+            *PRIVATE_PATHS.values(),
+            "containerd",
+            "cni/net.d",
+            "cni/ipam",
+            "certs",
+            "cdi",
+        ]:
             (self.dir / folder).mkdir(parents=True, exist_ok=True)
         for private in PRIVATE_PATHS:
             Path(private).mkdir(parents=True, exist_ok=True)  # mount points only, stay empty
@@ -327,6 +344,9 @@ state = "{d / "state"}"
   restrict_oom_score_adj = true
   # Pod network namespaces under the node's state folder, not the host's /run/netns.
   netns_mounts_under_state_dir = true
+  # CDI devices named by annotations (`cdi.k8s.io/...`) are resolved from this node's specs.
+  enable_cdi = true
+  cdi_spec_dirs = ["{self.cdi_dir}"]
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]

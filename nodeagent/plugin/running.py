@@ -20,10 +20,18 @@ import threading
 from collections.abc import Callable, Mapping
 
 from chain.manufacturers import Manufacturer
+from chain.settings import StartupEnv
 from kubeapi import Kube
 from kubeapi.watch import Cache, Watcher
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import PodResourcesClient
+from nodeagent.plugin.injection import (
+    Channel,
+    NodeFacts,
+    Strategy,
+    read_node_facts,
+    strategy_from_env,
+)
 from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import NodeState
@@ -87,20 +95,37 @@ class DevicePlugins:
         nvml: MigNvml | None = None,
         mig_dir: str = OPERATOR_MIG_DIR,
         watch_pods: Kube | None = None,
+        env: StartupEnv | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """`env` carries the switches (release of finished Pods, the sliced gate, identifying
+        through the kubelet); `environ` the per-manufacturer injection strategy
+        (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host."""
         self.watcher = (
             Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
             if watch_pods is not None
             else None
         )
         self.io = KubeNode(kube, node_name, self.watcher.cache if self.watcher else None)
-        self.node = NodeState(self.io.spec, self.io, self.io)
+        switches = env or StartupEnv()
+        self.node = NodeState(
+            self.io.spec,
+            self.io,
+            self.io,
+            release_terminated=switches.ledger_release_terminated_pods,
+            sliced_gate=switches.device_plugin_sliced_allocate_gate,
+        )
+        self.environ: Mapping[str, str] = environ or {}
         self.on_pods: Callable[[], None] = lambda: None
         """Called (from the watch-following thread) after the node's Pods changed."""
         self.follower: Follower | None = None
         self.table = table
         self.plugin_dir = plugin_dir
-        self.kubelet = PodResourcesClient(pod_resources_socket)
+        self.kubelet = (
+            PodResourcesClient(pod_resources_socket)
+            if switches.device_plugin_identify_by_kubelet
+            else None
+        )
         self.pods_dir = pods_dir
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
@@ -133,6 +158,7 @@ class DevicePlugins:
                 self.kubelet,
                 pods_dir=self.pods_dir,
                 partitioner=partitioner,
+                channel=self._channel(self.table[name]),
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)
@@ -143,6 +169,14 @@ class DevicePlugins:
                 started.append(server)
                 log.info("serving %s on %s", server.allocator.resource, server.socket_path)
         self.refresh()
+
+    def _channel(self, maker: Manufacturer) -> Channel:
+        """How this manufacturer's grants reach containers; the host is read only for `auto`
+        (containerd's config, the CDI specs), once per manufacturer started."""
+        strategy = strategy_from_env(self.environ, maker.name)
+        facts = read_node_facts(self.environ) if strategy != Strategy.ENVVAR else NodeFacts()
+        log.info("%s grants reach containers by %s", maker.name, strategy)
+        return Channel(maker.name, maker.runtime_name, strategy, facts)
 
     def _start_reclaim(self, partitioner: Partitioner) -> None:
         """The MIG reclaimer, fed every live-Pod set the plugins list (§6.3)."""

@@ -24,6 +24,7 @@ from chain.manufacturers import Manufacturer
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
 from nodeagent.plugin.identify import KubeletPods
+from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
@@ -274,6 +275,7 @@ def plugin_servers(
     sliced: bool = True,
     pods_dir: str = OPERATOR_PODS_DIR,
     partitioner: Partitioner | None = None,
+    channel: Channel | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
     the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
@@ -289,10 +291,10 @@ def plugin_servers(
         allocator: ModeAllocator
         if mode == Mode.VISIBILITY:
             allocator = VisibilityAllocator(
-                node, maker, kubelet, partitions=_live_partitions(partitioner)
+                node, maker, kubelet, channel, partitions=_live_partitions(partitioner)
             )
         else:
-            allocator = Allocator(node, maker, mode, kubelet, pods_dir=pods_dir)
+            allocator = Allocator(node, maker, mode, kubelet, channel, pods_dir=pods_dir)
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc))
     return servers

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chain.devices import DevicesSpec
+from chain.devices import Devices, DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import Manufacturer, manufacturers
@@ -181,3 +181,24 @@ def agent(kubelet: KubeletEmulator, cluster: FakeCluster, spec: DevicesSpec) -> 
     finally:
         for server in servers:
             server.stop()
+
+
+class FakeKube:
+    """The API calls `DevicePlugins` makes, over a `FakeCluster` and a fixed `Devices`."""
+
+    def __init__(self, cluster: FakeCluster, spec: DevicesSpec) -> None:
+        self.cluster = cluster
+        self.spec = spec
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
+        return Devices(name, self.spec).render() if kind == "Devices" else None
+
+    def list(self, api_version: str, kind: str, *args: Any, **kwargs: Any) -> list[Any]:
+        return self.cluster.pods()
+
+    def merge_patch(
+        self, api_version: str, kind: str, name: str, patch: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        value = patch["metadata"]["annotations"][ALLOCATED_ANNOTATION]
+        self.cluster.write(kwargs.get("namespace") or "default", name, value)
+        return {}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from chain.allocation import Code, Refusal
-from chain.devices import Devices, DevicesSpec
+from chain.devices import DevicesSpec
 from chain.ledger import (
     AcceleratorAllocation,
     DevicesAllocationGroup,
@@ -43,7 +43,7 @@ from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.simulate import SimulatedNvml, load_profile
 from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.helpers import detect
-from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster
+from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster, FakeKube
 
 SPEC = DevicesSpec(tuple(detect("a100-40gb-mig")))
 GROUP = SPEC.groups[0].id
@@ -316,33 +316,13 @@ def test_kubelet_admits_a_partitioned_pod(served: tuple[KubeletEmulator, Node]) 
 # --- the serve wiring ---------------------------------------------------------------------------
 
 
-class FakeKube:
-    """The API calls `DevicePlugins` makes, over a `FakeCluster` and a fixed `Devices`."""
-
-    def __init__(self, cluster: FakeCluster) -> None:
-        self.cluster = cluster
-
-    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Any:
-        return Devices(name, SPEC).render() if kind == "Devices" else None
-
-    def list(self, api_version: str, kind: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return self.cluster.pods()
-
-    def merge_patch(
-        self, api_version: str, kind: str, name: str, patch: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        value = patch["metadata"]["annotations"][ALLOCATED_ANNOTATION]
-        self.cluster.write(kwargs.get("namespace") or "default", name, value)
-        return {}
-
-
 def test_serve_starts_the_partitioned_plugin_and_its_reclaimer() -> None:
     root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
     kubelet = KubeletEmulator(root)
     cluster = FakeCluster()
     nvml = SimulatedNvml(load_profile("a100-40gb-mig"))
     plugins = DevicePlugins(
-        FakeKube(cluster),
+        FakeKube(cluster, SPEC),
         "node-a",
         manufacturers({}),
         str(kubelet.plugin_dir),
