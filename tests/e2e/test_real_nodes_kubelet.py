@@ -1,0 +1,139 @@
+"""Paths where the real kubelet's device manager behaves otherwise than a simple caller would,
+run under the kubelet of Kubernetes v1.36.3 on the testbed's real nodes (issue: the emulator is
+kinder than the kubelet). The kubelet reuses an init container's devices for the app container
+and calls Allocate again with the same IDs; it sends a multi-card Allocate its own set of IDs
+in its own order; and a restarted kubelet keeps its checkpoint and the running containers while
+every plugin registers again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from testbed import images
+from testbed.cluster import REAL_NODES
+from testbed.harness import Testbed
+from testbed.kube import Obj, wait_for
+from testbed.kubectl import kubectl
+from testbed.realnode import RealNode
+
+NAMESPACE = "default"
+GPU = "nvidia.com/gpu"
+
+
+def _container(name: str, cards: int, command: str) -> Obj:
+    limits = {GPU: str(cards)}
+    return {
+        "name": name,
+        "image": images.PROJECT_IMAGE,
+        "command": ["sh", "-c", command],
+        "resources": {"limits": limits, "requests": limits},
+    }
+
+
+def _pod(name: str, node: str, containers: list[Obj], init: list[Obj] | None = None) -> Obj:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": containers,
+    }
+    if init:
+        spec["initContainers"] = init
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": spec,
+    }
+
+
+def _phase(bed: Testbed, name: str) -> str:
+    return str(
+        ((bed.kube.get("v1", "Pod", name, NAMESPACE) or {}).get("status") or {}).get("phase")
+    )
+
+
+def _seen(bed: Testbed, pod: str, container: str) -> str:
+    log = kubectl(bed, "logs", "-n", NAMESPACE, pod, "-c", container)
+    env = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+    return env["NVIDIA_VISIBLE_DEVICES"]
+
+
+def _record(bed: Testbed, pod: str) -> dict[str, Any]:
+    found = bed.kube.get("v1", "Pod", pod, NAMESPACE) or {}
+    return dict(parse_allocated(found["metadata"]["annotations"][ALLOCATED_ANNOTATION]))
+
+
+def _cards(record: Any) -> list[str]:
+    return sorted(claim.row.id for claim in record.claims())
+
+
+def test_an_init_containers_card_is_reused_by_the_app_container(real_chain: Testbed) -> None:
+    bed = real_chain
+    name = "init-reuse"
+    bed.kube.create(
+        _pod(
+            name,
+            "node-a",
+            [_container("main", 1, "env")],
+            init=[_container("prepare", 1, "env")],
+        )
+    )
+    try:
+        wait_for(lambda: _phase(bed, name) == "Succeeded", 120, f"{name} to end")
+        first, second = _seen(bed, name, "prepare"), _seen(bed, name, "main")
+        assert first.startswith("GPU-") and first == second, "the kubelet reused the card"
+        record = _record(bed, name)
+        assert _cards(record["prepare"]) == _cards(record["main"]) == [first]
+    finally:
+        bed.kube.delete("v1", "Pod", name, NAMESPACE)
+
+
+def test_a_two_card_grant_takes_the_kubelets_ids(real_chain: Testbed) -> None:
+    bed = real_chain
+    name = "two-cards"
+    bed.kube.create(_pod(name, "node-a", [_container("main", 2, "env")]))
+    try:
+        wait_for(lambda: _phase(bed, name) == "Succeeded", 120, f"{name} to end")
+        shown = sorted(_seen(bed, name, "main").split(","))
+        record = _record(bed, name)["main"]
+        assert len(shown) == 2 and _cards(record) == shown
+        assert len(record.device_ids) == 2
+    finally:
+        bed.kube.delete("v1", "Pod", name, NAMESPACE)
+
+
+def test_a_restarted_kubelet_keeps_the_grant_and_takes_new_registrations(
+    real_chain: Testbed,
+) -> None:
+    bed = real_chain
+    holder, late = "kubelet-holder", "kubelet-late"
+    bed.kube.create(_pod(holder, "node-b", [_container("main", 1, "env; sleep 600")]))
+    try:
+        wait_for(lambda: _phase(bed, holder) == "Running", 120, f"{holder} to run")
+        held = wait_for(lambda: _seen(bed, holder, "main"), 30, "the holder's card")
+        spec = next(s for s in REAL_NODES if s.name == "node-b")
+        RealNode(bed, spec).restart_kubelet()
+        # The plugins register again with the new kubelet and the node offers its cards again.
+        wait_for(
+            lambda: (
+                ((bed.kube.get("v1", "Node", "node-b") or {}).get("status") or {})
+                .get("allocatable", {})
+                .get(GPU)
+                == "2"
+            ),
+            120,
+            "node-b to offer its cards after the kubelet restart",
+        )
+        assert _phase(bed, holder) == "Running"
+        assert _cards(_record(bed, holder)["main"]) == [held]
+        # The checkpoint kept the holder's card: a new Pod gets the other one.
+        bed.kube.create(_pod(late, "node-b", [_container("main", 1, "env")]))
+        wait_for(lambda: _phase(bed, late) == "Succeeded", 120, f"{late} to end")
+        assert _seen(bed, late, "main") not in ("", held)
+    finally:
+        bed.kube.delete("v1", "Pod", holder, NAMESPACE)
+        bed.kube.delete("v1", "Pod", late, NAMESPACE)
