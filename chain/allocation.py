@@ -104,11 +104,25 @@ def token_pool(card: Accelerator, mode: Mode) -> int:
     return {Mode.EXCLUSIVE: 1, Mode.SHARED: SHARED_MAX_OWNERS}.get(mode, 0)
 
 
+TOKEN_INDEX_BASE = 10_000_000
+"""Each mode's tokens start at `mode * TOKEN_INDEX_BASE`, so one device ID names one resource.
+
+Upstream numbers every mode from 0 (`<grp>:<dev>:0000` is the exclusive token, the first share
+and the first slice of a card at once). Since Kubernetes v1.36 the kubelet routes a device's
+health by its ID alone, so the exclusive plugin marking a card's token unhealthy once the card
+is shared raised a health event on the Pod holding the share. Here the index's leading digit
+names the mode: exclusive `0000`, shared `20000000`, `20160000`, ... (still counting units),
+sliced `30000000`..., partitioned `40000000`..., visibility `50000000`... The format and its
+parse are upstream's; the index stays an opaque number everywhere else."""
+
+
 def card_tokens(group_id: str, card: Accelerator, mode: Mode) -> tuple[DeviceToken, ...]:
-    """A card's tokens of `mode`. Shared indexes count units (0, 160000, ...), so a token says
-    which share of the card it stands for; the others count from 0."""
+    """A card's tokens of `mode`. Shared indexes count units (base, base + 160000, ...), so a
+    token says which share of the card it stands for; the others count from their base."""
     step = SHARE_UNITS if mode == Mode.SHARED else 1
-    return tuple(DeviceToken(group_id, card.id, n * step) for n in range(token_pool(card, mode)))
+    base = 0 if mode == Mode.EXCLUSIVE else int(mode) * TOKEN_INDEX_BASE
+    pool = range(token_pool(card, mode))
+    return tuple(DeviceToken(group_id, card.id, base + n * step) for n in pool)
 
 
 def plugin_resource(maker: Manufacturer, mode: Mode) -> str:

@@ -123,8 +123,21 @@ def test_token_pools_of_a_partitioned_card() -> None:
 
 def test_shared_tokens_count_units() -> None:
     tokens = card_tokens("a10g", card(0), Mode.SHARED)
-    assert [t.index for t in tokens] == [n * 160000 for n in range(10)]
-    assert str(tokens[-1]) == "a10g:dev-0:1440000"
+    assert [t.index for t in tokens] == [20_000_000 + n * 160000 for n in range(10)]
+    assert str(tokens[-1]) == "a10g:dev-0:21440000"
+
+
+def test_one_device_id_names_one_resource() -> None:
+    """The kubelet routes a device's health by its ID alone (v1.36): no ID is a token of two
+    resources, or a health change in one plugin would reach a Pod of another."""
+    plain = card(0)
+    seen: dict[str, Mode] = {}
+    for mode in (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.VISIBILITY):
+        for token in card_tokens("g", plain, mode):
+            assert seen.setdefault(str(token), mode) == mode, (str(token), seen[str(token)], mode)
+    assert str(card_tokens("g", plain, Mode.EXCLUSIVE)[0]) == "g:dev-0:0000"
+    partitioned = card_tokens("g", card(0, partitions=7), Mode.PARTITIONED)
+    assert str(partitioned[0]) == "g:dev-0:40000000"
 
 
 def test_plugin_resources_and_sockets(table: ManufacturerTable) -> None:

@@ -257,12 +257,12 @@ def test_unhealthy_card_gives_no_room_and_unpublished_card_its_count() -> None:
 def test_health_marks_held_tokens_first_then_fills_to_room() -> None:
     taken = PodAllocations("u", records={"c": partition(1, "3g.20gb", P(0, 4))})
     status = rebuild_status(spec(2), [taken]).status
-    held = "a100:dev-1:0006"
+    held = "a100:dev-1:40000006"
     health = partition_health(spec(2), "nvidia", status, [held, "other:x:0000"])
     assert len(health) == 14  # every token advertised, never removed
     healthy = [str(token) for token, ok in health if ok]
     assert len(healthy) == 11
     assert held in healthy
-    assert healthy[:10] == [f"a100:dev-0:{n:04d}" for n in range(7)] + [
-        f"a100:dev-1:{n:04d}" for n in range(3)
+    assert healthy[:10] == [f"a100:dev-0:{40_000_000 + n}" for n in range(7)] + [
+        f"a100:dev-1:{40_000_000 + n}" for n in range(3)
     ]

@@ -202,12 +202,12 @@ def test_healthy_set_follows_the_room(node: Node) -> None:
     listed = node.allocator.advertised()
     assert len(listed) == 8 * 7 and all(device.healthy for device in listed)
     assert all(device.numa == () for device in listed)
-    node.grant("p1", "3g.20gb", token=f"{GROUP}:{CARDS[7]}:0006")
+    node.grant("p1", "3g.20gb", token=f"{GROUP}:{CARDS[7]}:40000006")
     listed = node.allocator.advertised()
     healthy = [device.id for device in listed if device.healthy]
     assert len(listed) == 56  # tokens are never removed
     assert len(healthy) == (1 + 3) + 7 * 7
-    assert f"{GROUP}:{CARDS[7]}:0006" in healthy  # the held token stays healthy
+    assert f"{GROUP}:{CARDS[7]}:40000006" in healthy  # the held token stays healthy
 
 
 def test_listing_broadcasts_the_live_pods(node: Node) -> None:

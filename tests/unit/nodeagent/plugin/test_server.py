@@ -47,8 +47,11 @@ def test_each_mode_registers_and_lists_its_tokens() -> None:
         assert ("nvidia.com/gpu.sliced", "nvidia.sliced.sock") in r.kubelet.registrations
         assert {card_of(t) for t in exclusive} == set(CARDS)
         assert healthy(exclusive) == set(exclusive)
-        assert f"tesla-t4:{CARDS[0]}:160000" in shared
-        assert f"tesla-t4:{CARDS[3]}:0127" in sliced
+        assert f"tesla-t4:{CARDS[0]}:20160000" in shared
+        assert f"tesla-t4:{CARDS[3]}:30000127" in sliced
+        # One ID, one resource: the kubelet routes health by ID alone.
+        assert not set(exclusive) & set(shared) | set(exclusive) & set(sliced)
+        assert not set(shared) & set(sliced)
         options = r.kubelet.wait_endpoint(GPU).options
         assert options.get_preferred_allocation_available
         assert not options.pre_start_required

@@ -41,12 +41,13 @@ VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 
 
 def token(card: int, index: int = 0) -> str:
-    return f"{GROUP}:{CARDS[card]}:{index:04d}"
+    """A visibility token (the mode's indexes start at 50000000)."""
+    return f"{GROUP}:{CARDS[card]}:{50_000_000 + index}"
 
 
 def held(*cards: int, mode: Mode = Mode.EXCLUSIVE) -> AllocationRecord:
     """The record a workload grant of these cards writes."""
-    ids = tuple(token(n) for n in cards)
+    ids = tuple(f"{GROUP}:{CARDS[n]}:0000" for n in cards)  # the cards' exclusive tokens
     request = GrantRequest(NVIDIA.name, mode, ids, Holder("someone", "main"))
     return decide_grant(SPEC, DevicesStatus(), {}, request, None)
 
@@ -118,7 +119,7 @@ def test_every_card_advertises_512_tokens_healthy_unless_the_card_is_not() -> No
     assert len(devices) == 4 * 512
     sick = {d.id.split(":")[1] for d in devices if not d.healthy}
     assert sick == {CARDS[2]}
-    assert f"{GROUP}:{CARDS[0]}:0511" in {d.id for d in devices}
+    assert f"{GROUP}:{CARDS[0]}:50000511" in {d.id for d in devices}
 
 
 def test_the_hint_names_the_cards_the_sidecar_is_shown() -> None:
