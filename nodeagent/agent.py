@@ -73,6 +73,8 @@ class Reporter:
     pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
     _reported: str = field(default="", init=False)
+    reported_labels: dict[str, str] | None = field(default=None, init=False)
+    """The Node's labels as the last report left them (what the loop's sleep compares with)."""
     _ledger_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def _node_signature(self, node: Obj, devices: Obj | None) -> str:
@@ -109,6 +111,7 @@ class Reporter:
             devices = Devices.parse(self._write_ledger(devices.render()))
         node = self._capacity(node, devices)
         node = self._fit_labels(node, devices)
+        self.reported_labels = dict(node["metadata"].get("labels") or {})
         self._reported = self._node_signature(
             node, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         )
@@ -227,12 +230,20 @@ LABEL_POLL_SECONDS = 1.0
 """The longest a sleep waits on the Node cache before looking at the stop event again."""
 
 
-def label_waker(stopping: threading.Event, nodes: Cache, node: str) -> Callable[[float], None]:
-    """The detect loop's sleep: it ends early on a stop signal, or when the Node's labels
-    change, so fit labels that depend on them (the flavor hook's `gpustack.ai/managed`, NFD's
-    labels arriving after the first report) are written at once rather than at the next
-    monitor tick. `nodes` is a watch cache of this Node; a status-only write (the kubelet's
-    heartbeat) does not wake it."""
+def label_waker(
+    stopping: threading.Event,
+    nodes: Cache,
+    node: str,
+    reported: Callable[[], Mapping[str, str] | None],
+) -> Callable[[float], None]:
+    """The detect loop's sleep: it ends early on a stop signal, or when the Node's labels differ
+    from those of the last report (`reported`), so fit labels that depend on them (the flavor
+    hook's `gpustack.ai/managed`, NFD's labels arriving after the first report) are written at
+    once rather than at the next monitor tick. Comparing with the report, not with the labels
+    at the sleep's start, catches a change that landed while the report ran. `nodes` is a watch
+    cache of this Node; a status-only write (the kubelet's heartbeat) does not wake it, nor does
+    a label set it already woke for (the cache may trail the report's own writes)."""
+    woken: list[dict[str, str] | None] = [None]
 
     def labels() -> dict[str, str] | None:
         found = nodes.get(("", node))
@@ -240,16 +251,18 @@ def label_waker(stopping: threading.Event, nodes: Cache, node: str) -> Callable[
 
     def sleep(seconds: float) -> None:
         end = time.monotonic() + seconds
-        before = labels()
         seen = nodes.changes
         while not stopping.is_set():
+            now = labels()
+            last = reported()
+            if now is not None and last is not None and now != last and now != woken[0]:
+                woken[0] = now
+                log.info("Node %s labels changed: reporting now", node)
+                return
             left = end - time.monotonic()
             if left <= 0:
                 return
             seen = nodes.wait(seen, min(left, LABEL_POLL_SECONDS))
-            if labels() != before:
-                log.info("Node %s labels changed: reporting now", node)
-                return
 
     return sleep
 

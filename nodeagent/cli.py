@@ -228,7 +228,7 @@ def serve(args: argparse.Namespace) -> int:
         node_watch = Watcher(kube, "v1", "Node", field_selector=f"metadata.name={node}").start()
         stack.callback(node_watch.stop)
         # A signal or a change of the Node's labels ends the sleep at once.
-        sleep = label_waker(stopping, node_watch.cache, node)
+        sleep = label_waker(stopping, node_watch.cache, node, lambda: reporter.reported_labels)
 
         def sleep_and_beat(seconds: float) -> None:
             health.beat()

@@ -51,24 +51,30 @@ def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, st
 
 
 def test_fit_labels_follow_the_nodes_labels_at_once(testbed: Testbed, chain: Installed) -> None:
-    """The agent's first report comes before the node is managed (nfd-worker's CPU labels come
-    late here, and the flavor hook marks the node only then). The fit labels depend on that
-    mark, so the agent reacts to the Node's labels, not to its next monitor tick (a minute
-    here; before, they waited for it)."""
+    """The fit labels depend on the Node's `gpustack.ai/managed` mark, which can change after
+    the agent's first report (here an admin brings the node under management; NFD's labels
+    arriving late do the same through the flavor hook). The agent reacts to the Node's labels,
+    not to its next monitor tick (a minute here; before, the fit labels waited for it)."""
     kube = testbed.kube
     name = f"sim-{uuid.uuid4().hex[:5]}-late"
-    register_node(kube, node_object(name, cpu="48"))
+    managed = "gpustack.ai/managed"
+    register_node(kube, node_object(name, cpu="48", labels={managed: "false"}))
+    kube.apply(nfd_worker_feature(name))
+    fit = "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4"
     try:
         run_agent(testbed, name, "t4x4", "--period", "60", "--redetect-every", "100")
-        wait_for(lambda: kube.get(WORKER, "Devices", name), 60, "the first report")
-        assert "gpustack.ai/managed" not in _labels(kube, "Node", name)
-        kube.apply(nfd_worker_feature(name))
-        wait_for(
-            lambda: _labels(kube, "Node", name).get("gpustack.ai/managed") == "true",
-            60,
-            "the flavor hook to manage the node",
+        devices = wait_for(lambda: kube.get(WORKER, "Devices", name), 60, "the first report")
+        # A ledger (all free) as the device plugins would keep it: the fit labels read it.
+        [group] = devices["spec"]["groups"]
+        rows = [{"id": c["id"], "index": c["index"], "mode": 0} for c in group["accelerators"]]
+        ledger = {"groups": [{"id": group["id"], "manufacturer": "nvidia", "accelerators": rows}]}
+        kube.apply(
+            {"apiVersion": WORKER, "kind": "Devices", "metadata": {"name": name}, "status": ledger},
+            manager="e2e-ledger",
+            subresource="status",
         )
-        fit = "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4"
+        assert fit not in _labels(kube, "Node", name)
+        kube.merge_patch("v1", "Node", name, {"metadata": {"labels": {managed: "true"}}})
         wait_for(lambda: fit in _labels(kube, "Node", name), 20, "the fit labels, at once")
     finally:
         forget_nodes(testbed, [name])

@@ -32,10 +32,13 @@ def _sleeping(sleep: Any, seconds: float) -> tuple[threading.Thread, list[float]
     return thread, took
 
 
+HOST = {"kubernetes.io/hostname": "node-a"}
+
+
 def test_a_label_change_ends_the_sleep_and_a_heartbeat_does_not() -> None:
     nodes = Cache()
-    nodes.replace([_node({"kubernetes.io/hostname": "node-a"})], "1")
-    sleep = label_waker(threading.Event(), nodes, "node-a")
+    nodes.replace([_node(HOST)], "1")
+    sleep = label_waker(threading.Event(), nodes, "node-a", lambda: HOST)
     thread, took = _sleeping(sleep, 20)
     time.sleep(0.2)
     nodes.apply(Event("MODIFIED", _node({"kubernetes.io/hostname": "node-a"}, "t1")))
@@ -53,7 +56,7 @@ def test_a_label_change_ends_the_sleep_and_a_heartbeat_does_not() -> None:
 def test_a_stop_signal_ends_the_sleep() -> None:
     nodes = Cache()
     stopping = threading.Event()
-    thread, took = _sleeping(label_waker(stopping, nodes, "node-a"), 20)
+    thread, took = _sleeping(label_waker(stopping, nodes, "node-a", lambda: None), 20)
     time.sleep(0.2)
     stopping.set()
     thread.join(5)
@@ -64,5 +67,21 @@ def test_without_a_change_it_sleeps_its_time() -> None:
     nodes = Cache()
     nodes.replace([_node({})], "1")
     start = time.monotonic()
-    label_waker(threading.Event(), nodes, "node-a")(0.3)
+    label_waker(threading.Event(), nodes, "node-a", lambda: {})(0.3)
+    assert time.monotonic() - start >= 0.3
+
+
+def test_a_change_during_the_report_ends_the_next_sleep_at_once() -> None:
+    """The labels moved after the report read the Node but before the sleep began: the sleep
+    compares with what was reported, so it does not sleep through the change; and having
+    woken once for those labels, it does not wake for them again."""
+    nodes = Cache()
+    managed = {**HOST, "gpustack.ai/managed": "true"}
+    nodes.replace([_node(managed)], "1")
+    sleep = label_waker(threading.Event(), nodes, "node-a", lambda: HOST)
+    start = time.monotonic()
+    sleep(20)
+    assert time.monotonic() - start < 1
+    start = time.monotonic()
+    sleep(0.3)  # still unreported (say the report failed): no busy loop on the same labels
     assert time.monotonic() - start >= 0.3
