@@ -28,6 +28,7 @@ from testbed.nodes import (
     node_object,
     register_node,
 )
+from tests.e2e.test_instancetypes import instance_type
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
@@ -215,14 +216,29 @@ FIXTURES = Path(__file__).resolve().parents[1] / "unit" / "hooks"
         ("hook-gpustack-hook-flavor", "flavors-sync", "flavor"),
         ("hook-gpustack-hook-flavor", "node-customize", "flavor"),
         ("hook-gpustack-hook-entrance", "sync", "entrance"),
+        ("hook-gpustack-hook-queue", "sync", "queue"),
+        ("hook-gpustack-hook-instancetype", "sync", "instancetype"),
     ],
 )
 def test_fixtures_have_the_shape_metacontroller_sends(
     testbed: Testbed, chain: Installed, hook: str, route: str, fixture_dir: str
 ) -> None:
-    """The hooks' JSON fixtures are shaped like the requests the real Metacontroller sent."""
-    captured = sorted((testbed.root / "captured" / hook).glob(f"{route}-*.json"))
-    assert captured, f"Metacontroller never called {hook} /{route.replace('-', '/')}"
+    """The hooks' JSON fixtures are shaped like the requests the real Metacontroller sent.
+    The queue and status hooks are called per InstanceType: one is made if none exists yet."""
+    folder = testbed.root / "captured" / hook
+
+    def captured_calls() -> list[Path]:
+        return sorted(folder.glob(f"{route}-*.json"))
+
+    made = None
+    if not captured_calls():
+        made = f"gpustack--e2e-shape-{uuid.uuid4().hex[:6]}"
+        testbed.kube.create(instance_type(made))
+    try:
+        captured = wait_for(captured_calls, 60, f"Metacontroller to call {hook} /{route}")
+    finally:
+        if made is not None:
+            testbed.kube.delete(WORKER, "InstanceType", made)
     real = {json.dumps(_shape(json.loads(f.read_bytes()))) for f in captured}
     path = "/" + route.replace("-", "/")
     fixtures = [
