@@ -262,6 +262,38 @@ WEBHOOK_BODY_LIMIT = 8 * 2**20
 DEADLINE = 9.0
 
 
+WRITE_RECHECK_SECONDS = 5.0
+"""How soon a parent is synced again while the answer asks to change it. Metacontroller v4
+gives up on a 409 from the parent's update (labels, annotations, status) without an error or a
+requeue, and with `ignoreStatusChanges` it may hear of nothing else for a whole resync period;
+the resync a hook asks for is queued before those writes, so a lost one is tried again within
+seconds. Once the parent shows what the hook wants, no recheck is asked for."""
+
+
+def parent_write_outstanding(parent: Obj, answer: Obj) -> bool:
+    """Does the answer ask Metacontroller to change the parent (a label, an annotation, or a
+    status that differs from what the request shows)? A null value means "remove"."""
+    meta = parent.get("metadata") or {}
+    for field_name in ("labels", "annotations"):
+        desired = answer.get(field_name) or {}
+        have = meta.get(field_name) or {}
+        if any(have.get(key) != value for key, value in desired.items()):
+            return True
+    status = answer.get("status")
+    return status is not None and status != parent.get("status")
+
+
+def with_write_recheck(body: Obj, answer: Obj) -> Obj:
+    """The answer, with a resync within WRITE_RECHECK_SECONDS while a parent write is
+    outstanding (a longer resync the hook asked for is shortened, a shorter one kept)."""
+    parent = body.get("object")
+    if not isinstance(parent, dict) or not parent_write_outstanding(parent, answer):
+        return answer
+    asked = float(answer.get("resyncAfterSeconds") or 0)
+    recheck = min(asked, WRITE_RECHECK_SECONDS) if asked > 0 else WRITE_RECHECK_SECONDS
+    return {**answer, "resyncAfterSeconds": recheck}
+
+
 class DeadlineExceeded(BaseException):
     """A route ran past its deadline. A BaseException, so no `except Exception` in a hook's own
     code can swallow it."""
@@ -306,12 +338,12 @@ def make_app(
     app.config["ROUTE_DEADLINES"] = limits
 
     def endpoint(
-        handler: Handler, limit: int, seconds: float
+        handler: Handler, limit: int, seconds: float, webhook: bool
     ) -> Callable[[], tuple[Response, int]]:
         def serve() -> tuple[Response, int]:
             try:
                 with deadline(seconds):
-                    return answer(handler, limit)
+                    return answer(handler, limit, webhook)
             except DeadlineExceeded:
                 log.warning("%s %s: gave up after %g s", name, request.path, seconds)
                 return _error(
@@ -323,7 +355,7 @@ def make_app(
 
         return serve
 
-    def answer(handler: Handler, limit: int) -> tuple[Response, int]:
+    def answer(handler: Handler, limit: int, webhook: bool) -> tuple[Response, int]:
         too_large = _error(413, f"the request body is larger than {limit} bytes")
         if (request.content_length or 0) > limit:
             return too_large
@@ -336,7 +368,8 @@ def make_app(
         if body is None:
             return _error(400, "the request body must be JSON (Content-Type: application/json)")
         try:
-            return jsonify(handler(body)), 200
+            result = handler(body)
+            return jsonify(result if webhook else with_write_recheck(body, result)), 200
         except BadRequest as err:
             log.warning("%s %s: bad request: %s", name, request.path, err)
             return _error(400, err.message, err.field)
@@ -350,7 +383,7 @@ def make_app(
 
     for path, handler in routes.items():
         limit = WEBHOOK_BODY_LIMIT if path in webhooks else HOOK_BODY_LIMIT
-        view = endpoint(handler, limit, limits[path])
+        view = endpoint(handler, limit, limits[path], path in webhooks)
         app.add_url_rule(path, endpoint=path, view_func=view, methods=["POST"])
     app.add_url_rule("/healthz", endpoint="healthz", view_func=lambda: ("ok", 200))
     return app

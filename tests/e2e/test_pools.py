@@ -9,6 +9,7 @@ calls the flavor and entrance hooks (served by gunicorn from the shipped Deploym
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -249,3 +250,39 @@ def test_fixtures_have_the_shape_metacontroller_sends(
     assert ok, f"no successful fixture for {path}"
     for fixture in ok:
         assert json.dumps(_shape(fixture["request"])) in real, fixture.get("description")
+
+
+HOOK_SYNCS = [
+    ("hook-gpustack-hook-flavor", "node-sync"),
+    ("hook-gpustack-hook-flavor", "flavors-sync"),
+    ("hook-gpustack-hook-entrance", "sync"),
+    ("hook-gpustack-hook-queue", "sync"),
+    ("hook-gpustack-hook-instancetype", "sync"),
+]
+
+
+def test_a_converged_parent_is_not_synced_every_few_seconds(
+    testbed: Testbed, chain: Installed
+) -> None:
+    """The shell asks for a resync within seconds while an answer still changes its parent.
+    Once the parent shows the answer, it must stop asking: a label, annotation or status the
+    API server stores otherwise than the hook writes it (pruned, defaulted) would keep the
+    parent in a five-second loop for ever. So, over a quiet 25 s, no parent is called more
+    than a resync or two would explain."""
+    root = testbed.root / "captured"
+
+    def calls_since(since: float) -> dict[tuple[str, str, str], int]:
+        counts: dict[tuple[str, str, str], int] = {}
+        for hook, route in HOOK_SYNCS:
+            for path in (root / hook).glob(f"{route}-*.json"):
+                if path.stat().st_mtime < since:
+                    continue
+                body = json.loads(path.read_bytes())
+                key = (hook, route, body["object"]["metadata"]["name"])
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    start = time.time()
+    time.sleep(25)
+    busy = {key: n for key, n in calls_since(start).items() if n > 3}
+    assert not busy, f"parents synced again and again while nothing changed: {busy}"

@@ -1,0 +1,67 @@
+"""While an answer still changes its parent, the shell asks Metacontroller to sync it again
+soon: Metacontroller v4 drops a parent write that met a 409, without an error or a requeue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hooks.shell import WRITE_RECHECK_SECONDS, make_app, with_write_recheck
+
+
+def _request(labels: dict[str, str], status: Any = None) -> dict[str, Any]:
+    parent: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "n", "labels": labels, "annotations": {"a": "1"}},
+    }
+    if status is not None:
+        parent["status"] = status
+    return {"object": parent, "attachments": {}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "outstanding"),
+    [
+        ({"labels": {"x": "1"}}, False),  # already there
+        ({"labels": {"x": "2"}}, True),
+        ({"labels": {"gone": None}}, False),  # removing what is absent
+        ({"labels": {"x": None}}, True),  # removing what is there
+        ({"annotations": {"a": "1"}}, False),
+        ({"annotations": {"b": "1"}}, True),
+        ({"status": {"ready": 1}}, True),
+        ({"attachments": []}, False),
+    ],
+)
+def test_a_recheck_while_the_answer_changes_the_parent(
+    answer: dict[str, Any], outstanding: bool
+) -> None:
+    got = with_write_recheck(_request({"x": "1"}), answer)
+    if outstanding:
+        assert got == {**answer, "resyncAfterSeconds": WRITE_RECHECK_SECONDS}
+    else:
+        assert got == answer
+
+
+def test_a_status_already_written_asks_nothing() -> None:
+    answer = {"status": {"ready": 1}}
+    assert with_write_recheck(_request({}, status={"ready": 1}), answer) == answer
+
+
+@pytest.mark.parametrize(("asked", "kept"), [(0, WRITE_RECHECK_SECONDS), (60, 5.0), (2, 2)])
+def test_the_hooks_own_resync_is_only_ever_shortened(asked: float, kept: float) -> None:
+    answer = {"labels": {"x": "2"}, "resyncAfterSeconds": asked}
+    assert with_write_recheck(_request({"x": "1"}), answer)["resyncAfterSeconds"] == kept
+
+
+def test_the_shell_adds_it_on_hook_routes_and_never_on_webhooks() -> None:
+    def hook(_body: dict[str, Any]) -> dict[str, Any]:
+        return {"labels": {"x": "2"}}
+
+    app = make_app("probe", {"/sync": hook, "/mutate": hook}, webhooks=frozenset({"/mutate"}))
+    client = app.test_client()
+    synced = client.post("/sync", json=_request({"x": "1"})).get_json()
+    assert synced["resyncAfterSeconds"] == WRITE_RECHECK_SECONDS
+    mutated = client.post("/mutate", json=_request({"x": "1"})).get_json()
+    assert "resyncAfterSeconds" not in mutated
