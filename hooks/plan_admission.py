@@ -20,6 +20,7 @@ from hooks.admission.catalog import Catalog, parse_catalog
 from hooks.admission.judge import judge_request
 from hooks.admission.pods import mutate_pods
 from hooks.admission.workloads import mutate_workloads
+from hooks.catalog_file import catalog_settings
 from hooks.instancetype.webhook import desired_labels
 from hooks.shell import Obj
 
@@ -32,15 +33,16 @@ def _of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
 
 def catalog(planned: list[Obj]) -> Catalog:
     """The pool catalog the webhooks would read, from the planned InstanceTypes and Settings."""
+    settings = [o for o in _of_kind(planned, SETTINGS) if o.get("apiVersion") == CHAIN_API]
+    aware = catalog_settings({"items": settings}).instance_type_aware_cpu_manufacturer
     items: list[Obj] = []
     for obj in _of_kind(planned, INSTANCE_TYPE):
         meta = dict(obj["metadata"])
         meta["labels"] = desired_labels(
-            meta["name"], obj.get("spec") or {}, meta.get("labels") or {}
+            meta["name"], obj.get("spec") or {}, meta.get("labels") or {}, aware
         )
         items.append({**obj, "metadata": meta})
-    items += [o for o in _of_kind(planned, SETTINGS) if o.get("apiVersion") == CHAIN_API]
-    return parse_catalog({"items": items})
+    return parse_catalog({"items": items + settings})
 
 
 def _review(obj: Obj) -> Obj:

@@ -21,20 +21,15 @@ more than 1 is an error"), logged once per load, so the fold never divides by th
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-
-import yaml
 
 from chain.catalog import catalog_items, is_settings
 from chain.labels import QUEUE_ENTRANCE
 from chain.requests import PoolFacts
 from chain.settings import Settings
-
-CATALOG_ENV = "GPUSTACK_ADMISSION_CATALOG"
+from hooks.catalog_file import WatchedFile, catalog_source
 
 log = logging.getLogger("hooks.admission")
 
@@ -78,47 +73,13 @@ def parse_catalog(document: object) -> Catalog:
     return Catalog(pools, settings)
 
 
-def load_document(text: str) -> object:
-    """The catalog file's document: JSON as the writer renders it, else YAML (hand-made).
-
-    JSON first, because YAML 1.1 refuses some characters JSON carries raw."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return yaml.safe_load(text)
-
-
-class FileCatalog:
+class FileCatalog(WatchedFile[Catalog]):
     """The catalog in a file, re-read whenever the file's modification time changes."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self._stamp: int | None = None
-        self._catalog = Catalog()
-
-    def __call__(self) -> Catalog:
-        try:
-            stamp = os.stat(self.path).st_mtime_ns
-        except OSError as err:
-            if self._stamp is not None:
-                log.warning("catalog %s unreadable: %s", self.path, err)
-            self._stamp, self._catalog = None, Catalog()
-            return self._catalog
-        if stamp != self._stamp:
-            try:
-                with open(self.path, encoding="utf-8") as handle:
-                    self._catalog = parse_catalog(load_document(handle.read()))
-            except (OSError, ValueError, yaml.YAMLError) as err:
-                log.warning("catalog %s unreadable, treated as empty: %s", self.path, err)
-                self._catalog = Catalog()
-            self._stamp = stamp
-        return self._catalog
+        super().__init__(path, parse_catalog, Catalog())
 
 
 def catalog_from_env(env: Mapping[str, str] | None = None) -> Callable[[], Catalog]:
     """The catalog source the environment names; an empty catalog when it names none."""
-    path = (os.environ if env is None else env).get(CATALOG_ENV, "")
-    if not path:
-        empty = Catalog()
-        return lambda: empty
-    return FileCatalog(path)
+    return catalog_source(parse_catalog, Catalog(), env)

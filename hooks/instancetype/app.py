@@ -4,19 +4,31 @@ Routes: POST /mutate, /validate (the admission webhooks, served over TLS by
 manifests/hooks/instancetype-webhook.yaml); POST /sync, /customize (the status decorator) and
 /catalog/sync, /catalog/customize (the admission webhook's pool catalog, see `catalog`), served
 over plain http to Metacontroller by manifests/hooks/instancetype.yaml; GET /healthz.
+The settings `/mutate` follows are read from the catalog file `GPUSTACK_ADMISSION_CATALOG` names.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from chain.settings import Settings
+from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import make_app
+from hooks.shell import Obj, make_app
+
+settings = catalog_source(catalog_settings, Settings())
+
+
+def _mutate(body: Any) -> Obj:
+    return mutate(body, settings())
+
 
 app = make_app(
     "instancetype",
     {
-        "/mutate": mutate,
+        "/mutate": _mutate,
         "/validate": validate_review,
         "/sync": sync,
         "/customize": customize,

@@ -5,10 +5,11 @@ Defaulting: an empty `generalGroup` becomes `generic`; the pool schedule labels 
 `schedule.gpustack.ai/queue-entrance`, the name of the pool's LocalQueue in every namespace. An
 accelerated type without an accelerator group gets no labels (validation refuses it anyway).
 
-The webhook holds no Kubernetes credentials, so it cannot read the settings singleton. It takes
-CPU awareness from the type itself: a `generalGroup` other than `generic` names a CPU key, and
-only then is its `general.feature.gpustack.ai/<key>` label stamped (exactly what the aware
-setting does for the types the pools hook derives).
+The webhook holds no Kubernetes credentials: it reads the settings singleton from the catalog
+file the admission webhooks read (`hooks.catalog_file`, the mounted ConfigMap). The schedule
+labels follow the `instance-type-aware-cpu-manufacturer` setting, as upstream's do: only when it
+is on does a CPU `generalGroup` stamp its `general.feature.gpustack.ai/<key>` label, exactly
+what the pools hook does for the types it derives. Without a catalog file the defaults apply.
 
 Validation on CREATE checks the complete shape; on UPDATE only that the spec did not change
 except `displayName` (rename) and `inactive` (in or out of service), as the seeds say; a digest
@@ -28,6 +29,7 @@ from typing import Any
 from chain.labels import ACCELERATABLE_PREFIX, GENERAL_PREFIX, QUEUE_ENTRANCE
 from chain.names import GENERIC, local_queue_name
 from chain.pools import pool_schedule_labels
+from chain.settings import Settings
 from hooks.shell import BadRequest, Obj, validate
 
 MUTABLE_SPEC = ("displayName", "inactive")
@@ -71,9 +73,11 @@ def _spec(obj: Obj | None) -> dict[str, Any]:
 
 
 def desired_labels(
-    name: str, spec: Mapping[str, Any], current: Mapping[str, str]
+    name: str, spec: Mapping[str, Any], current: Mapping[str, str], aware: bool
 ) -> dict[str, str]:
-    """The labels after defaulting: schedule labels and the entrance, stale feature keys pruned."""
+    """The labels after defaulting: schedule labels and the entrance, stale feature keys pruned.
+    `aware` is the `instance-type-aware-cpu-manufacturer` setting: only then does a CPU
+    `generalGroup` stamp its `general.feature.gpustack.ai/<key>` label."""
     general = spec.get("generalGroup") or GENERIC
     accelerator = spec.get("acceleratorGroup") or ""
     acceleratable = bool(spec.get("acceleratable"))
@@ -81,7 +85,7 @@ def desired_labels(
         return dict(current)
     schedule = pool_schedule_labels(
         acceleratable=acceleratable,
-        aware=general != GENERIC,
+        aware=aware,
         general_group=general,
         accelerator_group=accelerator,
         os=str(spec.get("os") or ""),
@@ -113,7 +117,7 @@ def _type_problem(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> str | Non
     return None
 
 
-def mutate(body: Any) -> Obj:
+def mutate(body: Any, settings: Settings | None = None) -> Obj:
     review = validate(body, REVIEW_SCHEMA)["request"]
     obj = review.get("object")
     if review["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
@@ -134,7 +138,8 @@ def mutate(body: Any) -> Obj:
         patch.append({"op": op, "path": "/spec/generalGroup", "value": GENERIC})
         spec = {**spec, "generalGroup": GENERIC}
     current = meta.get("labels") or {}
-    labels = desired_labels(name, spec, current)
+    aware = (settings or Settings()).instance_type_aware_cpu_manufacturer
+    labels = desired_labels(name, spec, current, aware)
     if labels != current:
         op = "replace" if "labels" in meta else "add"
         patch.append({"op": op, "path": "/metadata/labels", "value": labels})

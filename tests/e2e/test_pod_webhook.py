@@ -17,7 +17,8 @@ import pytest
 from chain.catalog import ANNOTATIONS_HEADROOM, annotation_bytes, catalog_configmap
 from chain.names import local_queue_name
 from chain.requests import PoolFacts
-from hooks.admission.catalog import load_document, parse_catalog
+from hooks.admission.catalog import parse_catalog
+from hooks.catalog_file import load_document
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, KubeError, Obj, wait_for
@@ -110,8 +111,13 @@ def _catalog_pool(kube: Kube) -> PoolFacts | None:
 
 
 def _projected_pool(chain: Installed) -> PoolFacts | None:
-    """The T4 pool in the file the served webhook reads (the testbed's projected volume)."""
-    (projection,) = (p for p in chain.projections if p.volume.configmap == CATALOG)
+    """The T4 pool in the file the served Pod webhook reads (the testbed's projected volume;
+    the InstanceType webhook mounts the same ConfigMap for the settings)."""
+    (projection,) = (
+        p
+        for p in chain.projections
+        if p.volume.configmap == CATALOG and "gpustack-webhook-admission" in str(p.directory)
+    )
     path = projection.directory / "catalog.yaml"
     return parse_catalog(load_document(path.read_text())).pool(QUEUE) if path.exists() else None
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chain.settings import Settings
+from hooks.catalog_file import CATALOG_ENV, catalog_settings, catalog_source
 from hooks.instancetype.app import app
+from hooks.instancetype.webhook import mutate
 
 T4_SPEC = {
     "displayName": "Tesla-T4",
@@ -114,12 +118,38 @@ def test_defaulting_fills_generic_general_group() -> None:
     assert "general.feature.gpustack.ai/generic" not in patched["metadata"]["labels"]
 
 
-def test_aware_type_gets_its_cpu_label() -> None:
+CPU_KEY_LABEL = "general.feature.gpustack.ai/amd-epyc-7763"
+
+
+@pytest.mark.parametrize("aware", [True, False])
+def test_the_cpu_label_follows_the_aware_setting(aware: bool) -> None:
+    """Upstream: the schedule labels follow `instance-type-aware-cpu-manufacturer`, not the
+    type's `generalGroup` alone (off: the pool ignores the CPU, as derived types do)."""
     spec = {**T4_SPEC, "generalGroup": "amd-epyc-7763"}
     obj = _type("gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64", spec)
-    _, answer = _post("/mutate", _review("CREATE", obj))
+    settings = Settings(instance_type_aware_cpu_manufacturer=aware)
+    answer = mutate(_review("CREATE", obj), settings)
     labels = _patched(obj, answer["response"])["metadata"]["labels"]
-    assert labels["general.feature.gpustack.ai/amd-epyc-7763"] == "true"
+    assert (labels.get(CPU_KEY_LABEL) == "true") is aware
+
+
+def test_the_webhook_reads_the_setting_from_the_catalog_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Deployment mounts the catalog ConfigMap (the settings singleton is in it)."""
+    path = tmp_path / "catalog.yaml"
+    singleton = {
+        "apiVersion": "gpustack.ai/v1alpha1",
+        "kind": "Settings",
+        "metadata": {"name": "default"},
+        "spec": {"instance-type-aware-cpu-manufacturer": True},
+    }
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [singleton]}))
+    source = catalog_source(catalog_settings, Settings(), {CATALOG_ENV: str(path)})
+    assert source().instance_type_aware_cpu_manufacturer
+    assert not catalog_source(
+        catalog_settings, Settings(), {}
+    )().instance_type_aware_cpu_manufacturer
 
 
 def test_no_patch_when_already_defaulted() -> None:
