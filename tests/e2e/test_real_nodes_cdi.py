@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from chain.apis import WORKER_API
 from chain.devices import Devices
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from testbed.cluster import AGENT_NAMESPACE, NVIDIA_AGENT
@@ -25,7 +26,6 @@ from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import node_cdi_dir
 
-WORKER = "worker.gpustack.ai/v1alpha1"
 GPU = "nvidia.com/gpu"
 STRATEGY = "GPUSTACK_NVIDIA_DEVICE_INJECTION_STRATEGY"
 SEEN = "GPUSTACK_CDI_CARD"
@@ -47,7 +47,7 @@ def _rolled_out(bed: Testbed) -> None:
 @pytest.fixture
 def cdi_agents(real_chain: Testbed) -> Iterator[Testbed]:
     bed = real_chain
-    devices = Devices.parse(wait_for(lambda: bed.kube.get(WORKER, "Devices", NODE), 60, NODE))
+    devices = Devices.parse(wait_for(lambda: bed.kube.get(WORKER_API, "Devices", NODE), 60, NODE))
     cards = [card.id for _, card in devices.spec.cards()]
     spec = {
         "cdiVersion": "0.5.0",
