@@ -10,7 +10,7 @@ against what it offered. Everything it saw is recorded for its callers to read.
 from __future__ import annotations
 
 import os
-import shutil
+import stat
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -118,16 +118,16 @@ class KubeletEmulator:
         )
 
     def restart(self) -> None:
-        """Kubelet restarts: it forgets plugins and wipes the socket directory."""
+        """Kubelet restarts as the real one does: it forgets the plugins' endpoints and deletes
+        every socket in the directory (its own, the plugins'), but keeps its checkpoint file and
+        what it allocated to admitted Pods."""
         self._registration.stop(grace=None)
         for endpoint in self.endpoints.values():
             endpoint.channel.close()
         self.endpoints.clear()
         for entry in os.listdir(self.plugin_dir):
             path = self.plugin_dir / entry
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
+            if stat.S_ISSOCK(path.lstat().st_mode):
                 path.unlink()
         self.start_registration()
 

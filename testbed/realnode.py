@@ -212,12 +212,6 @@ class RealNode:
         argv = self._in_netns(proxy, f"--config={self.dir / 'kube-proxy.yaml'}", "--v=1")
         self.bed.spawn(self.names["kube-proxy"], argv, exe=str(proxy))
 
-    def restart_kubelet(self) -> None:
-        """Stop the kubelet and start it again, as a node's service manager would: its
-        checkpoint and the containers stay; the device plugins must register again."""
-        self.bed.stop(self.names["kubelet"])
-        self._start_kubelet()
-
     def start_kube_router(self) -> None:
         """kube-router's firewall controller alone: it turns NetworkPolicies into iptables rules
         and ipsets in the node's network namespace (routing stays the host's routes, Services

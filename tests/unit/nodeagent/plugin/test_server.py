@@ -61,10 +61,13 @@ def test_reregisters_when_kubelet_restarts() -> None:
     with rig(modes=(Mode.EXCLUSIVE,)) as r:
         r.kubelet.wait_devices(GPU, lambda d: len(d) == 4)
         assert r.kubelet.registrations == [(GPU, "nvidia.exclusive.sock")]
-        r.kubelet.restart()  # wipes the directory, our socket included
+        checkpoint = r.kubelet.plugin_dir / "kubelet_internal_checkpoint"
+        checkpoint.write_text("{}")
+        r.kubelet.restart()  # deletes every socket, ours included, as the kubelet does
         r.kubelet.wait_devices(GPU, lambda d: len(d) == 4)
         assert r.kubelet.registrations == [(GPU, "nvidia.exclusive.sock")] * 2
         assert r.servers[Mode.EXCLUSIVE].registrations == 2
+        assert checkpoint.read_text() == "{}", "the kubelet keeps its checkpoint"
 
 
 def test_registration_retries_until_kubelet_listens() -> None:
