@@ -135,4 +135,7 @@ def test_racing_replicas_converge_on_one_certificate(testbed: Testbed, target: T
             break
     _, ca = _stored(kube, target)
     assert _bundles(kube, target) == [ca] * 4
-    assert any(results)
+    # Every replica finished its pass. None need have finished everything in it: a replica that
+    # wrote the winning Secret can still lose a caBundle write to another writing the same CA
+    # (seen in CI), and it settles on its next pass, as above.
+    assert len(results) == 4
