@@ -15,8 +15,8 @@ from testbed import images
 from testbed.harness import Testbed
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
+from tests.e2e.test_real_nodes_chain import NAMESPACE, _env, _phase
 
-NAMESPACE = "default"
 GPU = "nvidia.com/gpu"
 
 
@@ -48,16 +48,9 @@ def _pod(name: str, node: str, containers: list[Obj], init: list[Obj] | None = N
     }
 
 
-def _phase(bed: Testbed, name: str) -> str:
-    return str(
-        ((bed.kube.get("v1", "Pod", name, NAMESPACE) or {}).get("status") or {}).get("phase")
-    )
-
-
 def _seen(bed: Testbed, pod: str, container: str) -> str:
     log = kubectl(bed, "logs", "-n", NAMESPACE, pod, "-c", container)
-    env = dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
-    return env["NVIDIA_VISIBLE_DEVICES"]
+    return _env(log)["NVIDIA_VISIBLE_DEVICES"]
 
 
 def _record(bed: Testbed, pod: str) -> dict[str, Any]:
