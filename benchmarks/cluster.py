@@ -404,18 +404,31 @@ def node_request(node: Obj, settings: Obj | None = None, attached: list[Obj] | N
     }
 
 
-def pools_request(settings: Obj, summaries: list[Obj], attached: list[Obj] | None = None) -> Obj:
+def pools_request(
+    settings: Obj,
+    summaries: list[Obj],
+    attached: list[Obj] | None = None,
+    others: list[Obj] | None = None,
+) -> Obj:
+    """The pools decorator's request. It relates every InstanceType and the chain's flavors and
+    Topology too, so its attachments show up among the related objects as well; `others` are
+    related objects that are not its attachments (an admin's InstanceType, say)."""
     owner = settings
+    mine = [served(obj, owner, "gpustack-pools") for obj in attached or []]
+    kinds = (
+        "ResourceFlavor.kueue.x-k8s.io/v1beta2",
+        "Topology.kueue.x-k8s.io/v1beta2",
+        "InstanceType.worker.gpustack.ai/v1alpha1",
+    )
     return {
         "controller": POOLS_CONTROLLER,
         "object": copy.deepcopy(settings),
-        "attachments": {
-            "ResourceFlavor.kueue.x-k8s.io/v1beta2": {},
-            "Topology.kueue.x-k8s.io/v1beta2": {},
-            "InstanceType.worker.gpustack.ai/v1alpha1": {},
-            **group_map([served(obj, owner, "gpustack-pools") for obj in attached or []]),
+        "attachments": {**{key: {} for key in kinds}, **group_map(mine)},
+        "related": {
+            "NodeFlavors.gpustack.ai/v1alpha1": {},
+            **{key: {} for key in kinds},
+            **group_map([*summaries, *mine, *(others or [])]),
         },
-        "related": {"NodeFlavors.gpustack.ai/v1alpha1": {}, **group_map(summaries)},
         "finalizing": False,
     }
 

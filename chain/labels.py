@@ -53,9 +53,9 @@ RESOURCE_TYPE_TOPOLOGY = "topology"
 DERIVED_FROM_NODE = "schedule.gpustack.ai/derived-from-node"
 QUEUE_ENTRANCE = "schedule.gpustack.ai/queue-entrance"
 QUEUE_ANNOTATION = "schedule.gpustack.ai/queue"
-QUEUE_DRAINED = "schedule.gpustack.ai/drained"
-"""On an InstanceType: the queue hook drained its ClusterQueue when the pool lost every flavor.
-While the value is `true` the type counts as inactive; an admin removes it to reactivate."""
+QUEUE_STOP_POLICY = "schedule.gpustack.ai/stop-policy"
+"""On a chain ClusterQueue: the stop policy the queue hook decided, written with it. A
+`spec.stopPolicy` that differs from it was set by someone else (an admin), and is kept."""
 QUEUE_PROBLEM = "schedule.gpustack.ai/queue-problem"
 """On an InstanceType: why the queue hook refuses to give its ClusterQueue the pool's flavors."""
 NOTE_PREFIX = "note.gpustack.ai/"

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from chain.families import credits_resource
 from chain.labels import (
     ACCELERATABLE_PREFIX,
     CAPACITY_SUFFIX,
     GENERAL_PREFIX,
+    QUEUE_STOP_POLICY,
+    RESOURCE_TYPE,
+    RESOURCE_TYPE_INSTANCE_TYPES,
     TRUE,
     capacity_key,
     count_key,
@@ -32,6 +36,7 @@ STOP_HOLD = "Hold"
 STOP_HOLD_AND_DRAIN = "HoldAndDrain"
 """Like Hold, and admitted workloads are evicted."""
 STOP_POLICIES = (STOP_NONE, STOP_HOLD, STOP_HOLD_AND_DRAIN)
+"""From the weakest stop to the hardest."""
 
 NODE_DEVICES_CHECK = "gpustack-node-devices"
 """The AdmissionCheck that checks per-card fit against the Devices ledger."""
@@ -95,3 +100,65 @@ def quota_resource(acceleratable: bool, manufacturer: str) -> str:
 def nominal_quota(size: FlavorSize, acceleratable: bool) -> int:
     """A flavor's nominal quota: capacity x M credits (accelerated) or capacity cores (CPU)."""
     return accelerators_to_credits(size.capacity) if acceleratable else size.capacity
+
+
+# --- Who stopped a queue, and what the stop asks of its InstanceType ------------------------
+#
+# Upstream keeps `InstanceType.spec.inactive` and the queue's stop policy in step: Inactive
+# holds the queue, and a queue stopped by any means (an admin's Hold, a drain) marks its type
+# Inactive for good, until an admin clears it. No hook may write a spec, so the queue hook
+# writes its own decision beside the stop policy (`QUEUE_STOP_POLICY`) and the credentialed
+# lifecycle keeper (`hooks.admission.lifecycle`) writes `spec.inactive` from what these rules say.
+
+
+def stronger_stop(a: str, b: str) -> str:
+    """The harder of two stop policies (None < Hold < HoldAndDrain)."""
+    return max(a, b, key=STOP_POLICIES.index)
+
+
+def foreign_stop(stop: str, decided: str | None) -> bool:
+    """The queue is stopped, and not by the queue hook: its stop policy differs from the one
+    the hook wrote beside it. A queue without the hook's record is taken as the hook's."""
+    return stop != STOP_NONE and decided is not None and stop != decided
+
+
+def _stop_of(queue: Mapping[str, Any]) -> tuple[str, str | None]:
+    spec = queue.get("spec") or {}
+    annotations = (queue.get("metadata") or {}).get("annotations") or {}
+    return str(spec.get("stopPolicy") or STOP_NONE), annotations.get(QUEUE_STOP_POLICY)
+
+
+def is_chain_queue(queue: Mapping[str, Any]) -> bool:
+    labels = (queue.get("metadata") or {}).get("labels") or {}
+    return labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_INSTANCE_TYPES
+
+
+def drain_on_delete(queue: Mapping[str, Any]) -> bool:
+    """A chain queue being deleted must drain: Kueue never evicts on delete by itself, so its
+    admitted workloads would keep a Terminating queue forever. Metacontroller never updates a
+    child pending deletion, so the keeper writes this one."""
+    meta = queue.get("metadata") or {}
+    stop, _ = _stop_of(queue)
+    return (
+        is_chain_queue(queue)
+        and bool(meta.get("deletionTimestamp"))
+        and (stop != STOP_HOLD_AND_DRAIN)
+    )
+
+
+def backfill_inactive(queue: Mapping[str, Any], instance_type: Mapping[str, Any] | None) -> bool:
+    """The queue's InstanceType must be marked `spec.inactive: true`: it is active and alive,
+    and its live queue is draining (whoever drains it evicts workloads, so the pool stays
+    inactive until an admin says otherwise) or was stopped by someone other than the hook.
+
+    A Hold the hook decided itself (an inactive type not yet reactivated, an empty pool) marks
+    nothing: clearing `spec.inactive` is how an admin releases a Hold."""
+    if instance_type is None or not is_chain_queue(queue):
+        return False
+    if (queue.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    it_meta = instance_type.get("metadata") or {}
+    if it_meta.get("deletionTimestamp") or (instance_type.get("spec") or {}).get("inactive"):
+        return False
+    stop, decided = _stop_of(queue)
+    return stop == STOP_HOLD_AND_DRAIN or foreign_stop(stop, decided)

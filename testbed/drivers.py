@@ -25,6 +25,27 @@ from testbed.workloads import now
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "admission" / "driver.yaml"
 
 
+def _apply_access(kube: Kube) -> None:
+    """The driver's ServiceAccount, roles and bindings (not its Deployment: no kubelet here)."""
+    for obj in load_yaml_documents(MANIFEST):
+        if obj["kind"] != "Deployment":
+            kube.apply(obj)
+
+
+@contextmanager
+def running_lifecycle_keeper(testbed: Testbed) -> Iterator[None]:
+    """The lifecycle keeper alone (`python -m hooks.admission.lifecycle`) under the driver's
+    ServiceAccount: what the driver runs beside its verdicts, without judging anything."""
+    _apply_access(testbed.kube)
+    kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
+    argv = [sys.executable, "-m", "hooks.admission.lifecycle", "--kubeconfig", str(kubeconfig)]
+    testbed.run("lifecycle-keeper", [*argv, "--period", "0.5"])
+    try:
+        yield
+    finally:
+        testbed.stop("lifecycle-keeper")
+
+
 def queues_naming_the_check(kube: Kube) -> list[str]:
     """The ClusterQueues whose admission checks name the node-devices check."""
     named = []
@@ -42,9 +63,7 @@ def running_drivers(
     """Driver replicas `admission-driver-<replica>` judging on `testbed`; yields their health
     ports."""
     kube = testbed.kube
-    for obj in load_yaml_documents(MANIFEST):
-        if obj["kind"] != "Deployment":
-            kube.apply(obj)
+    _apply_access(kube)
     kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
     ports = {replica: free_port() for replica in replicas}
     for replica in replicas:

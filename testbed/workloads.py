@@ -4,14 +4,34 @@ whole cards, its conditions, and playing its owner."""
 from __future__ import annotations
 
 import datetime as dt
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from testbed.kube import Kube, Obj
+from chain.names import local_queue_name
+from testbed.kube import Kube, Obj, wait_for
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextmanager
+def tenant_namespace(kube: Kube, pool: str) -> Iterator[str]:
+    """A fresh tenant Namespace, yielded once the pool's LocalQueue is in it; deleted after."""
+    ns = f"team-{uuid.uuid4().hex[:6]}"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        wait_for(
+            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(pool), ns),
+            60,
+            "the pool's LocalQueue in the namespace",
+        )
+        yield ns
+    finally:
+        kube.delete("v1", "Namespace", ns)
 
 
 def condition(obj: Obj | None, kind: str) -> str | None:

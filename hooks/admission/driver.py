@@ -69,6 +69,7 @@ from chain.settings import StartupEnv
 from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
+from hooks.admission.lifecycle import keep_lifecycle_in_background
 from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj
@@ -602,6 +603,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--webhook-secret", default="gpustack-webhook-tls")
     parser.add_argument(
+        "--no-lifecycle",
+        action="store_true",
+        help="do not run the lifecycle keeper (hooks/admission/lifecycle.py) in this process",
+    )
+    parser.add_argument(
         "--webhook-namespace",
         default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
         help="where the webhook Services and the Secret live (default: $POD_NAMESPACE)",
@@ -637,6 +643,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             validating=args.validating_webhook,
         )
         keep_in_background(Keeper(kube, target))
+    if not args.no_lifecycle:
+        keep_lifecycle_in_background(kube)
     caches = Caches()
     caches.start(kube)
     release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods

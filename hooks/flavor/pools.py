@@ -30,12 +30,17 @@ from typing import Any
 from chain.apis import (
     CHAIN_API,
     INSTANCE_TYPE,
+    INSTANCE_TYPE_RESOURCE,
+    KUEUE_API,
     NODE_FLAVORS,
     NODE_FLAVORS_RESOURCE,
+    RESOURCE_FLAVORS_RESOURCE,
     SETTINGS,
     SETTINGS_NAME,
+    TOPOLOGIES_RESOURCE,
     WORKER_API,
 )
+from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES, RESOURCE_TYPE_TOPOLOGY
 from chain.settings import Settings
 from hooks.flavor.objects import as_observed, instance_type, resource_flavor, topology
 from hooks.flavor.summary import FlavorEntry, entry_of, scan
@@ -49,11 +54,35 @@ from hooks.shell import (
     validate,
 )
 
+RELEASE_WAIT = 2
+"""Seconds between finalize calls while the lifecycle keeper releases the attachments."""
+
 
 def customize(body: Any) -> Obj:
-    """Relate every summary; the rule depends on nothing in the parent (the answer is cached)."""
+    """Relate every summary, and every object whose name an attachment could take (every
+    InstanceType, the chain's flavors and Topology); the rules depend on nothing in the parent
+    (the answer is cached)."""
     validate(body, CUSTOMIZE_REQUEST_SCHEMA)
-    return {"relatedResources": [{"apiVersion": CHAIN_API, "resource": NODE_FLAVORS_RESOURCE}]}
+
+    def labelled(value: str) -> Obj:
+        return {"matchLabels": {RESOURCE_TYPE: value}}
+
+    return {
+        "relatedResources": [
+            {"apiVersion": CHAIN_API, "resource": NODE_FLAVORS_RESOURCE},
+            {"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE},
+            {
+                "apiVersion": KUEUE_API,
+                "resource": RESOURCE_FLAVORS_RESOURCE,
+                "labelSelector": labelled(RESOURCE_TYPE_NODES),
+            },
+            {
+                "apiVersion": KUEUE_API,
+                "resource": TOPOLOGIES_RESOURCE,
+                "labelSelector": labelled(RESOURCE_TYPE_TOPOLOGY),
+            },
+        ]
+    }
 
 
 @dataclass(frozen=True)
@@ -107,12 +136,27 @@ def sync(body: Any) -> Obj:
     settings = read_settings(parent, "$.object")
     summaries = request.related.of(NODE_FLAVORS, CHAIN_API)
     observed = [as_observed(obj) for obj in request.attachments.of(INSTANCE_TYPE, WORKER_API)]
-    answer: Obj = {"attachments": attachments(summaries, observed, settings)}
+    attached = {_identity(obj) for obj in request.attachments}
+    desired = attachments(summaries, observed, settings)
     if request.finalizing:
-        # The singleton is being deleted: its attachments go with it by owner reference, so
-        # nothing is deleted actively here.
-        answer["finalized"] = True
-    return answer
+        # The singleton is being deleted. The lifecycle keeper releases every attachment (it
+        # drops the controller reference), so none is deleted with it; until then each stays
+        # as it is (an attachment left out would be deleted, a new one would only be released).
+        # Released objects no longer point at the singleton, so their changes do not wake
+        # Metacontroller for it: ask to be called again soon.
+        kept = [obj for obj in desired if _identity(obj) in attached]
+        if attached:
+            return {"attachments": kept, "finalized": False, "resyncAfterSeconds": RELEASE_WAIT}
+        return {"attachments": [], "finalized": True}
+    # A name taken by an object that is not ours (an InstanceType an admin made or the keeper
+    # released, a flavor released with an earlier singleton and not yet adopted back) is not
+    # created: Metacontroller would fail the whole sync on AlreadyExists.
+    taken = {_identity(obj) for obj in request.related} - attached
+    return {"attachments": [obj for obj in desired if _identity(obj) not in taken]}
+
+
+def _identity(obj: Obj) -> tuple[str, str]:
+    return str(obj["kind"]), str(obj["metadata"]["name"])
 
 
 def attachments(summaries: Iterable[Obj], observed: list[Obj], settings: Settings) -> list[Obj]:

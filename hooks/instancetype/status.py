@@ -7,6 +7,7 @@ from __future__ import annotations
 from chain.apis import (
     CHAIN_API,
     KUEUE_API,
+    RESOURCE_FLAVORS_RESOURCE,
     SETTINGS_NAME,
     SETTINGS_RESOURCE,
     WORKER_API,
@@ -29,7 +30,6 @@ from hooks.instancetype.request import (
 from hooks.instancetype.views import AcceleratorViews, View, accelerator_views, cpu_view
 from hooks.shell import CUSTOMIZE_REQUEST_SCHEMA, Obj, parse_shallow, related_settings, validate
 
-RESOURCE_FLAVORS_RESOURCE = "resourceflavors"
 CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
 ACTIVE = "Active"

@@ -3,8 +3,8 @@
 Target: every InstanceType (`worker.gpustack.ai/v1alpha1`). Attachment: the ClusterQueue of the
 same name (InPlace). Related (customize): the pool's ResourceFlavors (`resource.gpustack.ai/type=
 nodes` plus the pool's flavor selector), the `gpustack-node-devices` AdmissionCheck, and the
-Settings singleton. The hook never writes the InstanceType's spec or status, only the two
-annotations below.
+Settings singleton. The hook never writes the InstanceType's spec or status, only the one
+annotation below.
 
 Rules:
 
@@ -17,16 +17,20 @@ Rules:
 - `admissionChecksStrategy` names `gpustack-node-devices` on accelerated pools while
   `instance-type-derived-from-node` is on and only once that check is Active (Kueue stops every
   queue naming a check that is not).
-- `stopPolicy`: Hold while the type is inactive (`spec.inactive`, or the drained mark), None
-  otherwise. A queue with no flavors at all (and nothing to drain) is empty and on Hold.
+- `stopPolicy`: Hold while the type is inactive (`spec.inactive`), None otherwise. A queue with
+  no flavors at all (and nothing to drain) is empty and on Hold.
 - The pool loses every flavor while the queue has groups: with
-  `instance-type-drain-when-no-flavors` (default) the queue goes HoldAndDrain, the type is
-  marked drained, and once Kueue shows the stopped queue empty the groups go. With the setting
-  off it gates the drain and nothing else (upstream waits and requeues): the queue keeps its
-  groups and its stop policy while workloads hold quota, then its groups go and the empty queue
-  is held; nothing is evicted and the type is not marked.
-- Flavors come back: the groups come back and the queue leaves HoldAndDrain, but a drained
-  type stays on Hold until an admin removes the mark.
+  `instance-type-drain-when-no-flavors` (default) the queue goes HoldAndDrain, and once Kueue
+  shows the stopped queue empty the groups go. A drain of the hook's own stays HoldAndDrain
+  until the type is marked inactive (below), then Hold. With the setting off it gates the drain
+  and nothing else (upstream waits and requeues): the queue keeps its groups and its stop policy
+  while workloads hold quota, then its groups go and the empty queue is held; nothing is evicted
+  and nothing marks the type.
+- Flavors come back: the groups come back; a drained type stays on Hold until an admin clears
+  `spec.inactive`.
+- A stop someone else set on the queue (an admin's Hold or HoldAndDrain) is never undone: the
+  hook writes its own decision beside the stop (`schedule.gpustack.ai/stop-policy` on the
+  queue), and a stop policy that differs from it is someone else's, kept as long as it stands.
 - More than 64 flavors (Kueue's limit per resource group), or an accelerated type whose
   `acceleratorGroup` names no known manufacturer: the queue keeps its last groups (or, having
   none, stays empty on Hold) and the type carries the reason.
@@ -34,17 +38,17 @@ Rules:
   drained it is left out of the answer, so Metacontroller deletes it; the InstanceType is
   released (`finalized: true`) only once the queue is no longer observed.
 
-Annotations on the InstanceType (decorators may write annotations; a key is removed only when
-answered as null, so the hook answers the problem key on every sync and never the mark's
-removal):
+Two writes no hook may make are the lifecycle keeper's (`hooks.admission.lifecycle`, rules in
+`hooks.admission.stops`; credentialed, run by the verdict driver): it marks a type
+`spec.inactive: true` once its queue is drained or stopped by hand (upstream's sticky backfill:
+the pool stays inactive until an admin clears it), and it drains a chain queue an admin deletes
+(Kueue never evicts on delete, and Metacontroller never updates a child pending deletion); the
+type, still alive, then gets its queue back.
 
-- `schedule.gpustack.ai/drained=true`: the hook drained the queue because the pool lost its
-  flavors. While it is `true` the type counts as inactive (the queue stays on Hold). Upstream
-  keeps this in `spec.inactive`, which no hook may write. To reactivate:
-  `kubectl annotate instancetype <name> schedule.gpustack.ai/drained-` (and make sure
-  `spec.inactive` is not true).
-- `schedule.gpustack.ai/queue-problem=<Reason>: <message>`: why the queue does not have the
-  pool's flavors (`TooManyFlavors`, `UnknownManufacturer`); removed once the reason is gone.
+The hook writes one annotation on the InstanceType (decorators may write annotations; a key is
+removed only when answered as null, so the hook answers it on every sync):
+`schedule.gpustack.ai/queue-problem=<Reason>: <message>`: why the queue does not have the pool's
+flavors (`TooManyFlavors`, `UnknownManufacturer`); removed once the reason is gone.
 
 See `docs/queues.md` for the operator's view.
 """

@@ -16,18 +16,18 @@ from chain.apis import (
     CLUSTER_QUEUE,
     INSTANCE_TYPE,
     KUEUE_API,
+    RESOURCE_FLAVORS_RESOURCE,
     SETTINGS_NAME,
     SETTINGS_RESOURCE,
     WORKER_API,
 )
 from chain.keys import split_accelerator_key
 from chain.labels import (
-    QUEUE_DRAINED,
     QUEUE_PROBLEM,
+    QUEUE_STOP_POLICY,
     RESOURCE_TYPE,
     RESOURCE_TYPE_INSTANCE_TYPES,
     RESOURCE_TYPE_NODES,
-    TRUE,
 )
 from chain.manufacturers import ManufacturerTable
 from chain.queues import (
@@ -35,8 +35,10 @@ from chain.queues import (
     STOP_HOLD,
     STOP_HOLD_AND_DRAIN,
     STOP_NONE,
+    foreign_stop,
     nominal_quota,
     quota_resource,
+    stronger_stop,
 )
 from chain.settings import Settings
 from chain.units import MAX_QUEUE_FLAVORS
@@ -66,7 +68,6 @@ WAIT_SECONDS = 10
 """Resync delay while waiting on Kueue (a drain, a deletion); queue status changes also
 trigger a sync, this only bounds the wait if one is missed."""
 
-RESOURCE_FLAVORS_RESOURCE = "resourceflavors"
 ADMISSION_CHECKS_RESOURCE = "admissionchecks"
 
 
@@ -87,7 +88,6 @@ def isolation() -> Obj:
 class Plan:
     groups: list[Obj]
     stop_policy: str
-    mark_drained: bool = False
     problem: str | None = None
     wait: bool = False
 
@@ -122,15 +122,19 @@ def refusal(pool: Pool, flavors: Sequence[Flavor], table: ManufacturerTable) -> 
     return None
 
 
-def _empty_when_idle(observed: ObservedQueue, stop: str, mark: bool) -> Plan:
-    """Keep the groups under `stop` until Kueue shows the stopped queue empty, then drop them.
-
-    A queue already under HoldAndDrain is stopped at least as hard as `stop` asks.
-    """
-    stopped = observed.stop_policy in (stop, STOP_HOLD_AND_DRAIN)
-    if stopped and observed.idle:
-        return Plan([], STOP_HOLD, mark_drained=mark)
-    return Plan(observed.groups, stop, mark_drained=mark, wait=True)
+def _held(pool: Pool, live: ObservedQueue | None) -> str:
+    """The stop the type asks for: Hold while inactive, else None. A drain of the hook's own
+    stays until its type is marked inactive: the lifecycle keeper's `spec.inactive` is the drain's
+    lasting record, so a drain is not lifted before it is recorded. (Someone else's drain is
+    kept by `effective_stop`, as long as they leave it.)"""
+    own_drain = (
+        live is not None
+        and live.stop_policy == STOP_HOLD_AND_DRAIN
+        and not foreign_stop(live.stop_policy, live.decided)
+    )
+    if own_drain and not pool.inactive:
+        return STOP_HOLD_AND_DRAIN
+    return STOP_HOLD if pool.inactive else STOP_NONE
 
 
 def plan(
@@ -142,39 +146,54 @@ def plan(
 ) -> Plan:
     """Groups and stop policy of the queue (package docstring, "Rules")."""
     live = observed if observed is not None and not observed.deleting else None
-    # Only this hook drains a live queue (an admin who does it by hand has evicted workloads
-    # too), so a queue seen under HoldAndDrain always marks its type, even if the mark written
-    # with the drain was lost.
-    draining = live is not None and live.stop_policy == STOP_HOLD_AND_DRAIN
-    held = STOP_HOLD if pool.held or draining else STOP_NONE
+    held = _held(pool, live)
     if flavors:
         problem = refusal(pool, flavors, table)
         if problem is None:
             maker = split_accelerator_key(pool.identity.accelerator_group)[0]
             resource = quota_resource(pool.identity.acceleratable, maker)
             groups = resource_groups(resource, pool.identity.acceleratable, flavors)
-            return Plan(groups, held, mark_drained=draining)
+            return Plan(groups, held)
         log.warning("instance type %s: %s", pool.name, problem)
         kept = live.groups if live is not None else []
-        return Plan(kept, held if kept else STOP_HOLD, mark_drained=draining, problem=problem)
+        return Plan(kept, held if kept else stronger_stop(held, STOP_HOLD), problem=problem)
     if live is None or not live.groups:
         # Nothing to drain: an empty queue admits nothing; Hold makes it read Inactive.
-        return Plan([], STOP_HOLD, mark_drained=draining)
+        return Plan([], stronger_stop(held, STOP_HOLD))
     if settings.instance_type_drain_when_no_flavors:
-        return _empty_when_idle(live, STOP_HOLD_AND_DRAIN, mark=True)
+        # Keep the groups under HoldAndDrain until Kueue shows the stopped queue empty.
+        if live.stop_policy == STOP_HOLD_AND_DRAIN and live.idle:
+            return Plan([], stronger_stop(held, STOP_HOLD))
+        return Plan(live.groups, STOP_HOLD_AND_DRAIN, wait=True)
     # Switch off, it gates the drain and nothing else: the queue keeps its groups and its stop
     # policy while workloads hold quota in it (upstream requeues and waits), and empties (held)
-    # once none does. Nothing is evicted, so the type is not marked (unless it already was).
+    # once none does. Nothing is evicted, so nothing marks the type.
     if live.idle:
-        return Plan([], STOP_HOLD, mark_drained=draining)
-    return Plan(live.groups, held, mark_drained=draining, wait=True)
+        return Plan([], stronger_stop(held, STOP_HOLD))
+    return Plan(live.groups, held, wait=True)
+
+
+def effective_stop(decided: str, observed: ObservedQueue | None) -> str:
+    """The hook's decision, unless someone else stopped the live queue harder: an admin's
+    stop is kept (never undone by the hook), and the lifecycle keeper marks the type inactive."""
+    if observed is None or observed.deleting:
+        return decided
+    if foreign_stop(observed.stop_policy, observed.decided):
+        return stronger_stop(decided, observed.stop_policy)
+    return decided
 
 
 def cluster_queue(
-    pool: Pool, labels: dict[str, str], groups: list[Obj], stop: str, checks: Sequence[str]
+    pool: Pool,
+    labels: dict[str, str],
+    groups: list[Obj],
+    stop: str,
+    checks: Sequence[str],
+    decided: str | None = None,
 ) -> Obj:
     """The ClusterQueue as the hook owns it; empty groups and checks are left out, since
-    Kueue's API omits empty lists and an `[]` would read as a difference on every sync."""
+    Kueue's API omits empty lists and an `[]` would read as a difference on every sync.
+    `decided` (default: `stop`) is the hook's own decision, recorded beside the stop."""
     spec: Obj = {
         "namespaceSelector": {},
         "stopPolicy": stop,
@@ -187,7 +206,11 @@ def cluster_queue(
     return {
         "apiVersion": KUEUE_API,
         "kind": CLUSTER_QUEUE,
-        "metadata": {"name": pool.name, "labels": labels},
+        "metadata": {
+            "name": pool.name,
+            "labels": labels,
+            "annotations": {QUEUE_STOP_POLICY: decided or stop},
+        },
         "spec": spec,
     }
 
@@ -225,14 +248,12 @@ def sync(body: Obj, table: ManufacturerTable) -> Obj:
         and check_active(request)
     ):
         checks.append(NODE_DEVICES_CHECK)
-    annotations: dict[str, str | None] = {QUEUE_PROBLEM: decided.problem}
-    if decided.mark_drained and not pool.drained:
-        annotations[QUEUE_DRAINED] = TRUE
+    stop = effective_stop(decided.stop_policy, observed)
     queue = cluster_queue(
-        pool, queue_labels(pool, aware), decided.groups, decided.stop_policy, checks
+        pool, queue_labels(pool, aware), decided.groups, stop, checks, decided.stop_policy
     )
     return {
-        "annotations": annotations,
+        "annotations": {QUEUE_PROBLEM: decided.problem},
         "attachments": [queue],
         "resyncAfterSeconds": WAIT_SECONDS if decided.wait else 0,
     }
@@ -259,7 +280,11 @@ def finalize(observed: Sequence[ObservedQueue]) -> Obj:
             {
                 "apiVersion": KUEUE_API,
                 "kind": CLUSTER_QUEUE,
-                "metadata": {"name": meta["name"], "labels": dict(meta.get("labels") or {})},
+                "metadata": {
+                    "name": meta["name"],
+                    "labels": dict(meta.get("labels") or {}),
+                    "annotations": {QUEUE_STOP_POLICY: STOP_HOLD_AND_DRAIN},
+                },
                 "spec": {**(queue.obj.get("spec") or {}), "stopPolicy": STOP_HOLD_AND_DRAIN},
             }
         )

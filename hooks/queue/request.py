@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API, RESOURCE_FLAVOR
-from chain.labels import QUEUE_DRAINED, RESOURCE_TYPE, RESOURCE_TYPE_NODES, TRUE
+from chain.labels import QUEUE_STOP_POLICY, RESOURCE_TYPE, RESOURCE_TYPE_NODES
 from chain.names import GENERIC
 from chain.pools import PoolIdentity, pool_flavor_selector, selector_matches
 from chain.quantity import parse_quantity
@@ -35,14 +35,8 @@ class Pool:
     name: str
     identity: PoolIdentity
     inactive: bool
-    """`spec.inactive`: the admin's switch."""
-    drained: bool
-    """The sticky mark: this hook drained the queue and no admin has acknowledged it yet."""
-
-    @property
-    def held(self) -> bool:
-        """Effectively inactive: by the admin's switch or by the sticky drained mark."""
-        return self.inactive or self.drained
+    """`spec.inactive`: the admin's switch, which the lifecycle keeper also sets once the queue is
+    drained or stopped by hand (`chain.queues.backfill_inactive`)."""
 
 
 def _field(spec: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
@@ -61,7 +55,6 @@ def read_pool(obj: Obj, where: str) -> Pool:
     spec = obj.get("spec") or {}
     if not isinstance(spec, Mapping):
         raise BadRequest(f"{where}.spec", f"expected an object, got {spec!r}")
-    meta = obj["metadata"]
     identity = PoolIdentity(
         acceleratable=_field(spec, "acceleratable", bool, where),
         general_group=_field(spec, "generalGroup", str, where) or GENERIC,
@@ -69,12 +62,10 @@ def read_pool(obj: Obj, where: str) -> Pool:
         os=_field(spec, "os", str, where),
         arch=_field(spec, "arch", str, where),
     )
-    annotations = meta.get("annotations") or {}
     return Pool(
-        name=meta["name"],
+        name=obj["metadata"]["name"],
         identity=identity,
         inactive=_field(spec, "inactive", bool, where),
-        drained=annotations.get(QUEUE_DRAINED) == TRUE,
     )
 
 
@@ -161,6 +152,9 @@ class ObservedQueue:
     deleting: bool
     idle: bool
     """Kueue has seen the current spec and no workload holds quota in the queue."""
+    decided: str | None = None
+    """The stop policy this hook decided last time (`QUEUE_STOP_POLICY`); None when the queue
+    carries no readable record."""
 
 
 def _count(status: Mapping[str, Any], key: str, path: str) -> int:
@@ -226,10 +220,13 @@ def _observed(obj: Obj) -> ObservedQueue:
     groups = spec.get("resourceGroups") or []
     if not isinstance(groups, list):
         raise BadRequest(f"{path}.spec.resourceGroups", "expected a list")
+    # An unreadable record (edited by hand) is no record: the stop is taken as the hook's.
+    decided = (obj["metadata"].get("annotations") or {}).get(QUEUE_STOP_POLICY)
     return ObservedQueue(
         obj=obj,
         stop_policy=stop,
         groups=groups,
         deleting=bool(obj["metadata"].get("deletionTimestamp")),
         idle=_idle(obj, path),
+        decided=decided if decided in STOP_POLICIES else None,
     )

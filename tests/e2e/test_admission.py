@@ -24,7 +24,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, gpu_workload, release_quota
+from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -213,15 +213,7 @@ def test_driver_judges_card_by_card(testbed: Testbed, pool: list[str]) -> None:
     leader = wait_for(lambda: _holder(kube), 30, "a lease holder")
     assert leader in ("driver-a", "driver-b")
 
-    ns = f"team-{uuid.uuid4().hex[:6]}"
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    try:
-        wait_for(
-            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), ns),
-            60,
-            "the pool's LocalQueue",
-        )
-
+    with tenant_namespace(kube, T4_POOL) as ns:
         # (a) 3 cards fit the credits (8 cards) but node A has only 2 free whole cards.
         _workload(kube, ns, "three", 3, node_a)
         three = wait_for(lambda: _settled(kube, ns, "three"), 90, "a verdict on 'three'")
@@ -264,5 +256,3 @@ def test_driver_judges_card_by_card(testbed: Testbed, pool: list[str]) -> None:
         _write_ledger(kube, node_a, ())
         wait_for(lambda: _admitted(kube, ns, held), 150, f"{held!r} admitted after a card freed")
         assert condition(_get(kube, ns, admitted[0]), "Admitted") == "True"
-    finally:
-        kube.delete("v1", "Namespace", ns)

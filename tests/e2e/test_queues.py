@@ -15,11 +15,12 @@ import pytest
 
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
+from testbed.drivers import running_lifecycle_keeper
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
-from testbed.workloads import condition, gpu_workload, release_quota
+from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -46,23 +47,31 @@ def _release_if_evicted(kube: Kube, namespace: str, name: str) -> bool:
     return True
 
 
+def _add_t4_node(kube: Kube, cards: int) -> str:
+    name = f"t4q-{uuid.uuid4().hex[:5]}-x"
+    register_node(kube, node_object(name, cpu="16", capacity={"nvidia.com/gpu": str(cards)}))
+    kube.apply(nfd_worker_feature(name))
+    kube.apply(device_manager_feature(name, cards))
+    return name
+
+
+def _remove_node(kube: Kube, name: str) -> None:
+    kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
+    kube.delete(NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery")
+    kube.delete("v1", "Node", name)
+
+
 @pytest.fixture
 def t4_pool(testbed: Testbed, chain: Installed) -> Iterator[list[str]]:
-    """5 T4 cards on two nodes (2 + 3): one pool, one queue."""
+    """5 T4 cards on two nodes (2 + 3): one pool, one queue, and the lifecycle keeper running (as
+    every verdict driver replica runs it)."""
     kube = testbed.kube
     forget_pool(kube, T4_POOL)  # whatever an earlier test left of this pool
-    nodes = []
-    for i, cards in enumerate((2, 3)):
-        name = f"t4q-{uuid.uuid4().hex[:5]}-{i}"
-        register_node(kube, node_object(name, cpu="16", capacity={"nvidia.com/gpu": str(cards)}))
-        kube.apply(nfd_worker_feature(name))
-        kube.apply(device_manager_feature(name, cards))
-        nodes.append(name)
-    yield nodes
+    nodes = [_add_t4_node(kube, cards) for cards in (2, 3)]
+    with running_lifecycle_keeper(testbed):
+        yield nodes
     for name in nodes:
-        kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
-        kube.delete(NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery")
-        kube.delete("v1", "Node", name)
+        _remove_node(kube, name)
 
 
 def _nominal(cq: Obj | None) -> int:
@@ -93,15 +102,7 @@ def test_pool_queue_admits_drains_and_tears_down(
         "the T4 queue to be Active",
     )
 
-    ns = f"team-{uuid.uuid4().hex[:6]}"
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    try:
-        wait_for(
-            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), ns),
-            60,
-            "the pool's LocalQueue in the namespace",
-        )
-
+    with tenant_namespace(kube, T4_POOL) as ns:
         # nvidia.com/gpu: 2 is charged 2 x 1,600,000 credits.
         _workload(kube, ns, "two-cards", 2)
         wl = wait_for(
@@ -137,7 +138,7 @@ def test_pool_queue_admits_drains_and_tears_down(
         )
 
         # Every node leaves: the queue drains (the admitted Workload is evicted), then its
-        # groups are emptied and the type is marked drained.
+        # groups are emptied and the type is marked inactive (the stop keeper's backfill).
         for name in t4_pool:
             kube.delete(
                 NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery"
@@ -158,9 +159,11 @@ def test_pool_queue_admits_drains_and_tears_down(
             "the queue's groups emptied",
         )
         assert drained["spec"]["stopPolicy"] in ("Hold", "HoldAndDrain")
-        it = kube.get(WORKER, "InstanceType", T4_POOL)
-        assert it is not None
-        assert it["metadata"]["annotations"]["schedule.gpustack.ai/drained"] == "true"
+        wait_for(
+            lambda: kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive") is True,
+            60,
+            "the drained type to be marked spec.inactive",
+        )
 
         # Deleting the type drains and deletes its queue, then the type goes.
         kube.delete(KUEUE, "Workload", "two-cards", ns)
@@ -173,5 +176,167 @@ def test_pool_queue_admits_drains_and_tears_down(
             120,
             "the InstanceType to go once its queue is gone",
         )
-    finally:
-        kube.delete("v1", "Namespace", ns)
+
+
+def _queue(kube: Kube) -> Obj | None:
+    return kube.get(KUEUE, "ClusterQueue", T4_POOL)
+
+
+def _admitted(kube: Kube, ns: str, name: str) -> Obj | None:
+    wl = _get_workload(kube, ns, name)
+    return wl if condition(wl, "Admitted") == "True" else None
+
+
+def test_an_admins_hold_and_delete_of_the_queue(
+    testbed: Testbed, chain: Installed, t4_pool: list[str]
+) -> None:
+    """An admin's Hold on the queue is kept and marks the type inactive; clearing Inactive
+    releases it. An admin's delete of the queue drains it (Kueue would not), and the type,
+    still alive, gets its queue back."""
+    kube = testbed.kube
+    wait_for(
+        lambda: condition(_queue(kube), "Active") == "True" and _nominal(_queue(kube)) > 0,
+        120,
+        "the T4 queue to be Active with its credits",
+    )
+    with tenant_namespace(kube, T4_POOL) as ns:
+        _workload(kube, ns, "running", 1)
+        wait_for(lambda: _admitted(kube, ns, "running"), 90, "admission")
+
+        # Hold by hand on the queue: kept, and the type is marked inactive.
+        kube.merge_patch(KUEUE, "ClusterQueue", T4_POOL, {"spec": {"stopPolicy": "Hold"}})
+        wait_for(
+            lambda: kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive") is True,
+            60,
+            "the type marked inactive after the admin's Hold",
+        )
+        time.sleep(3)  # a few syncs of the queue hook: none may undo the Hold
+        assert _queue(kube)["spec"]["stopPolicy"] == "Hold"
+        assert _admitted(kube, ns, "running"), "a Hold evicts nothing"
+
+        # Clearing Inactive is how the admin releases it.
+        kube.merge_patch(WORKER, "InstanceType", T4_POOL, {"spec": {"inactive": False}})
+        wait_for(
+            lambda: _queue(kube)["spec"]["stopPolicy"] == "None", 60, "the queue to be released"
+        )
+        time.sleep(3)  # and the keeper does not mark it again
+        assert kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive") is False
+        assert _queue(kube)["spec"]["stopPolicy"] == "None"
+
+        # The admin deletes the queue while a Workload is admitted in it.
+        old_uid = _queue(kube)["metadata"]["uid"]
+        kube.delete(KUEUE, "ClusterQueue", T4_POOL)
+        wait_for(
+            lambda: _release_if_evicted(kube, ns, "running"),
+            120,
+            "the admitted Workload to be evicted by the deleted queue's drain",
+        )
+        back = wait_for(
+            lambda: (q := _queue(kube)) and q["metadata"]["uid"] != old_uid and q,
+            120,
+            "the queue to be gone and made again for the living type",
+        )
+        assert back["spec"]["stopPolicy"] == "None"
+        assert kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive") is False
+        kube.delete(KUEUE, "Workload", "running", ns)
+        _workload(kube, ns, "after", 1)
+        wait_for(lambda: _admitted(kube, ns, "after"), 90, "admission in the new queue")
+
+
+CHAIN = "gpustack.ai/v1alpha1"
+POOLS_FINALIZER = "metacontroller.io/decoratorcontroller-gpustack-flavor-pools"
+
+
+def _controller_uid(obj: Obj) -> str | None:
+    refs = obj["metadata"].get("ownerReferences") or []
+    return next((r["uid"] for r in refs if r.get("controller")), None)
+
+
+def _chain_flavors(kube: Kube) -> dict[str, Obj]:
+    flavors = kube.list(KUEUE, "ResourceFlavor", label_selector="resource.gpustack.ai/type=nodes")
+    return {f["metadata"]["name"]: f for f in flavors}
+
+
+def test_deleting_and_recreating_the_settings_touches_no_pool_queue_or_workload(
+    testbed: Testbed, chain: Installed, t4_pool: list[str]
+) -> None:
+    kube = testbed.kube
+    wait_for(
+        lambda: condition(_queue(kube), "Active") == "True" and _nominal(_queue(kube)) > 0,
+        120,
+        "the T4 queue to be Active with its credits",
+    )
+    settings = wait_for(
+        lambda: (
+            (s := kube.get(CHAIN, "Settings", "default"))
+            and POOLS_FINALIZER in (s["metadata"].get("finalizers") or [])
+            and s
+        ),
+        60,
+        "the pools decorator's finalizer on the settings singleton",
+    )
+    spec = settings.get("spec") or {}
+    flavors = _chain_flavors(kube)
+    t4_flavors = sorted(n for n in flavors if "nvidia-tesla-t4" in n)
+    assert t4_flavors and all(
+        _controller_uid(flavors[n]) == settings["metadata"]["uid"] for n in t4_flavors
+    )
+    before = {
+        "type": kube.get(WORKER, "InstanceType", T4_POOL)["metadata"]["uid"],
+        "queue": _queue(kube)["metadata"]["uid"],
+        "flavors": {n: flavors[n]["metadata"]["uid"] for n in t4_flavors},
+    }
+    extra: str | None = None
+    with tenant_namespace(kube, T4_POOL) as ns:
+        _workload(kube, ns, "running", 1)
+        wait_for(lambda: _admitted(kube, ns, "running"), 90, "admission")
+        try:
+            kube.delete(CHAIN, "Settings", "default")
+            wait_for(
+                lambda: kube.get(CHAIN, "Settings", "default") is None,
+                60,
+                "the settings singleton to go once its attachments are released",
+            )
+            time.sleep(5)  # time for the garbage collector to delete anything it still owned
+            flavors = _chain_flavors(kube)
+            assert {n: flavors[n]["metadata"]["uid"] for n in t4_flavors} == before["flavors"]
+            assert all(_controller_uid(flavors[n]) is None for n in t4_flavors)
+            assert kube.get(WORKER, "InstanceType", T4_POOL)["metadata"]["uid"] == before["type"]
+            queue = _queue(kube)
+            assert queue["metadata"]["uid"] == before["queue"]
+            assert queue["spec"]["stopPolicy"] == "None" and condition(queue, "Active") == "True"
+            assert _admitted(kube, ns, "running"), "the admitted Workload was touched"
+        finally:
+            if kube.get(CHAIN, "Settings", "default") is None:
+                kube.create(
+                    {
+                        "apiVersion": CHAIN,
+                        "kind": "Settings",
+                        "metadata": {"name": "default"},
+                        "spec": spec,
+                    }
+                )
+        renewed = kube.get(CHAIN, "Settings", "default")["metadata"]["uid"]
+        wait_for(
+            lambda: all(
+                _controller_uid(f) == renewed
+                for n, f in _chain_flavors(kube).items()
+                if n in before["flavors"]
+            ),
+            60,
+            "the new singleton to adopt the pool's flavors",
+        )
+        # Adopted flavors are the pools decorator's again: a third node resizes its flavor.
+        nominal = _nominal(_queue(kube))
+        extra = _add_t4_node(kube, 2)
+        try:
+            wait_for(
+                lambda: _nominal(_queue(kube)) == nominal + 3_200_000,
+                120,
+                "the queue to grow by the new node's two cards",
+            )
+            assert kube.get(WORKER, "InstanceType", T4_POOL)["metadata"]["uid"] == before["type"]
+            assert _queue(kube)["metadata"]["uid"] == before["queue"]
+            assert _admitted(kube, ns, "running")
+        finally:
+            _remove_node(kube, extra)

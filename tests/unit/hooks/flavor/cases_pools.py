@@ -336,10 +336,21 @@ def _nameless_summary() -> Any:
     return request
 
 
-def _finalizing() -> Any:
-    request = pools_request(settings_object(), CLUSTER[4:], [GENERIC_TYPE])
+def _finalizing(attached: list[Any]) -> Any:
+    request = pools_request(settings_object(), CLUSTER[4:], attached)
     request["finalizing"] = True
     return request
+
+
+def _released(obj: Any) -> Any:
+    """An object a chain decorator made, released from an earlier singleton (no owner)."""
+    released = copy.deepcopy(obj)
+    released["metadata"].update(
+        uid="released-" + obj["metadata"]["name"][-12:],
+        resourceVersion="777",
+        annotations={"metacontroller.k8s.io/decorator-controller": "gpustack-flavor-pools"},
+    )
+    return released
 
 
 CASES: dict[str, Case] = {
@@ -348,7 +359,20 @@ CASES: dict[str, Case] = {
         "path": "/flavors/customize",
         "request": {"controller": POOLS_CONTROLLER, "parent": settings_object()},
         "response": {
-            "relatedResources": [{"apiVersion": "gpustack.ai/v1alpha1", "resource": "nodeflavors"}]
+            "relatedResources": [
+                {"apiVersion": "gpustack.ai/v1alpha1", "resource": "nodeflavors"},
+                {"apiVersion": "worker.gpustack.ai/v1alpha1", "resource": "instancetypes"},
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "resource": "resourceflavors",
+                    "labelSelector": {"matchLabels": {"resource.gpustack.ai/type": "nodes"}},
+                },
+                {
+                    "apiVersion": "kueue.x-k8s.io/v1beta2",
+                    "resource": "topologies",
+                    "labelSelector": {"matchLabels": {"resource.gpustack.ai/type": "topology"}},
+                },
+            ]
         },
     },
     "pools-aware-off": _sync(
@@ -596,13 +620,46 @@ CASES: dict[str, Case] = {
         response={"attachments": []},
     ),
     "pools-finalizing": _sync(
-        "finalize: the answer is unchanged (owner references clean up) and says finalized",
-        _finalizing(),
-        finalized=True,
+        "the singleton is being deleted: what is attached stays as it is, nothing new is "
+        "made, and it is not finalized until the lifecycle keeper has released everything",
+        _finalizing([GENERIC_TYPE]),
+        finalized=False,
+        resyncAfterSeconds=2,
+        attachmentNames={"InstanceType": ["gpustack--generic-linux-amd64"]},
+    ),
+    "pools-finalizing-released": _sync(
+        "the singleton is being deleted and nothing is attached any more: finalized, and the "
+        "answer creates nothing",
+        _finalizing([]),
+        response={"attachments": [], "finalized": True},
+    ),
+    "pools-name-taken": _sync(
+        "names taken by objects that are not attachments are not created: an InstanceType an "
+        "admin made (or one released with an earlier singleton), a flavor and the Topology "
+        "released and not yet adopted back",
+        pools_request(
+            settings_object(),
+            CLUSTER,
+            [GENERIC_TYPE],
+            [
+                _released(T4_TYPE),
+                _released(
+                    {
+                        "apiVersion": "kueue.x-k8s.io/v1beta2",
+                        "kind": "ResourceFlavor",
+                        "metadata": {"name": "gpustack--amd-epyc-7763-linux-amd64-8c"},
+                    }
+                ),
+                _released(TOPOLOGY_OBJECT),
+            ],
+        ),
         attachmentNames={
-            "ResourceFlavor": ["gpustack--amd-25-1-linux-amd64-16c"],
-            "Topology": [TOPOLOGY],
-            "InstanceType": ["gpustack--generic-linux-amd64"],
+            "ResourceFlavor": [
+                n for n in ALL_FLAVORS if n != "gpustack--amd-epyc-7763-linux-amd64-8c"
+            ],
+            "InstanceType": [
+                n for n in POOLS_AWARE_OFF if n != "gpustack--nvidia-tesla-t4-linux-amd64"
+            ],
         },
     ),
     "pools-error-bad-count": _error(

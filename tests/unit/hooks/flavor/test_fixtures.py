@@ -79,6 +79,8 @@ def test_fixture(client: FlaskClient, path: Path) -> None:
         assert answer["labels"] == fixture["labels"]
     if "finalized" in fixture:
         assert answer.get("finalized") == fixture["finalized"]
+    if "resyncAfterSeconds" in fixture:
+        assert answer.get("resyncAfterSeconds") == fixture["resyncAfterSeconds"]
     attached = _by_name(answer)
     if "attachmentNames" in fixture:
         names: dict[str, list[str]] = {}

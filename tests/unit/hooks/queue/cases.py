@@ -17,7 +17,6 @@ from tests.unit.hooks.queue.world import (
     CPU_16C,
     CPU_R13_96C,
     CPU_XEON_96C,
-    DRAINED,
     GENERIC_LABELS,
     GENERIC_SPEC,
     NVIDIA_CREDITS,
@@ -63,7 +62,6 @@ CPU_GROUPS = group(
 
 ACTIVE = admission_check(active=True)
 T4_TYPE = instance_type(T4, T4_SPEC)
-T4_MARKED = instance_type(T4, T4_SPEC, {DRAINED: "true"})
 T4_DELETING = instance_type(T4, T4_SPEC, deleting=True)
 T4_INACTIVE = instance_type(T4, {**T4_SPEC, "inactive": True})
 WAIT = 10
@@ -89,8 +87,8 @@ def _error(description: str, path: str, body: Any, field: str | None) -> Case:
     return case
 
 
-def _t4(stop: str, groups: list[Obj] | None = T4_GROUPS) -> Obj:
-    return queue(T4, T4_LABELS, stop, groups, checks=True)
+def _t4(stop: str, groups: list[Obj] | None = T4_GROUPS, decided: str | None = None) -> Obj:
+    return queue(T4, T4_LABELS, stop, groups, checks=True, decided=decided)
 
 
 def _t4_served(stop: str, generation: int, status: Obj | None, **kw: Any) -> Obj:
@@ -112,6 +110,20 @@ def _echo(stop: str) -> Obj:
     echoed = _t4(stop)
     echoed["spec"]["queueingStrategy"] = "BestEffortFIFO"
     return echoed
+
+
+def _by_hand(served: Obj, stop: str) -> Obj:
+    """A served queue whose stop policy someone else set, leaving the hook's record as it was."""
+    changed = copy.deepcopy(served)
+    changed["spec"]["stopPolicy"] = stop
+    changed["metadata"]["generation"] += 1
+    return changed
+
+
+def _record(served: Obj, decided: str) -> Obj:
+    changed = copy.deepcopy(served)
+    changed["metadata"]["annotations"]["schedule.gpustack.ai/stop-policy"] = decided
+    return changed
 
 
 def _renamed(queue: Obj) -> Obj:
@@ -275,37 +287,44 @@ def _drain() -> dict[str, Case]:
     empty_held = _t4_served("Hold", 3, kueue_status(3, stopped=True), groups=None)
     return {
         "drain-1-start": _sync(
-            "the pool lost every flavor while workloads run: HoldAndDrain, the type is marked",
+            "the pool lost every flavor while workloads run: HoldAndDrain (the lifecycle keeper "
+            "then marks the type inactive)",
             request(T4_TYPE, [_t4_served("None", 1, RUNNING)], check=ACTIVE),
-            answer([_t4("HoldAndDrain")], drained=True, resync=WAIT),
+            answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-2-evicting": _sync(
             "still a workload holding quota: keep draining",
-            request(T4_MARKED, [_t4_served("HoldAndDrain", 2, DRAINING)], check=ACTIVE),
+            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINING)], check=ACTIVE),
             answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-3-stale-status": _sync(
             "Kueue has not seen the HoldAndDrain generation yet: its zero counts prove nothing",
-            request(T4_MARKED, [_t4_served("HoldAndDrain", 2, STALE)], check=ACTIVE),
+            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, STALE)], check=ACTIVE),
             answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-4-drained": _sync(
             "stopped at the current generation and nothing holds quota: the groups go, Hold",
-            request(T4_MARKED, [_t4_served("HoldAndDrain", 2, DRAINED_STATUS)], check=ACTIVE),
+            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINED_STATUS)], check=ACTIVE),
             answer([_t4("Hold", None)]),
+        ),
+        "drain-4-drained-before-marked": _sync(
+            "drained before the lifecycle keeper marked the type inactive: the groups go but the "
+            "queue stays HoldAndDrain, so the drain is not forgotten",
+            request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINED_STATUS)], check=ACTIVE),
+            answer([_t4("HoldAndDrain", None)]),
         ),
         "drain-5-empty": _sync(
             "drained and still no flavors: the empty queue stays on Hold",
-            request(T4_MARKED, [empty_held], check=ACTIVE),
+            request(T4_INACTIVE, [empty_held], check=ACTIVE),
             answer([_t4("Hold", None)]),
         ),
         "drain-6-flavors-back": _sync(
             "flavors are back: the groups come back, but the drained type stays on Hold",
-            request(T4_MARKED, [empty_held], [T4_1D, T4_2D], ACTIVE),
+            request(T4_INACTIVE, [empty_held], [T4_1D, T4_2D], ACTIVE),
             answer([_t4("Hold")]),
         ),
         "drain-7-admin-reactivates": _sync(
-            "an admin removed the drained mark: the queue is released",
+            "an admin cleared spec.inactive: the hook's own Hold is released",
             request(
                 T4_TYPE,
                 [_t4_served("Hold", 4, kueue_status(4, stopped=True))],
@@ -316,13 +335,53 @@ def _drain() -> dict[str, Case]:
         ),
         "drain-flavors-back-midway": _sync(
             "flavors return while draining: groups back, HoldAndDrain lifted to Hold (sticky)",
-            request(T4_MARKED, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
+            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
             answer([_t4("Hold")]),
         ),
-        "drain-mark-lost": _sync(
-            "a queue under HoldAndDrain whose type lost the mark: the mark is written again",
+        "drain-flavors-back-before-marked": _sync(
+            "flavors return to a queue under HoldAndDrain whose type is not marked inactive "
+            "yet: the drain stands until the mark is written",
             request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
-            answer([_t4("Hold")], drained=True),
+            answer([_t4("HoldAndDrain")]),
+        ),
+        "admin-hold-kept": _sync(
+            "an admin set Hold on the queue of an active type: the Hold is kept (the record "
+            "still says the hook decided None, so the lifecycle keeper marks the type inactive)",
+            request(
+                T4_TYPE, [_by_hand(_t4_served("None", 1, RUNNING), "Hold")], [T4_1D, T4_2D], ACTIVE
+            ),
+            answer([_t4("Hold", decided="None")]),
+        ),
+        "admin-hold-marked": _sync(
+            "the type is marked inactive after an admin's Hold: the Hold is the hook's own now",
+            request(
+                T4_INACTIVE,
+                [_by_hand(_t4_served("None", 1, RUNNING), "Hold")],
+                [T4_1D, T4_2D],
+                ACTIVE,
+            ),
+            answer([_t4("Hold")]),
+        ),
+        "admin-drain-kept": _sync(
+            "an admin drained the queue by hand: the drain is kept after the type is marked "
+            "inactive, until the admin lifts it on the queue",
+            request(
+                T4_INACTIVE,
+                [_by_hand(_t4_served("Hold", 2, RUNNING), "HoldAndDrain")],
+                [T4_1D, T4_2D],
+                ACTIVE,
+            ),
+            answer([_t4("HoldAndDrain", decided="Hold")]),
+        ),
+        "record-unreadable": _sync(
+            "a queue whose record was edited to nonsense: its stop counts as the hook's own",
+            request(
+                T4_TYPE,
+                [_record(_t4_served("Hold", 2, RUNNING), "Paused")],
+                [T4_1D, T4_2D],
+                ACTIVE,
+            ),
+            answer([_t4("None")]),
         ),
         "drain-off-1-waits": _sync(
             "drain-when-no-flavors off gates the drain only: while workloads hold quota the "

@@ -1,6 +1,7 @@
-"""Whole sequences: the hook, a stand-in for Metacontroller applying its answers, and a stand-in
+"""Whole sequences: the hook, a stand-in for Metacontroller applying its answers, a stand-in
 for Kueue (status per generation, evictions under HoldAndDrain, workloads finishing under Hold,
-the resource-in-use finalizer). Each test checks the order of what the queue went through."""
+the resource-in-use finalizer), and the lifecycle keeper's rules (`hooks.admission.stops`) applied
+after each step. Each test checks the order of what the queue went through."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
+from hooks.admission.stops import stop_writes
 from hooks.queue.app import app
 from tests.unit.hooks.queue.cases import T4, T4_GROUPS
 from tests.unit.hooks.queue.world import (
-    DRAINED,
     T4_1D,
     T4_2D,
     T4_LABELS,
@@ -40,7 +41,7 @@ class Cluster:
     cq: Obj | None = None
     gone: bool = False
     log: list[tuple[str, bool, str]] = field(default_factory=list)
-    """(stop policy, has groups, drained mark) after each step."""
+    """(stop policy, has groups, `spec.inactive` as "true" or "") after each step."""
 
     def _kueue(self) -> None:
         """Kueue's reaction to the queue as it now is."""
@@ -72,9 +73,20 @@ class Cluster:
             self.cq = served_queue(want, self.target, 1, None)
             return
         spec = {**want["spec"], "queueingStrategy": "BestEffortFIFO"}
+        self.cq["metadata"]["annotations"].update(want["metadata"].get("annotations") or {})
         if spec != self.cq["spec"]:
             self.cq["spec"] = spec
             self.cq["metadata"]["generation"] += 1
+
+    def _keeper(self) -> None:
+        """The lifecycle keeper's writes, as it would make them now."""
+        queues = [self.cq] if self.cq is not None else []
+        for write in stop_writes(queues, {self.target["metadata"]["name"]: self.target}):
+            obj = self.target if write.kind == "InstanceType" else self.cq
+            assert obj is not None
+            obj["spec"].update(write.patch["spec"])
+            if obj is self.cq:
+                obj["metadata"]["generation"] += 1
 
     def step(self, client: FlaskClient) -> Obj:
         deleting = bool(self.target["metadata"].get("deletionTimestamp"))
@@ -101,9 +113,10 @@ class Cluster:
                 notes[key] = value
         self._apply(answer["attachments"])
         self._kueue()
+        self._keeper()
         if self.cq is not None:
             spec = self.cq["spec"]
-            mark = notes.get(DRAINED, "")
+            mark = "true" if self.target["spec"].get("inactive") else ""
             self.log.append((spec["stopPolicy"], bool(spec.get("resourceGroups")), mark))
         return answer
 
@@ -149,9 +162,62 @@ def test_drain_then_flavors_return_then_admin_reactivates() -> None:
     assert _phases(cluster.log) == [("Hold", True, "true")]
 
     cluster.log.clear()
-    del cluster.target["metadata"]["annotations"][DRAINED]
+    cluster.target["spec"]["inactive"] = False
     cluster.settle(client)
     assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_an_admins_hold_is_kept_marks_the_type_and_is_released_by_clearing_inactive() -> None:
+    client = app.test_client()
+    cluster = _running(workloads=2)
+    assert cluster.cq is not None
+    cluster.cq["spec"]["stopPolicy"] = "Hold"
+    cluster.cq["metadata"]["generation"] += 1
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("Hold", True, "true")]
+    assert cluster.workloads == 0  # they ran to their end: a Hold evicts nothing
+
+    cluster.log.clear()
+    cluster.target["spec"]["inactive"] = False
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_an_admins_hold_and_drain_stands_until_lifted_on_the_queue() -> None:
+    client = app.test_client()
+    cluster = _running(workloads=2)
+    assert cluster.cq is not None
+    cluster.cq["spec"]["stopPolicy"] = "HoldAndDrain"
+    cluster.cq["metadata"]["generation"] += 1
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("HoldAndDrain", True, "true")]
+
+    cluster.log.clear()
+    cluster.cq["spec"]["stopPolicy"] = "None"  # the admin lifts the drain on the queue
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("Hold", True, "true")]  # the type is inactive now
+
+    cluster.log.clear()
+    cluster.target["spec"]["inactive"] = False
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_a_deleted_queue_is_drained_gone_and_made_again() -> None:
+    """Kueue never evicts on delete; the keeper drains the Terminating queue, Kueue lets it go,
+    and the type, still alive, gets a new queue. The drain marks nothing: the queue was gone
+    when the type looked, and the new one is the hook's."""
+    client = app.test_client()
+    cluster = _running(workloads=3)
+    assert cluster.cq is not None
+    cluster.cq["metadata"]["deletionTimestamp"] = "2026-11-30T09:30:00Z"
+    cluster.step(client)
+    assert cluster.cq is not None and cluster.cq["spec"]["stopPolicy"] == "HoldAndDrain"
+    cluster.step(client)  # Kueue evicts, drops its finalizer: the queue is gone
+    assert cluster.cq is None
+    cluster.settle(client)
+    assert cluster.cq is not None and cluster.cq["spec"]["stopPolicy"] == "None"
+    assert not cluster.target["spec"].get("inactive")
 
 
 def test_without_drain_setting_workloads_finish_and_nothing_is_stopped_meanwhile() -> None:

@@ -21,7 +21,7 @@ N = "note.gpustack.ai/"
 PROFILE = "fnv64-87bf574bea2a4f23"
 TOPOLOGY = "gpustack-" + PROFILE
 NVIDIA_CREDITS = "credits.gpustack.ai/nvidia"
-DRAINED = "schedule.gpustack.ai/drained"
+STOP_RECORD = "schedule.gpustack.ai/stop-policy"
 PROBLEM = "schedule.gpustack.ai/queue-problem"
 MC_FINALIZER = "metacontroller.io/decoratorcontroller-gpustack-queue"
 KUEUE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
@@ -320,8 +320,10 @@ def queue(
     stop: str,
     groups: list[Obj] | None = None,
     checks: bool = False,
+    decided: str | None = None,
 ) -> Obj:
-    """A ClusterQueue exactly as the hook answers it."""
+    """A ClusterQueue exactly as the hook answers it; `decided` (default: `stop`) is the
+    hook's own decision recorded beside the stop."""
     spec: Obj = {
         "namespaceSelector": {},
         "stopPolicy": stop,
@@ -339,7 +341,11 @@ def queue(
     return {
         "apiVersion": KUEUE,
         "kind": "ClusterQueue",
-        "metadata": {"name": name, "labels": dict(labels)},
+        "metadata": {
+            "name": name,
+            "labels": dict(labels),
+            "annotations": {STOP_RECORD: decided or stop},
+        },
         "spec": spec,
     }
 
@@ -388,7 +394,10 @@ def served_queue(
         resourceVersion=str(40000 + generation),
         generation=generation,
         creationTimestamp="2026-11-30T05:00:01Z",
-        annotations={"metacontroller.k8s.io/decorator-controller": "gpustack-queue"},
+        annotations={
+            **(meta.get("annotations") or {}),
+            "metacontroller.k8s.io/decorator-controller": "gpustack-queue",
+        },
         finalizers=[KUEUE_FINALIZER],
         ownerReferences=[
             {
@@ -436,12 +445,8 @@ def request(
     }
 
 
-def answer(
-    attached: list[Obj], problem: str | None = None, drained: bool = False, resync: int = 0
-) -> Obj:
+def answer(attached: list[Obj], problem: str | None = None, resync: int = 0) -> Obj:
     annotations: dict[str, str | None] = {PROBLEM: problem}
-    if drained:
-        annotations[DRAINED] = "true"
     return {"annotations": annotations, "attachments": attached, "resyncAfterSeconds": resync}
 
 
