@@ -12,7 +12,9 @@ the catalog keeps only what changes when a pool does, so the ConfigMap is rewrit
 stays small. Why compact JSON: JSON is YAML, and it is the smallest text that keeps the List
 readable. The size that counts is not the ConfigMap's 1 MiB but the API server's 256 KiB for
 all annotations of an object: Metacontroller keeps the whole desired ConfigMap, JSON-escaped,
-in its `last-applied-configuration` annotation. `annotation_bytes` measures that copy.
+in its `last-applied-configuration` annotation. `annotation_bytes` measures that copy. Under
+Metacontroller v4's `--apply-strategy=server-side-apply` no such copy exists and only the 1 MiB
+counts; the hook keeps the smaller budget, so one catalog works under either strategy.
 """
 
 from __future__ import annotations

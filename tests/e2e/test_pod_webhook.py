@@ -165,12 +165,17 @@ def test_memory_slice_is_folded_once_the_pool_is_in_the_catalog(
         assert cm is not None
         owner = cm["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"]) == ("Settings", "default")
-        # Metacontroller keeps a copy in an annotation (256 KiB for all of them): the hook's
-        # size measure is that copy's size, less the annotations Metacontroller adds.
-        kept = cm["metadata"]["annotations"]["metacontroller.k8s.io/last-applied-configuration"]
-        assert json.loads(kept)["data"] == cm["data"]
+        # With its three-way-merge apply (v1.5.20, and v4's default) Metacontroller keeps a copy
+        # in an annotation (256 KiB for all of them): the hook's size measure is that copy's
+        # size, less the annotations Metacontroller adds. Under v4's server-side apply there is
+        # no copy, and the budget is only conservative: the catalog stays far under 1 MiB.
         measured = annotation_bytes(catalog_configmap(cm["data"]["catalog.yaml"]))
-        assert 0 <= len(kept.encode()) - measured < ANNOTATIONS_HEADROOM
+        annotations = cm["metadata"].get("annotations") or {}
+        kept = annotations.get("metacontroller.k8s.io/last-applied-configuration")
+        if kept is not None:
+            assert json.loads(kept)["data"] == cm["data"]
+            assert 0 <= len(kept.encode()) - measured < ANNOTATIONS_HEADROOM
+        assert measured < 1024 * 1024
         # The catalog fixtures are shaped like what the real Metacontroller sent.
         captured = testbed.root / "captured" / "hook-gpustack-hook-instancetype"
         real = {
