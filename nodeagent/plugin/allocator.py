@@ -281,7 +281,10 @@ class Allocator:
                 "multi-card logical slicing is not supported",
             )
         found, record, prior = self._locked(
-            device_ids, attempt, lambda fresh: self._decide(device_ids, attempt, fresh)
+            device_ids,
+            attempt,
+            lambda fresh: self._decide(device_ids, attempt, fresh),
+            notify=False,
         )
         holder = found.holder
         before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
@@ -304,14 +307,22 @@ class Allocator:
             if isinstance(error, (Late, Refusal)):
                 raise
             raise Refusal(Code.INTERNAL, str(error)) from error
+        # ListAndWatch hears of the grant only now: woken earlier, every stream would rebuild
+        # its list while this call still writes and answers.
+        self.node.notify()
         return response
 
     def _locked(
-        self, device_ids: Sequence[str], attempt: Attempt, decide: Callable[[bool], T]
+        self,
+        device_ids: Sequence[str],
+        attempt: Attempt,
+        decide: Callable[[bool], T],
+        notify: bool = True,
     ) -> T:
         """Refuse malformed IDs before anything is looked up or locked; then `decide` (identify,
         check, reserve) under the node mutex, waited for no longer than the attempt allows, over
-        the cached Pods and if need be a fresh list; ListAndWatch hears of the reservation."""
+        the cached Pods and if need be a fresh list; with `notify`, ListAndWatch hears of the
+        reservation at once (else the caller notifies when its work is done)."""
         try:
             for text in device_ids:
                 DeviceToken.parse(text)
@@ -325,7 +336,8 @@ class Allocator:
             decided = self.node.identified(decide)
         finally:
             self.node.mutex.release()
-        self.node.notify()
+        if notify:
+            self.node.notify()
         return decided
 
     def _decide(
@@ -337,7 +349,6 @@ class Allocator:
         node.prune({pod.uid for pod in pods})
         spec, status = node.spec(), node.ledger(pods)
         occupancy = self._occupancy(pods)
-        kubelet = self._kubelet_view(attempt.left())
         offered = _cards_of(device_ids)
         card_mib = _card_memory(spec, self.maker.name, offered)
         served = self._served_test()
@@ -351,7 +362,13 @@ class Allocator:
 
         try:
             found = identify(
-                raw, self.resource, len(device_ids), kubelet, served, feasible, offered=device_ids
+                raw,
+                self.resource,
+                len(device_ids),
+                lambda: self._kubelet_view(attempt.left()),
+                served,
+                feasible,
+                offered=device_ids,
             )
         except LookupError as error:
             raise Unidentified(str(error)) from None

@@ -16,9 +16,10 @@ cards charged to nobody (found by the agent-restart test).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from chain.ledger_rebuild import Holder, PodAllocations
 from chain.quantity import parse_quantity
@@ -30,6 +31,8 @@ grpc = protos.grpc_runtime()
 PENDING_PHASES = frozenset({"", "Pending"})
 KubeletDevices = dict[tuple[str, str], dict[str, bool]]
 """(namespace, name) -> container -> whether kubelet reports devices of the resource for it."""
+KubeletView = KubeletDevices | None | Callable[[], KubeletDevices | None]
+"""What kubelet holds, or how to ask it: `identify` asks only when it has to choose."""
 
 
 class KubeletPods(Protocol):
@@ -39,18 +42,35 @@ class KubeletPods(Protocol):
 
 
 class PodResourcesClient:
-    """Kubelet's pod-resources v1 `List`, dialled per call (kubelet may restart in between)."""
+    """Kubelet's pod-resources v1 `List` over one kept channel (dialling costs milliseconds on
+    the Allocate path); a failed call drops it, so the next dials afresh (kubelet may have
+    restarted and made a new socket)."""
 
     def __init__(self, socket_path: str = protos.POD_RESOURCES_SOCKET) -> None:
         self.socket_path = socket_path
+        self._lock = threading.Lock()
+        self._channel: Any = None
+        self._stub: Any = None
+
+    def _lister(self) -> Any:
+        with self._lock:
+            if self._stub is None:
+                self._channel = grpc.insecure_channel(f"unix://{self.socket_path}")
+                self._stub = protos.podresources_grpc().PodResourcesListerStub(self._channel)
+            return self._stub
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+            self._channel = self._stub = None
 
     def devices(self, resource: str, timeout: float) -> KubeletDevices | None:
         api = protos.podresources()
         try:
-            with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
-                stub = protos.podresources_grpc().PodResourcesListerStub(channel)
-                answer = stub.List(api.ListPodResourcesRequest(), timeout=timeout)
+            answer = self._lister().List(api.ListPodResourcesRequest(), timeout=timeout)
         except grpc.RpcError:
+            self.close()
             return None
         found: KubeletDevices = {}
         for pod in answer.pod_resources:
@@ -124,7 +144,7 @@ def identify(
     pods: Sequence[Pod],
     resource: str,
     quantity: int,
-    kubelet: KubeletDevices | None,
+    kubelet: KubeletView,
     served: Callable[[Candidate], bool],
     feasible: Callable[[Candidate], bool],
     skip: Callable[[Candidate], bool] = lambda _: False,
@@ -133,8 +153,12 @@ def identify(
     """The container this Allocate is for; LookupError when no Pod fits. `skip` leaves a
     container out entirely (the visibility plugin's already granted ones), where `served`
     only ranks it last; among the served, one whose recorded grant names exactly the
-    `offered` device IDs goes first (kubelet asking again for that very container)."""
+    `offered` device IDs goes first (kubelet asking again for that very container).
+    Kubelet is asked (a callable `kubelet` called) only when two or more containers could be
+    the one: with a single candidate its answer could change nothing."""
     pool = [c for c in candidates(pods, resource, quantity) if not skip(c)]
+    if callable(kubelet):
+        kubelet = kubelet() if len(pool) > 1 else None
     if kubelet is not None:
         named = [
             c

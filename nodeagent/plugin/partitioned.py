@@ -228,7 +228,6 @@ class PartitionedAllocator(Allocator):
         status = node.ledger(pods)
         holdings = node_holdings(pods, node.reservations, node.release_terminated)
         occupied = occupied_placements(holdings, self.maker.name)
-        kubelet = self._kubelet_view(attempt.left())
 
         def feasible(candidate: Candidate) -> bool:
             try:
@@ -243,7 +242,7 @@ class PartitionedAllocator(Allocator):
                 raw,
                 self.resource,
                 len(device_ids),
-                kubelet,
+                lambda: self._kubelet_view(attempt.left()),
                 self._served_test(),
                 feasible,
                 offered=device_ids,

@@ -33,6 +33,7 @@ from chain.allocation import (
     token_card,
     visibility_owner,
 )
+from chain.devices import DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations
 from chain.manufacturers import Manufacturer
@@ -45,7 +46,13 @@ from nodeagent.plugin.allocator import (
     numa_nodes,
     runtime_class,
 )
-from nodeagent.plugin.identify import Candidate, KubeletDevices, KubeletPods, identify
+from nodeagent.plugin.identify import (
+    Candidate,
+    KubeletDevices,
+    KubeletPods,
+    KubeletView,
+    identify,
+)
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.response import ContainerResponse
@@ -74,12 +81,16 @@ class VisibilityAllocator:
         self.kubelet = kubelet
         self.channel = channel or Channel(maker.name, maker.runtime_name)
         self.partitions = partitions
+        self._advertised: tuple[DevicesSpec, list[Advertised]] | None = None
 
     def advertised(self) -> list[Advertised]:
         """512 tokens per card of the manufacturer; only a card's own fault makes them
-        Unhealthy."""
+        Unhealthy. The list follows the spec alone, so it is built once per spec object."""
+        spec = self.node.spec()
+        if self._advertised is not None and self._advertised[0] is spec:
+            return self._advertised[1]
         found: list[Advertised] = []
-        for group, card in self.node.spec().cards():
+        for group, card in spec.cards():
             if group.manufacturer != self.maker.name:
                 continue
             numa = numa_nodes(card.topology.numa_affinity)
@@ -87,6 +98,7 @@ class VisibilityAllocator:
                 Advertised(str(token), not card.status.unhealthy, numa)
                 for token in card_tokens(group.id, card, self.mode)
             )
+        self._advertised = (spec, found)
         return found
 
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
@@ -165,12 +177,8 @@ class VisibilityAllocator:
         node = self.node
         raw = node.listed(fresh)
         node.prune({PodAllocations.from_pod(pod).uid for pod in raw})
-        kubelet = None
-        if self.kubelet is not None:
-            wait = max(min(KUBELET_LIST_TIMEOUT_S, attempt.left()), 0.01)
-            kubelet = self.kubelet.devices(self.resource, wait)
         try:
-            found = self._identify(raw, requested, kubelet, set(node.grants))
+            found = self._identify(raw, requested, self._ask_kubelet(attempt), set(node.grants))
         except LookupError as error:
             raise Unidentified(str(error)) from None
         node.grants.add(found.holder)
@@ -194,7 +202,7 @@ class VisibilityAllocator:
         self,
         raw: Sequence[Pod],
         requested: int,
-        kubelet: KubeletDevices | None,
+        kubelet: KubeletView,
         granted: set[Holder],
     ) -> Candidate:
         """The container asking, skipping any already shown its cards (a visibility grant
@@ -208,6 +216,17 @@ class VisibilityAllocator:
             feasible=lambda _: True,
             skip=lambda candidate: candidate.holder in granted,
         )
+
+    def _ask_kubelet(self, attempt: Attempt) -> Callable[[], KubeletDevices | None]:
+        """How to ask kubelet what it holds, within what the attempt has left."""
+
+        def ask() -> KubeletDevices | None:
+            if self.kubelet is None:
+                return None
+            wait = max(min(KUBELET_LIST_TIMEOUT_S, attempt.left()), 0.01)
+            return self.kubelet.devices(self.resource, wait)
+
+        return ask
 
     def _revoke(self, holder: Holder) -> None:
         with self.node.mutex:
