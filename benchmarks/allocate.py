@@ -2,23 +2,25 @@
 
     flock /tmp/gpustack-testbed.lock python -m benchmarks.allocate [--pods 200]
 
-It starts a testbed (hence the lock) with the shipped manifests. Two nodes of the same simulated
+It starts a testbed (hence the lock) with the shipped manifests. Three nodes of the same simulated
 hardware (`nodeagent detect --simulate l4x2`), each with its own kubelet emulator
 (`testbed/kubelet.py`) in this process and the node agent's real gRPC plugin servers in a child
 process (as on a node, where kubelet and the agent are two processes):
 
-- api: the agent's own wiring (`DevicePlugins`, so `KubeNode`, as `nodeagent serve` runs it): the
-  node's Pods come from a watch on the testbed's kube-apiserver, the `Devices` spec is read there
-  once, and Allocate patches the Pod's allocation annotation there; the Pods are created in the
-  API.
+- api: the agent's own wiring (`DevicePlugins`, so `KubeNode`, as `nodeagent serve` runs it with
+  `--allocation-journal off`): the node's Pods come from a watch on the testbed's kube-apiserver,
+  the `Devices` spec is read there once, and Allocate patches the Pod's allocation annotation
+  there before it answers; the Pods are created in the API.
+- journal: the same, as `nodeagent serve` runs by default: Allocate appends the grant to the
+  node's allocation journal and answers, and the annotation is patched right after, from a thread.
 - memory: the same servers over Pods, spec and annotation writer held in memory.
 
 `--pods` sliced Pods (one container asking one slice, a tenth of a card) go to each node, one at
-a time as kubelet admits them (GetPreferredAllocation, then Allocate), the two nodes alternating
-Pod by Pod and which one goes first, so both see the same noise. Each Pod is removed once
+a time as kubelet admits them (GetPreferredAllocation, then Allocate), the nodes taking turns
+Pod by Pod and which one goes first, so all see the same noise. Each Pod is removed once
 admitted (it ended), so the cards never fill up. Printed per variant: p50 and p99 of the Allocate
 call (the span kubelet's `kubelet_device_plugin_alloc_duration_seconds` observes) and of the
-whole admission, their api / memory ratio, and HAMi's published figure beside them.
+whole admission, their ratios, and HAMi's published figure beside them.
 """
 
 from __future__ import annotations
@@ -67,6 +69,9 @@ AGENT_ACCOUNT = "gpustack-device-manager"
 NVIDIA = manufacturers({})["nvidia"]
 SLICE = plugin_resource(NVIDIA, Mode.SLICED)
 WARMUP = 5
+VARIANTS = ("api", "journal", "memory")
+API_VARIANTS = frozenset({"api", "journal"})
+"""The variants whose Pods live on the testbed's API server, wired as `nodeagent serve` is."""
 HAMI = (
     "HAMi, Allocate + annotation update (node lock held): ~20 ms on a real GPU "
     "(Project-HAMi/website PR #734)"
@@ -102,10 +107,11 @@ def _ratio(top: Spread, bottom: Spread) -> str:
     return f"{top.p50 / bottom.p50:.2f} / {top.p99 / bottom.p99:.2f}"
 
 
-def report(rows: Sequence[Row], over: tuple[str, str]) -> list[str]:
-    """The table: one line per variant, then the `over[0]` / `over[1]` ratio and HAMi's figure."""
-    ratio = f"ratio {over[0]} / {over[1]}"
-    width = max(len(label) for label in ["variant", ratio, *(row.variant for row in rows)])
+def report(rows: Sequence[Row], ratios: Sequence[tuple[str, str]]) -> list[str]:
+    """The table: one line per variant, then each `a` / `b` ratio of `ratios`, and HAMi's
+    figure."""
+    labels = [f"ratio {a} / {b}" for a, b in ratios]
+    width = max(len(label) for label in ["variant", *labels, *(row.variant for row in rows)])
     lines = [
         f"{'variant':<{width}}  {'Allocate p50 / p99':>20}  {'admission p50 / p99':>20}  refused"
     ]
@@ -115,11 +121,12 @@ def report(rows: Sequence[Row], over: tuple[str, str]) -> list[str]:
             f"  {row.refused:>7}"
         )
     by_name = {row.variant: row for row in rows}
-    top, bottom = by_name[over[0]], by_name[over[1]]
-    lines.append(
-        f"{ratio:<{width}}  {_ratio(top.allocate, bottom.allocate):>20}"
-        f"  {_ratio(top.admission, bottom.admission):>20}"
-    )
+    for label, (a, b) in zip(labels, ratios, strict=True):
+        top, bottom = by_name[a], by_name[b]
+        lines.append(
+            f"{label:<{width}}  {_ratio(top.allocate, bottom.allocate):>20}"
+            f"  {_ratio(top.admission, bottom.admission):>20}"
+        )
     lines.append(HAMI)
     return lines
 
@@ -213,8 +220,9 @@ def serve_plugins(plugin: Plugin, control: Connection) -> None:
     parent says when a Pod arrives (`add`, memory only) or is gone (`remove`); `stop` ends it."""
     with ExitStack() as stack:
         memory: MemoryNode | None = None
-        if plugin.variant == "api":
+        if plugin.variant in API_VARIANTS:
             kube = Kube.from_environment(plugin.kubeconfig)
+            journal = Path(plugin.pods_dir).parent / "allocations.journal"
             plugins = DevicePlugins(
                 kube,
                 plugin.node,
@@ -223,6 +231,7 @@ def serve_plugins(plugin: Plugin, control: Connection) -> None:
                 plugin.pod_resources_socket,
                 plugin.pods_dir,
                 watch_pods=kube,
+                journal=journal if plugin.variant == "journal" else None,
             )
             stack.callback(plugins.stop)
             plugins.publish(frozenset({NVIDIA.name}))
@@ -271,7 +280,7 @@ class Node:
 
     def admit_one(self, index: int, keep: bool) -> None:
         """Create, admit and remove one Pod; keep its timings when `keep`."""
-        manifest = sliced_pod(f"slice-{index}", self.name)
+        manifest = sliced_pod(f"{self.variant}-{index}", self.name)
         if self.kube is not None:
             pod = self.kube.create(manifest)
         else:
@@ -327,7 +336,7 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
     kubelet = KubeletEmulator(root)
     stack.callback(kubelet.stop)
     kubeconfig = ""
-    if variant == "api":
+    if variant in API_VARIANTS:
         devices = {"apiVersion": DEVICES_API, "kind": DEVICES_KIND, "metadata": {"name": name}}
         bed.kube.create({**devices, "spec": {"groups": groups}})
         # The agent may write only for its own node (its token names it): the node must exist.
@@ -353,7 +362,7 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
         child.join(10)
 
     stack.callback(stop)
-    return Node(variant, name, kubelet, mine, bed.kube if variant == "api" else None)
+    return Node(variant, name, kubelet, mine, bed.kube if variant in API_VARIANTS else None)
 
 
 @contextmanager
@@ -375,7 +384,7 @@ def main() -> None:
     args = parser.parse_args()
     groups = detected_groups()
     with testbed() as bed, ExitStack() as stack:
-        nodes = [start_node(stack, bed, variant, groups) for variant in ("api", "memory")]
+        nodes = [start_node(stack, bed, variant, groups) for variant in VARIANTS]
         for node in nodes:
             node.kubelet.wait_devices(SLICE, lambda d: len(d) > 0, timeout=60)
         for index in range(WARMUP + args.pods):
@@ -385,7 +394,8 @@ def main() -> None:
             f"Allocate latency: {args.pods} sliced Pods per variant ({PROFILE}), one at a time "
             "through the kubelet emulator and the plugin's gRPC servers, interleaved"
         )
-        for line in report([node.row() for node in nodes], ("api", "memory")):
+        ratios = [("api", "memory"), ("journal", "memory"), ("api", "journal")]
+        for line in report([node.row() for node in nodes], ratios):
             print(line)
 
 

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from pathlib import Path
 from typing import cast
 
 import yaml
@@ -41,6 +42,7 @@ from nodeagent.detect.registry import (
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
+from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import load_profile, shipped_profiles, simulated_node
@@ -114,6 +116,13 @@ def _parser() -> argparse.ArgumentParser:
         "(default: mig/ beside the pods dir, /var/lib/gpustack/operator/mig)",
     )
     serve.add_argument(
+        "--allocation-journal",
+        help="the file a grant is journaled to before Allocate answers, its annotation written "
+        "right after (default: <manufacturer>-allocations.journal beside the pods dir, e.g. "
+        "/var/lib/gpustack/operator/nvidia-allocations.journal); 'off': the annotation is "
+        "written before the answer",
+    )
+    serve.add_argument(
         "--health-port",
         type=int,
         default=0,
@@ -152,6 +161,17 @@ def simulated_profile(flag: str | None, node: str) -> str | None:
         return flag
     entries = dict(entry.split("=", 1) for entry in flag.split(",") if entry)
     return entries.get(node)
+
+
+def _journal_path(flag: str | None, pods_dir: str, manufacturer: str) -> Path | None:
+    """The allocation journal: the flag's file, none for 'off', else beside the pods dir, one
+    per agent (each manufacturer's DaemonSet shares the host's state dir)."""
+    if flag == "off":
+        return None
+    if flag:
+        return Path(flag)
+    name = JOURNAL_NAME if manufacturer == ALL else f"{manufacturer}-{JOURNAL_NAME}"
+    return Path(os.path.dirname(os.path.normpath(pods_dir))) / name
 
 
 def _ignore(detected: frozenset[str]) -> None:
@@ -210,6 +230,7 @@ def serve(args: argparse.Namespace) -> int:
                 watch_pods=kube,
                 env=env,
                 environ=os.environ,
+                journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
             )
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger

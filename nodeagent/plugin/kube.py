@@ -8,7 +8,8 @@ Allocate, hint and ListAndWatch tick reads the Pods and the spec, so neither is 
 - the spec is read once and kept until `forget_spec`: this agent writes it itself, and the
   plugins forget it after every report (another manufacturer's agent writes only its own
   groups, which these plugins never serve).
-The annotation write is the one API call left on the Allocate path.
+The annotation write is the one API call left on the Allocate path, unless the allocation
+journal takes it off (`journal`).
 """
 
 from __future__ import annotations
@@ -77,6 +78,22 @@ class KubeNode:
     def write(self, namespace: str, name: str, value: str) -> None:
         patch: Obj = {"metadata": {"annotations": {ALLOCATED_ANNOTATION: value}}}
         self.kube.merge_patch("v1", "Pod", name, patch, namespace=namespace)
+
+    def cached_uid(self, namespace: str, name: str) -> str:
+        """The uid of a Pod of this node as listed now ("" when it is not listed)."""
+        for pod in self.pods():
+            meta = pod.get("metadata")
+            if isinstance(meta, Mapping) and (meta.get("namespace"), meta.get("name")) == (
+                namespace,
+                name,
+            ):
+                return str(meta.get("uid", ""))
+        return ""
+
+    def current_uid(self, namespace: str, name: str) -> str | None:
+        """The uid of the Pod of that name, read from the API server now (None: gone)."""
+        found = self.kube.get("v1", "Pod", name, namespace)
+        return None if found is None else str((found.get("metadata") or {}).get("uid", ""))
 
     def spec(self) -> DevicesSpec:
         """The node's `Devices` spec; empty (nothing to advertise, and not kept) until the

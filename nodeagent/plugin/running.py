@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from chain.manufacturers import Manufacturer
 from chain.settings import StartupEnv
@@ -32,9 +33,10 @@ from nodeagent.plugin.injection import (
     read_node_facts,
     strategy_from_env,
 )
+from nodeagent.plugin.journal import Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import AnnotationWriter, NodeState
 from nodeagent.plugin.nvidia import MANUFACTURER as NVIDIA
 from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
@@ -97,10 +99,14 @@ class DevicePlugins:
         watch_pods: Kube | None = None,
         env: StartupEnv | None = None,
         environ: Mapping[str, str] | None = None,
+        journal: Path | None = None,
     ) -> None:
         """`env` carries the switches (release of finished Pods, the sliced gate, identifying
         through the kubelet); `environ` the per-manufacturer injection strategy
-        (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host."""
+        (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host. With
+        `journal` (a file on the host) a grant is journaled before Allocate answers and its
+        annotation written right after (`journal.py`); without, the annotation is written
+        before the answer."""
         self.watcher = (
             Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
             if watch_pods is not None
@@ -108,10 +114,19 @@ class DevicePlugins:
         )
         self.io = KubeNode(kube, node_name, self.watcher.cache if self.watcher else None)
         switches = env or StartupEnv()
+        self.journal = Journal(journal) if journal is not None else None
+        self.writer: JournaledWriter | None = None
+        writer: AnnotationWriter = self.io
+        if self.journal is not None:
+            self.writer = JournaledWriter(
+                self.journal, self.io, self.io.cached_uid, self.io.current_uid
+            )
+            writer = self.writer
+        self._recovered = False
         self.node = NodeState(
             self.io.spec,
             self.io,
-            self.io,
+            writer,
             release_terminated=switches.ledger_release_terminated_pods,
             sliced_gate=switches.device_plugin_sliced_allocate_gate,
         )
@@ -144,8 +159,20 @@ class DevicePlugins:
         self.node.notify()
         self.on_pods()
 
+    def recover(self) -> None:
+        """Before the first server starts: hold again what the journal granted but did not see
+        written (a previous agent died between answer and annotation), and write it."""
+        if self._recovered or self.journal is None or self.writer is None:
+            return
+        restored = recover(self.journal, self.node, self.io.fresh_pods())
+        if restored:
+            log.info("holding again the unwritten grants of %d Pods from the journal", restored)
+        self.writer.replay()
+        self._recovered = True
+
     def publish(self, detected: frozenset[str]) -> None:
         """Start the servers of newly detected manufacturers; wake the running ones."""
+        self.recover()
         self.start_watching()
         for name in sorted(detected & SERVED_MANUFACTURERS):
             if name in self.servers or name not in self.table:
@@ -207,3 +234,6 @@ class DevicePlugins:
         if self.reclaim is not None:
             self.reclaim.stop()
             self.reclaim = None
+        if self.writer is not None:
+            self.writer.drain(5.0)  # let the records on their way land before the agent goes
+            self.writer.stop()

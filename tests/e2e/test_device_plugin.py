@@ -156,8 +156,12 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
     card = response.envs["NVIDIA_VISIBLE_DEVICES"]
     assert card in cards
 
-    stored = kube.get("v1", "Pod", "train", plugin_node.namespace) or {}
-    annotation = (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+    # The grant was journaled before the answer; its annotation lands right after.
+    def recorded() -> str | None:
+        stored = kube.get("v1", "Pod", "train", plugin_node.namespace) or {}
+        return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+
+    annotation = wait_for(recorded, 10, "the grant's annotation")
     rows = [claim.row for claim in parse_allocated(annotation)["main"].claims()]
     assert [(row.id, row.mode, row.allocated) for row in rows] == [(card, Mode.EXCLUSIVE, M)]
 
@@ -181,7 +185,7 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
     assert after == before
 
     # The Pod ends and is gone: the card is free again, and kubelet sees it healthy in every mode.
-    delete_ended(kube, stored)
+    delete_ended(kube, kube.get("v1", "Pod", "train", plugin_node.namespace) or pod)
     wait_for(
         lambda: _row_mode(testbed, plugin_node.name, card) == Mode.NONE,
         LEDGER_FOLLOWS_S,

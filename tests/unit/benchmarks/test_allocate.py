@@ -33,7 +33,7 @@ def test_report_lines_up_the_variants_their_ratio_and_hamis_figure() -> None:
         Row("api", Spread(0.010, 0.040), Spread(0.020, 0.050), 0),
         Row("memory", Spread(0.005, 0.010), Spread(0.010, 0.025), 2),
     ]
-    header, api, memory, ratio, hami = report(rows, ("api", "memory"))
+    header, api, memory, ratio, hami = report(rows, [("api", "memory")])
     assert header.split()[0] == "variant" and header.split()[-1] == "refused"
     assert api.split() == ["api", "10.0", "/", "40.0", "ms", "20.0", "/", "50.0", "ms", "0"]
     assert memory.split()[-1] == "2"

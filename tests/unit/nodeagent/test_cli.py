@@ -112,3 +112,17 @@ def test_simulate_names_one_profile_or_one_per_node() -> None:
     assert simulated_profile(per_node, "node-a") == "t4x4"
     assert simulated_profile(per_node, "node-b") == "l4x2"
     assert simulated_profile(per_node, "node-c") is None  # its real hardware
+
+
+def test_each_agent_journals_to_its_own_file_beside_the_pods_dir() -> None:
+    from nodeagent.cli import _journal_path
+
+    pods = "/var/lib/gpustack/operator/pods"
+    assert _journal_path(None, pods, "nvidia") == Path(
+        "/var/lib/gpustack/operator/nvidia-allocations.journal"
+    )
+    assert _journal_path(None, pods + "/", "all") == Path(
+        "/var/lib/gpustack/operator/allocations.journal"
+    )
+    assert _journal_path("/elsewhere/j", pods, "nvidia") == Path("/elsewhere/j")
+    assert _journal_path("off", pods, "nvidia") is None
