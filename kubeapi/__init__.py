@@ -1,8 +1,9 @@
 """A small Kubernetes REST client: discovery, server-side apply, merge patch, in-cluster config.
 
-Shared by the components that talk to the API (the node agent, the admission driver) and by the
-testbed. The hooks never use it: they hold no credentials. `kubeapi.watch` keeps a list+watch cache
-of one kind current from a background thread.
+Shared by the components that talk to the API (the node agent, the verdict driver) and by the
+testbed. The Metacontroller hooks and the webhooks never use it: they hold no credentials.
+`kubeapi.credentials` reads any kubeconfig `kubectl` reads (or the in-cluster service account);
+`kubeapi.watch` keeps a list+watch cache of one kind current from a background thread.
 """
 
 from kubeapi.client import Kube, KubeError, Obj, Resource, load_yaml_documents, wait_for

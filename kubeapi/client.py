@@ -1,8 +1,10 @@
 """A small Kubernetes REST client over `requests`.
 
 It resolves kinds through discovery, so callers apply any object (server-side apply) without
-generated client classes. Credentials come from a kubeconfig (client certificate or bearer
-token) or, inside a Pod, from the mounted service-account token.
+generated client classes. Credentials come from `kubeapi.credentials`: any kubeconfig `kubectl`
+reads, or inside a Pod the mounted service-account token. Requests the server throttled (429)
+are sent again after its `Retry-After`; idempotent ones also after a 5xx or a lost connection,
+backing off. LISTs are read in pages of `PAGE_SIZE`.
 """
 
 from __future__ import annotations
@@ -18,9 +20,25 @@ from typing import Any, TypeVar
 import requests
 import yaml
 
+from kubeapi import credentials
+from kubeapi.credentials import SERVICE_ACCOUNT, Credentials
+
 T = TypeVar("T")
-SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 Obj = dict[str, Any]
+
+PAGE_SIZE = 500
+"""Objects per LIST page: a large list never arrives as one response."""
+ATTEMPTS = 4
+"""Tries of a request the server throttled or failed transiently (the first included)."""
+BACKOFF = (0.1, 2.0)
+"""Seconds before the second try, and the longest wait between tries."""
+RETRY_AFTER_MAX = 10.0
+"""The longest `Retry-After` honoured; a longer one fails the request instead."""
+TRANSIENT = frozenset({500, 502, 503, 504})
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "PATCH"})
+"""Methods sent again after a 5xx or a lost connection (our PATCHes are merge patches and
+server-side applies: the same body twice gives the same object). A POST is sent again only
+after a 429, which the server answers before doing anything."""
 
 
 class KubeError(RuntimeError):
@@ -48,51 +66,71 @@ class Kube:
     def __init__(
         self,
         server: str,
-        ca: Path,
+        ca: Path | str | bool = True,
         cert: Path | None = None,
         key: Path | None = None,
         token_file: Path | None = None,
         timeout: float = 30.0,
+        authorization: Callable[[], str | None] | None = None,
+        proxy: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
         self.session = requests.Session()
-        # Otherwise REQUESTS_CA_BUNDLE and proxy variables from the environment silently
-        # replace our CA and route loopback traffic.
+        # Otherwise REQUESTS_CA_BUNDLE from the environment silently replaces our CA; the
+        # environment's proxies are taken explicitly below, NO_PROXY included.
         self.session.trust_env = False
-        self.session.verify = str(ca)
+        self.session.verify = ca if isinstance(ca, bool) else str(ca)
         if cert is not None and key is not None:
             self.session.cert = (str(cert), str(key))
-        self.token_file = token_file
+        if proxy:
+            self.session.proxies = {"http": proxy, "https": proxy}
+        else:
+            self.session.proxies = requests.utils.get_environ_proxies(self.server)
+        if authorization is None and token_file is not None:
+            # Read again every call: projected service-account tokens are rotated on disk.
+            path = token_file
+
+            def authorization() -> str | None:
+                return f"Bearer {path.read_text().strip()}"
+
+        self.authorization = authorization
         self.timeout = timeout
+        self.attempts = ATTEMPTS
         self._resources: dict[tuple[str, str], Resource] = {}
 
     @classmethod
-    def from_kubeconfig(cls, path: Path) -> Kube:
-        cfg = yaml.safe_load(path.read_text())
-        cluster = cfg["clusters"][0]["cluster"]
-        user = cfg["users"][0]["user"]
-        cert, key = user.get("client-certificate"), user.get("client-key")
+    def from_credentials(cls, found: Credentials, timeout: float = 30.0) -> Kube:
+        cert = (Path(found.cert[0]), Path(found.cert[1])) if found.cert else (None, None)
         return cls(
-            cluster["server"],
-            Path(cluster["certificate-authority"]),
-            Path(cert) if cert else None,
-            Path(key) if key else None,
-            Path(user["tokenFile"]) if user.get("tokenFile") else None,
+            found.server,
+            found.verify,
+            cert[0],
+            cert[1],
+            timeout=timeout,
+            authorization=found.authorization,
+            proxy=found.proxy,
+        )
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path | str | None = None, context: str | None = None) -> Kube:
+        """Any kubeconfig `kubectl` reads (`kubeapi.credentials.from_kubeconfig`)."""
+        return cls.from_credentials(
+            credentials.from_kubeconfig(str(path) if path else None, context)
         )
 
     @classmethod
     def in_cluster(cls, secrets: Path = SERVICE_ACCOUNT) -> Kube:
         """Inside a Pod: the API server from the environment, the mounted token and CA."""
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", secrets / "ca.crt", token_file=secrets / "token")
+        return cls.from_credentials(credentials.in_cluster(secrets))
 
     @classmethod
-    def from_environment(cls, kubeconfig: str | None = None) -> Kube:
-        """`kubeconfig` (or $KUBECONFIG) when given, else the in-cluster service account."""
+    def from_environment(cls, kubeconfig: str | None = None, context: str | None = None) -> Kube:
+        """`kubeconfig` (or $KUBECONFIG, a list allowed) when given; else inside a Pod its
+        service account; else `~/.kube/config`."""
         path = kubeconfig or os.environ.get("KUBECONFIG")
-        return cls.from_kubeconfig(Path(path)) if path else cls.in_cluster()
+        if path or "KUBERNETES_SERVICE_HOST" not in os.environ:
+            return cls.from_kubeconfig(path, context)
+        return cls.in_cluster()
 
     # -- transport ------------------------------------------------------------------------
 
@@ -106,14 +144,7 @@ class Kube:
         ok_missing: bool = False,
     ) -> Any:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body))
-        resp = self.session.request(
-            method,
-            self.server + path,
-            data=data,
-            params=params,
-            headers=self._headers(content_type),
-            timeout=self.timeout,
-        )
+        resp = self._send(method, path, data, content_type, params)
         if resp.status_code == 404 and ok_missing:
             return None
         _raise_for(resp)
@@ -135,11 +166,52 @@ class Kube:
                 resp.close()
         return resp
 
+    def _send(
+        self,
+        method: str,
+        path: str,
+        data: Any,
+        content_type: str,
+        params: dict[str, str] | None,
+    ) -> requests.Response:
+        """One request, sent again while the server throttles it or (idempotent ones) fails
+        it transiently, up to `attempts` tries."""
+        delay = BACKOFF[0]
+        for attempt in range(1, self.attempts + 1):
+            last = attempt == self.attempts
+            try:
+                resp = self.session.request(
+                    method,
+                    self.server + path,
+                    data=data,
+                    params=params,
+                    headers=self._headers(content_type),
+                    timeout=self.timeout,
+                )
+            except requests.ConnectionError:
+                if last or method not in IDEMPOTENT:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, BACKOFF[1])
+                continue
+            if last:
+                return resp
+            if resp.status_code == 429:
+                wait = retry_after(resp, delay)
+                if wait is None:
+                    return resp
+                time.sleep(wait)
+            elif resp.status_code in TRANSIENT and method in IDEMPOTENT:
+                time.sleep(delay)
+            else:
+                return resp
+            delay = min(delay * 2, BACKOFF[1])
+        raise AssertionError("unreachable")  # the last attempt returns or raises
+
     def _headers(self, content_type: str) -> dict[str, str]:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        if self.token_file is not None:
-            # Re-read every call: projected service-account tokens are rotated on disk.
-            headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
+        if self.authorization is not None and (value := self.authorization()):
+            headers["Authorization"] = value
         return headers
 
     # -- discovery ------------------------------------------------------------------------
@@ -191,14 +263,23 @@ class Kube:
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> Obj:
-        """The whole list, `metadata.resourceVersion` included (where a watch starts from)."""
+        """The whole list, `metadata.resourceVersion` included (where a watch starts from),
+        read in pages of `PAGE_SIZE`: every page is of the first page's snapshot, so the
+        version stands for all of them."""
         res = self.resource(api_version, kind)
-        params = {}
+        params = {"limit": str(PAGE_SIZE)}
         if label_selector:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
-        listing: Obj = self.request("GET", res.path(namespace), params=params or None)
+        listing: Obj = self.request("GET", res.path(namespace), params=params)
+        items = list(listing.get("items") or [])
+        page = listing
+        while token := (page.get("metadata") or {}).get("continue"):
+            page = self.request("GET", res.path(namespace), params={**params, "continue": token})
+            items.extend(page.get("items") or [])
+        listing["items"] = items
+        listing.setdefault("metadata", {}).pop("continue", None)
         return listing
 
     def apply(
@@ -261,6 +342,17 @@ class Kube:
             body={"propagationPolicy": "Background"},
             ok_missing=True,
         )
+
+
+def retry_after(resp: requests.Response, default: float) -> float | None:
+    """Seconds to wait before sending a throttled request again: the server's `Retry-After`
+    (seconds), else `default`; None when the server asks for longer than `RETRY_AFTER_MAX`."""
+    raw = resp.headers.get("Retry-After", "")
+    try:
+        wait = float(raw) if raw else default
+    except ValueError:
+        wait = default
+    return None if wait > RETRY_AFTER_MAX else max(wait, 0.0)
 
 
 def _raise_for(resp: requests.Response) -> None:

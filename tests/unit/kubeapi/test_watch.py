@@ -197,7 +197,7 @@ def test_selectors_scope_the_list_and_every_watch(api: FakeApi) -> None:
     try:
         until(lambda: len(api.queries) >= 1)
         scoped = {"labelSelector": "team=a", "fieldSelector": "spec.nodeName=n1"}
-        assert api.list_queries == [scoped]
+        assert api.list_queries == [{**scoped, "limit": "500"}]  # a list comes in pages
         assert {k: api.queries[0][k] for k in scoped} == scoped
     finally:
         api.closing.set()
