@@ -38,7 +38,9 @@ import argparse
 import datetime as dt
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -654,7 +656,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         else None
     )
     driver = Driver(kube, elector, caches, release_terminated=release, writers=writers)
-    run(driver, args.period, heartbeat)
+    stopping = threading.Event()
+    # SIGTERM (a rollout, a drained node): end within a period, then hand the Lease over at
+    # once instead of letting the next replica wait for it to lapse.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    run(driver, args.period, heartbeat, stop=stopping.is_set)
+    try:
+        elector.release()
+    except (KubeError, requests.RequestException) as err:
+        log.warning("could not release the lease: %s", err)
 
 
 if __name__ == "__main__":

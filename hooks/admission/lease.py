@@ -57,6 +57,16 @@ def next_lease(
     return {**lease, "spec": spec}
 
 
+def released_lease(lease: Obj | None, identity: str, now: str) -> Obj | None:
+    """The Lease that gives it up (vacant, so another replica takes it at its next pass rather
+    than a whole duration later), or None when `identity` does not hold it."""
+    spec = dict((lease or {}).get("spec") or {})
+    if lease is None or str(spec.get("holderIdentity") or "") != identity:
+        return None
+    spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now})
+    return {**lease, "spec": spec}
+
+
 # --- I/O ------------------------------------------------------------------------------------
 
 
@@ -115,3 +125,20 @@ class Elector:
             log.info("%s %s the lease", self.identity, "holds" if leading else "does not hold")
         self.leading = leading
         return leading
+
+    def release(self) -> bool:
+        """Give the Lease up (on the way out: a rollout then waits for no lapse); True when a
+        vacant Lease was written. Written with the version read, so a Lease someone else took
+        meanwhile is left alone."""
+        self.leading = False
+        lease = self.kube.get(LEASE_API, "Lease", LEASE_NAME, self.namespace)
+        vacant = released_lease(lease, self.identity, micro_time())
+        if vacant is None:
+            return False
+        try:
+            self.kube.replace(vacant)
+        except KubeError as err:
+            log.info("%s did not release the lease: %s", self.identity, err)
+            return False
+        log.info("%s released the lease", self.identity)
+        return True

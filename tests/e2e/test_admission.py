@@ -242,8 +242,10 @@ def test_driver_judges_card_by_card(testbed: Testbed, pool: list[str]) -> None:
         time.sleep(3)  # the held one stays held while nothing frees
         assert condition(_get(kube, ns, held), "Admitted") != "True"
 
-        # Leader election: the other replica takes over once the leader is gone.
+        # Leader election: the other replica takes over once the leader is gone; stopped with
+        # SIGTERM, the leader handed the Lease over on its way out.
         testbed.stop(f"admission-{leader}")
+        assert f"{leader} released the lease" in testbed.log_tail(f"admission-{leader}", 200)
         other = "driver-b" if leader == "driver-a" else "driver-a"
         wait_for(lambda: _holder(kube) == other, 30, f"{other} to take the lease")
         assert (

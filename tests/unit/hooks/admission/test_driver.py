@@ -38,7 +38,7 @@ from hooks.admission.driver import (
     verdict_patch,
 )
 from hooks.admission.health import Heartbeat, serve_health
-from hooks.admission.lease import LEASE_API, Elector, next_lease
+from hooks.admission.lease import LEASE_API, Elector, next_lease, released_lease
 from kubeapi import KubeError
 from kubeapi.watch import Cache, Event
 from tests.unit.hooks.admission.test_judge import devices, node, rf, workload
@@ -290,6 +290,21 @@ def test_follower_takes_over_an_expired_lease() -> None:
     assert not b.lead()
     clock[0] = 8.0  # a stopped renewing 8 s ago (b saw the record unchanged since t=0)
     assert b.lead() and not a.lead()
+
+
+def test_a_released_lease_is_taken_at_the_next_pass_not_a_duration_later() -> None:
+    kube = _world()
+    clock = [0.0]
+    a = Elector(kube, "a", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+    b = Elector(kube, "b", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+    assert a.lead() and not b.lead()
+    clock[0] = 0.5
+    assert a.release() and not a.leading
+    lease = kube.get(LEASE_API, "Lease", "gpustack-admission-driver", "gpustack-system")
+    assert lease is not None and lease["spec"]["holderIdentity"] == ""
+    assert b.lead()  # vacant: no need to wait for it to lapse
+    assert not a.release()  # b holds it now: a leaves it alone
+    assert released_lease(None, "a", "t") is None
 
 
 def test_pool_wide_assignment_reads_the_flavor_pool() -> None:
