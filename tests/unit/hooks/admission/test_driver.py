@@ -280,12 +280,17 @@ def test_only_the_lease_holder_judges() -> None:
     assert lease is not None and lease["spec"]["holderIdentity"] == "a"
 
 
-def test_follower_takes_over_an_expired_lease() -> None:
-    kube = _world()
-    clock = [0.0]
-    a = Elector(kube, "a", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
-    b = Elector(kube, "b", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+def _two_replicas(kube: Any, clock: list[float]) -> tuple[Elector, Elector]:
+    """Replicas a and b on one hand-moved clock; a leads."""
+    a = Elector(kube, "a", 4, clock=lambda: clock[0])
+    b = Elector(kube, "b", 4, clock=lambda: clock[0])
     assert a.lead() and not b.lead()
+    return a, b
+
+
+def test_follower_takes_over_an_expired_lease() -> None:
+    clock = [0.0]
+    a, b = _two_replicas(_world(), clock)
     clock[0] = 3.0
     assert not b.lead()
     clock[0] = 8.0  # a stopped renewing 8 s ago (b saw the record unchanged since t=0)
@@ -295,9 +300,7 @@ def test_follower_takes_over_an_expired_lease() -> None:
 def test_a_released_lease_is_taken_at_the_next_pass_not_a_duration_later() -> None:
     kube = _world()
     clock = [0.0]
-    a = Elector(kube, "a", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
-    b = Elector(kube, "b", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
-    assert a.lead() and not b.lead()
+    a, b = _two_replicas(kube, clock)
     clock[0] = 0.5
     assert a.release() and not a.leading
     lease = kube.get(LEASE_API, "Lease", "gpustack-admission-driver", "gpustack-system")
