@@ -358,3 +358,14 @@ def test_network_policies_let_each_pod_be_called_only_by_its_caller(
             assert peer["podSelector"] == {
                 "matchLabels": {"app.kubernetes.io/name": "metacontroller"}
             }
+
+
+def test_every_deployment_has_a_disruption_budget_that_keeps_one_replica_up() -> None:
+    budgets = _of("PodDisruptionBudget")
+    for deployment in _of("Deployment"):
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        matching = [b for b in budgets if _selects(b["spec"]["selector"], labels)]
+        assert len(matching) == 1, deployment["metadata"]["name"]
+        assert matching[0]["spec"].get("maxUnavailable") == 1
+        assert deployment["spec"]["replicas"] > 1  # else maxUnavailable 1 protects nothing
+    assert len(budgets) == len(_of("Deployment"))
