@@ -75,12 +75,15 @@ from hooks.admission.lifecycle import keep_lifecycle_in_background
 from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj
+from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache, key_of
 from webhookcerts.keeper import Keeper, Target, keep_in_background
 
 log = logging.getLogger("admission-driver")
 
 FIELD_MANAGER = "gpustack-admission-driver"
+EVENTS_CONTROLLER = "gpustack.ai/admission-driver"
+RETRY_REASON = "NodeDevicesRetry"
 """Owns our `admissionChecks` entries and the AdmissionCheck's Active condition."""
 RETRY_AFTER_SECONDS = 30
 ACTIVE_MESSAGE = "The admission check is active"
@@ -323,6 +326,8 @@ class Driver:
     """Apply verdicts off the loop (`writes`); None: each verdict waits for its write."""
     inflight: dict[tuple[str, str], Write] = field(default_factory=dict)
     """Verdicts on their way, by Workload."""
+    events: EventRecorder | None = None
+    """Where a Retry becomes an Event on its Workload (`kubectl describe workload`)."""
 
     @property
     def cache(self) -> Cache:
@@ -479,6 +484,10 @@ class Driver:
         )
         if verdict.state == State.READY:
             self.promises.remember(wl, written)
+        elif verdict.state == State.RETRY and self.events is not None:
+            # Written only when the verdict changed, so a Workload waiting on the same card
+            # does not repeat it; the recorder folds repeats into one Event's count anyway.
+            self.events.event(written, WARNING, RETRY_REASON, verdict.message)
 
     def _moved_on(self, ns: str, name: str, status: int) -> None:
         # The cache brings the newer object, and that event a new pass.
@@ -655,7 +664,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.writers > 0
         else None
     )
-    driver = Driver(kube, elector, caches, release_terminated=release, writers=writers)
+    events = EventRecorder(kube, EVENTS_CONTROLLER, args.identity)
+    driver = Driver(
+        kube, elector, caches, release_terminated=release, writers=writers, events=events
+    )
     stopping = threading.Event()
     # SIGTERM (a rollout, a drained node): end within a period, then hand the Lease over at
     # once instead of letting the next replica wait for it to lapse.

@@ -222,6 +222,21 @@ def test_driver_judges_card_by_card(testbed: Testbed, pool: list[str]) -> None:
             NODE_RETRY.format(node=node_a, roles=""),
             "Reset to Pending after eviction. Previously: Retry",
         ), _check(three)
+
+        # The Retry is an Event on the Workload, what `kubectl describe workload` shows.
+        def retry_event() -> Obj | None:
+            return next(
+                (
+                    e
+                    for e in kube.list("events.k8s.io/v1", "Event", ns)
+                    if e.get("regarding", {}).get("name") == "three"
+                    and e.get("reason") == "NodeDevicesRetry"
+                ),
+                None,
+            )
+
+        event = wait_for(retry_event, 30, "a Retry Event on 'three'")
+        assert event["type"] == "Warning" and node_a in event["note"], event
         kube.delete(KUEUE, "Workload", "three", ns)
         wait_for(lambda: _get(kube, ns, "three") is None, 30, "'three' gone")
 
