@@ -14,10 +14,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from kubeapi.client import Kube, KubeError, Obj
+from kubeapi.client import KubeError, Obj
 
 log = logging.getLogger("events")
 
@@ -33,6 +34,22 @@ WARNING = "Warning"
 
 def micro_time() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class EventsClient(Protocol):
+    """What the recorder needs of `kubeapi.Kube`."""
+
+    def create(self, obj: Obj) -> Obj: ...
+
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        name: str,
+        patch: Obj,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> Obj: ...
 
 
 @dataclass
@@ -51,14 +68,14 @@ class _Bucket:
 
 @dataclass(frozen=True)
 class _Pending:
-    regarding: Obj
+    regarding: Mapping[str, Any]
     type: str
     reason: str
     note: str
     action: str
 
 
-def _reference(obj: Obj) -> Obj:
+def _reference(obj: Mapping[str, Any]) -> Obj:
     meta = obj.get("metadata") or {}
     ref = {
         "apiVersion": obj.get("apiVersion"),
@@ -74,7 +91,7 @@ def _reference(obj: Obj) -> Obj:
 class EventRecorder:
     def __init__(
         self,
-        kube: Kube,
+        kube: EventsClient,
         controller: str,
         instance: str,
         clock: Callable[[], float] = time.monotonic,
@@ -93,7 +110,12 @@ class EventRecorder:
         threading.Thread(target=self._run, name="events", daemon=True).start()
 
     def event(
-        self, regarding: Obj, type_: str, reason: str, note: str, action: str = "Judged"
+        self,
+        regarding: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        note: str,
+        action: str = "Judged",
     ) -> None:
         """Record an Event about `regarding` (returns at once)."""
         with self._idle:

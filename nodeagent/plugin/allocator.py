@@ -66,7 +66,7 @@ from nodeagent.plugin.identify import (
     identify,
 )
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.node import NodeState, Pod, Unidentified
+from nodeagent.plugin.node import NodeState, Pod, RefusedFor, Unidentified
 from nodeagent.plugin.response import ContainerResponse
 
 T = TypeVar("T")
@@ -372,15 +372,18 @@ class Allocator:
             )
         except LookupError as error:
             raise Unidentified(str(error)) from None
-        if found.allocations.problem:
-            raise Refusal(Code.INTERNAL, found.allocations.problem)
-        sliced = self.mode == Mode.SLICED
-        per_token = units_per_token(min(self._units(found, card_mib), M)) if sliced else 1
-        request = GrantRequest(
-            self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
-        )
-        gate = occupancy if node.sliced_gate else None
-        record = decide_grant(spec, status, node.reservations, request, gate)
+        try:
+            if found.allocations.problem:
+                raise Refusal(Code.INTERNAL, found.allocations.problem)
+            sliced = self.mode == Mode.SLICED
+            per_token = units_per_token(min(self._units(found, card_mib), M)) if sliced else 1
+            request = GrantRequest(
+                self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
+            )
+            gate = occupancy if node.sliced_gate else None
+            record = decide_grant(spec, status, node.reservations, request, gate)
+        except Refusal as refusal:
+            raise RefusedFor(refusal, found.pod) from None
         if attempt.left() <= 0:
             raise Late("the deadline passed while the grant was decided")
         prior = node.reservations.get(found.holder)

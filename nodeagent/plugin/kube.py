@@ -51,6 +51,8 @@ class KubeClient(Protocol):
         subresource: str | None = None,
     ) -> Obj: ...
 
+    def create(self, obj: Obj) -> Obj: ...
+
 
 class KubeNode:
     """`PodSource` (cached), `AnnotationWriter` and the spec source of one node."""

@@ -47,6 +47,14 @@ class Unidentified(Refusal):
         super().__init__(Code.INTERNAL, message)
 
 
+class RefusedFor(Refusal):
+    """A refusal once the container it is for is known: its Pod gets an Event saying why."""
+
+    def __init__(self, refusal: Refusal, pod: Pod) -> None:
+        super().__init__(refusal.code, refusal.message)
+        self.pod = pod
+
+
 class AnnotationWriter(Protocol):
     def write(self, namespace: str, name: str, value: str) -> None:
         """Set the Pod's allocation annotation to `value` (raises on failure)."""

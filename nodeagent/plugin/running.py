@@ -23,6 +23,7 @@ from pathlib import Path
 from chain.manufacturers import Manufacturer
 from chain.settings import StartupEnv
 from kubeapi import Kube
+from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import PodResourcesClient
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 FOLLOW_TICK_S = 1.0
 """How often the Pod-following thread looks at its stop flag while no Pod changes."""
 
+EVENTS_CONTROLLER = "gpustack.ai/node-agent"
 SERVED_MANUFACTURERS = frozenset({"nvidia"})
 """Manufacturers with a container recipe (env, mounts) in this package."""
 
@@ -100,6 +102,7 @@ class DevicePlugins:
         env: StartupEnv | None = None,
         environ: Mapping[str, str] | None = None,
         journal: Path | None = None,
+        record_events: bool = True,
     ) -> None:
         """`env` carries the switches (release of finished Pods, the sliced gate, identifying
         through the kubelet); `environ` the per-manufacturer injection strategy
@@ -123,6 +126,7 @@ class DevicePlugins:
             )
             writer = self.writer
         self._recovered = False
+        self.events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
         self.node = NodeState(
             self.io.spec,
             self.io,
@@ -186,6 +190,7 @@ class DevicePlugins:
                 pods_dir=self.pods_dir,
                 partitioner=partitioner,
                 channel=self._channel(self.table[name]),
+                events=self.events,
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)

@@ -22,12 +22,13 @@ from typing import Any, Protocol
 from chain.allocation import Refusal, plugin_socket, served_modes
 from chain.ledger import Mode
 from chain.manufacturers import Manufacturer
+from kubeapi.events import WARNING, EventRecorder
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import NodeState, RefusedFor
 from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
 from nodeagent.plugin.response import ContainerResponse
@@ -38,6 +39,7 @@ grpc = protos.grpc_runtime()
 
 log = logging.getLogger(__name__)
 
+REFUSED_REASON = "AllocateRefused"
 LIST_RETRY_S = 2.0
 WATCH_TICK_S = 0.5
 GC_PERIOD_S = 1.0
@@ -78,11 +80,14 @@ class DevicePluginService:
         stopped: threading.Event,
         deadline_s: float = DEFAULT_DEADLINE_S,
         gc: WorkDirGC | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         self.allocator = allocator
         self.stopped = stopped
         self.deadline_s = deadline_s
         self.gc = gc
+        self.events = events
+        """Where a refusal becomes an Event on the Pod it was for (kubectl describe pod)."""
         self.workers = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="allocate")
         self._collected_at = float("-inf")
 
@@ -174,6 +179,10 @@ class DevicePluginService:
                 )
             response = work.result()  # it was delivered just as the wait ran out
         except Refusal as refusal:
+            if isinstance(refusal, RefusedFor) and self.events is not None:
+                note = f"{self.allocator.resource}: {refusal.message}"
+                pod = {**refusal.pod, "apiVersion": "v1", "kind": "Pod"}  # listed items lack both
+                self.events.event(pod, WARNING, REFUSED_REASON, note, action="Allocate")
             context.abort(getattr(grpc.StatusCode, refusal.code.name), refusal.message)
         except Late as late:
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(late))
@@ -203,6 +212,7 @@ class PluginServer:
         backoff: tuple[float, float] = (0.1, 5.0),
         deadline_s: float = DEFAULT_DEADLINE_S,
         gc: WorkDirGC | None = None,
+        events: EventRecorder | None = None,
     ) -> None:
         self.allocator = allocator
         self.endpoint = plugin_socket(allocator.maker.name, allocator.mode)
@@ -211,7 +221,7 @@ class PluginServer:
         self.poll_s = poll_s
         self.backoff = backoff
         self.stopped = threading.Event()
-        self.service = DevicePluginService(allocator, self.stopped, deadline_s, gc)
+        self.service = DevicePluginService(allocator, self.stopped, deadline_s, gc, events)
         self.registrations = 0
         self._server: Any = None
         self._watcher: threading.Thread | None = None
@@ -292,6 +302,7 @@ def plugin_servers(
     pods_dir: str = OPERATOR_PODS_DIR,
     partitioner: Partitioner | None = None,
     channel: Channel | None = None,
+    events: EventRecorder | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
     the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
@@ -300,7 +311,11 @@ def plugin_servers(
     for mode in served_modes(maker, shared, sliced):
         if mode == Mode.PARTITIONED and partitioner is not None:
             partitioned = PartitionedAllocator(node, maker, partitioner, kubelet)
-            servers.append(PluginServer(partitioned, plugin_dir, deadline_s=PARTITION_DEADLINE_S))
+            servers.append(
+                PluginServer(
+                    partitioned, plugin_dir, deadline_s=PARTITION_DEADLINE_S, events=events
+                )
+            )
             continue
         if mode not in SERVED_MODES:
             continue
@@ -312,7 +327,7 @@ def plugin_servers(
         else:
             allocator = Allocator(node, maker, mode, kubelet, channel, pods_dir=pods_dir)
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
-        servers.append(PluginServer(allocator, plugin_dir, gc=gc))
+        servers.append(PluginServer(allocator, plugin_dir, gc=gc, events=events))
     return servers
 
 

@@ -46,6 +46,7 @@ class FakeCluster:
         self.delay = 0.0
         self.fail: Exception | None = None
         self.writes: list[tuple[str, str, str]] = []
+        self.events: list[dict[str, Any]] = []
         self._count = 0
 
     def add(self, name: str, *containers: tuple[str, Mapping[str, object]]) -> dict[str, Any]:
@@ -196,9 +197,15 @@ class FakeKube:
     def list(self, api_version: str, kind: str, *args: Any, **kwargs: Any) -> list[Any]:
         return self.cluster.pods()
 
+    def create(self, obj: Any) -> Any:
+        self.cluster.events.append(obj)
+        return obj
+
     def merge_patch(
         self, api_version: str, kind: str, name: str, patch: Any, *args: Any, **kwargs: Any
     ) -> Any:
+        if kind == "Event":
+            return {}
         value = patch["metadata"]["annotations"][ALLOCATED_ANNOTATION]
         self.cluster.write(kwargs.get("namespace") or "default", name, value)
         return {}
