@@ -20,13 +20,14 @@ from typing import Any, Protocol
 
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesSpec
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
+from kubeapi.events import EventsClient
 from kubeapi.watch import Cache
 
 Obj = dict[str, Any]
 
 
-class KubeClient(Protocol):
-    """The part of `kubeapi.client.Kube` used here."""
+class KubeClient(EventsClient, Protocol):
+    """The part of `kubeapi.client.Kube` used here (and by the Event recorder)."""
 
     def get(
         self, api_version: str, kind: str, name: str, namespace: str | None = None
@@ -40,18 +41,6 @@ class KubeClient(Protocol):
         label_selector: str | None = None,
         field_selector: str | None = None,
     ) -> list[Obj]: ...
-
-    def merge_patch(
-        self,
-        api_version: str,
-        kind: str,
-        name: str,
-        patch: Obj,
-        namespace: str | None = None,
-        subresource: str | None = None,
-    ) -> Obj: ...
-
-    def create(self, obj: Obj) -> Obj: ...
 
 
 class KubeNode:
