@@ -323,6 +323,7 @@ class Testbed:
             f"--bind=127.0.0.1:{port}",
             f"--workers={workers}",
             "--access-logfile=-",
+            "--config=python:hooks.gunicorn_conf",
             "--graceful-timeout=2",
             app,
         ]

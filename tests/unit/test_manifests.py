@@ -369,3 +369,13 @@ def test_every_deployment_has_a_disruption_budget_that_keeps_one_replica_up() ->
         assert matching[0]["spec"].get("maxUnavailable") == 1
         assert deployment["spec"]["replicas"] > 1  # else maxUnavailable 1 protects nothing
     assert len(budgets) == len(_of("Deployment"))
+
+
+def test_every_gunicorn_deployment_loads_the_shared_log_settings() -> None:
+    for deployment in _of("Deployment"):
+        served = gunicorn_app(deployment)
+        if served is None:
+            continue
+        container = served[2]
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        assert "--config=python:hooks.gunicorn_conf" in argv, deployment["metadata"]["name"]

@@ -1,0 +1,50 @@
+"""gunicorn settings for every hook and webhook Deployment.
+
+Loaded with `--config=python:hooks.gunicorn_conf`. One line shape for everything the process
+logs (gunicorn's own lines, the access log, the hooks' loggers): time, level, component (the
+logger's name), message. And no access line for the kubelet's probes: `/healthz` every few
+seconds from two probes per Pod would bury the requests that matter.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+PROBE_PATHS = frozenset({"/healthz"})
+LINE = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+class NoProbes(logging.Filter):
+    """Drops gunicorn access records of probe requests (their atoms name the path as `U`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        atoms = record.args
+        return not (isinstance(atoms, Mapping) and atoms.get("U") in PROBE_PATHS)
+
+
+logconfig_dict: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"no_probes": {"()": NoProbes}},
+    "formatters": {"line": {"format": LINE}},
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "formatter": "line",
+            "stream": "ext://sys.stderr",
+        },
+        "access": {
+            "class": "logging.StreamHandler",
+            "formatter": "line",
+            "filters": ["no_probes"],
+            "stream": "ext://sys.stdout",
+        },
+    },
+    "root": {"handlers": ["stderr"], "level": "INFO"},
+    "loggers": {
+        "gunicorn.error": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+        "gunicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+    },
+}
