@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -11,7 +9,7 @@ import pytest
 import requests
 
 from hooks.shell import DEADLINE, make_app
-from testbed.harness import free_port
+from tests.unit.hooks.gunicorn_run import gunicorn
 from tests.unit.hooks.slow_app import app as slow_app
 from tests.unit.hooks.slow_app import spin
 
@@ -37,32 +35,8 @@ def test_every_route_has_a_deadline_and_overrides_name_their_route() -> None:
 
 @pytest.fixture(scope="module")
 def gunicorn_url() -> Iterator[str]:
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            f"--bind=127.0.0.1:{port}",
-            "--workers=1",
-            "--timeout=30",
-            "tests.unit.hooks.slow_app:app",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(100):
-            try:
-                requests.get(f"{url}/healthz", timeout=1)
-                break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+    with gunicorn("tests.unit.hooks.slow_app:app", "--timeout=30") as (_, url):
         yield url
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 def test_gunicorns_sync_worker_keeps_serving_after_a_deadline(gunicorn_url: str) -> None:

@@ -3,58 +3,19 @@ the kubelet's probes leave no access line."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
+import requests
 
-from testbed.harness import free_port
+from tests.unit.hooks.gunicorn_run import gunicorn
 
 
 def test_probes_leave_no_access_line_and_every_line_has_time_level_and_component() -> None:
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            f"--bind=127.0.0.1:{port}",
-            "--workers=1",
-            "--access-logfile=-",
-            "--config=python:hooks.gunicorn_conf",
-            "hooks.entrance.app:app",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    flags = ("--access-logfile=-", "--config=python:hooks.gunicorn_conf")
+    with gunicorn("hooks.entrance.app:app", *flags, capture=True) as (server, url):
         for _ in range(3):
-            urllib.request.urlopen(f"{base}/healthz", timeout=5).read()
-        bad = urllib.request.Request(
-            f"{base}/sync",
-            data=json.dumps({"not": "a request"}).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            urllib.request.urlopen(bad, timeout=5)
-        except urllib.error.HTTPError as error:
-            assert error.code == 400
-    finally:
-        server.terminate()
-        output, _ = server.communicate(timeout=30)
+            requests.get(f"{url}/healthz", timeout=5)
+        assert requests.post(f"{url}/sync", json={"not": "a request"}, timeout=5).status_code == 400
+    assert server.stdout is not None
+    output = server.stdout.read()
     lines = [line for line in output.splitlines() if line.strip()]
     access = [line for line in lines if " gunicorn.access " in line]
     assert len(access) == 1 and '"POST /sync' in access[0], output
