@@ -12,8 +12,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from kubeapi.logs import formatter
+
 PROBE_PATHS = frozenset({"/healthz"})
-LINE = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 class NoProbes(logging.Filter):
@@ -28,7 +29,7 @@ logconfig_dict: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"no_probes": {"()": NoProbes}},
-    "formatters": {"line": {"format": LINE}},
+    "formatters": {"line": {"()": formatter}},
     "handlers": {
         "stderr": {
             "class": "logging.StreamHandler",

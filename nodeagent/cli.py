@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -23,7 +22,7 @@ import yaml
 
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
-from kubeapi import Kube
+from kubeapi import Kube, logs
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
 from nodeagent.detect.loop import (
@@ -179,7 +178,7 @@ def _ignore(detected: frozenset[str]) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.setup()
     table = manufacturers(os.environ)
     env = StartupEnv.from_env(os.environ)
     names = requested_manufacturers(args.manufacturer, table)

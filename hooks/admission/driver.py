@@ -74,7 +74,7 @@ from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
 from hooks.admission.lifecycle import keep_lifecycle_in_background
 from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
-from kubeapi import Kube, KubeError, Obj
+from kubeapi import Kube, KubeError, Obj, logs
 from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache, key_of
 from webhookcerts.keeper import Keeper, Target, keep_in_background
@@ -636,7 +636,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="a ValidatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup()
     kube = Kube.from_environment(args.kubeconfig)
     elector = Elector(kube, args.identity, args.lease_seconds, args.lease_namespace)
     # Unhealthy once passes have failed or hung for a whole Lease duration and then some.

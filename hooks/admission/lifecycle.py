@@ -39,7 +39,7 @@ from chain.labels import (
 from hooks.admission.ownership import CONFIG_MAP, ownership_writes
 from hooks.admission.patch import Patch
 from hooks.admission.stops import stop_writes
-from kubeapi import Kube, KubeError, Obj
+from kubeapi import Kube, KubeError, Obj, logs
 from kubeapi.watch import Cache, Watcher
 
 log = logging.getLogger("lifecycle")
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     parser.add_argument("--period", type=float, default=1.0)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup()
     LifecycleKeeper(Kube.from_environment(args.kubeconfig)).start().run(args.period)
 
 
