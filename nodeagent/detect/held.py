@@ -69,6 +69,17 @@ class ManufacturerDetection:
             return True
         return self.sysfs.has_device(self.pci_vendor, self.class_prefixes)
 
+    def why_none(self, no_pci_check: bool = False) -> str:
+        """Why the last pass found no card, for a person reading the agent's log."""
+        if not self.on_bus(no_pci_check):
+            prefixes = "/".join(self.class_prefixes)
+            return (
+                f"no PCI device of vendor {self.pci_vendor} (class {prefixes}) under /sys/bus/pci;"
+                " is this a node with the manufacturer's cards?"
+            )
+        problem = getattr(self.detector, "problem", None)
+        return str(problem) if problem else "its library answered, and listed no card"
+
     def detect(self, no_pci_check: bool = False) -> DetectionPass:
         try:
             groups = self.detector.detect() if self.on_bus(no_pci_check) else ()

@@ -105,7 +105,10 @@ class DetectLoop:
         )
         if self.holding_back:
             if not current.detected:
-                raise HeldBack(f"manufacturer {self.expected[0]} is expected but not detected")
+                maker = self.expected[0]
+                entry = next((e for e in self.detections if e.manufacturer == maker), None)
+                cause = entry.why_none(self.no_pci_check) if entry else "no detector for it"
+                raise HeldBack(f"manufacturer {maker} is expected but not detected: {cause}")
             self.holding_back = False
         return current
 

@@ -107,24 +107,36 @@ class NvidiaDetector:
         self._maker = maker if maker is not None else default_manufacturers()[NVIDIA]
         self._with_memory = group_id_with_memory
         self._initialized = False
+        self.problem: str | None = None
+        """Why the last pass found no card, when NVML said why (read by the hold-back log)."""
 
     def _ready(self) -> Nvml | None:
         nvml = self._nvml
         if nvml is None:
+            self.problem = "nvidia-ml-py (pynvml) is not installed in the agent's image"
             return None
         if not self._initialized:
             try:
                 nvml.nvmlInit()
-            except nvml.NVMLError:
-                return None  # no driver (or no library): no NVIDIA cards, not a failure
+            except nvml.NVMLError as error:
+                # No driver (or no library): no NVIDIA cards, not a failure; but say why.
+                self.problem = (
+                    f"NVML did not start ({error}); is the NVIDIA driver loaded, and is "
+                    "libnvidia-ml.so.1 reachable in the container (the NVIDIA container toolkit "
+                    "mounts it)?"
+                )
+                return None
             self._initialized = True
         return nvml
 
     def _count(self, nvml: Nvml) -> int:
         try:
-            return int(nvml.nvmlDeviceGetCount())
-        except nvml.NVMLError:
+            count = int(nvml.nvmlDeviceGetCount())
+        except nvml.NVMLError as error:
+            self.problem = f"NVML could not count the cards ({error})"
             return 0
+        self.problem = None if count else "NVML started and counts no card"
+        return count
 
     def detect(self) -> tuple[DevicesGroup, ...]:
         nvml = self._ready()

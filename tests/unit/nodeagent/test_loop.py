@@ -207,3 +207,32 @@ def test_simulated_card_turning_unhealthy_is_reported() -> None:
     first, second = (report.groups[0].accelerators for report in recorder.reported)
     assert [card.status.unhealthy for card in first] == [False, False]
     assert [card.status.unhealthy for card in second] == [False, True]
+
+
+class _NoDriver:
+    """pynvml on a node whose driver is not loaded: `nvmlInit` fails."""
+
+    class NVMLError(Exception):
+        pass
+
+    def nvmlInit(self) -> None:
+        raise self.NVMLError("Driver Not Loaded")
+
+
+def test_the_hold_back_says_why_nothing_was_found(tmp_path: Path) -> None:
+    from nodeagent.detect.nvidia import NvidiaDetector
+
+    def held_back(detector: object, no_pci_check: bool) -> str:
+        entry = ManufacturerDetection(detector, Sysfs(tmp_path), "10de", ("03",))  # type: ignore[arg-type]
+        agent = DetectLoop([entry], ["nvidia"], lambda _: None, lambda _: None)
+        agent.no_pci_check = no_pci_check
+        with pytest.raises(HeldBack) as held:
+            agent.detect()
+        return str(held.value)
+
+    no_driver = NvidiaDetector(nvml=_NoDriver(), sysfs=Sysfs(tmp_path))  # type: ignore[arg-type]
+    message = held_back(no_driver, no_pci_check=True)
+    assert message.startswith("manufacturer nvidia is expected but not detected: NVML did not")
+    assert "Driver Not Loaded" in message
+    # The pre-check found no NVIDIA device at all (an empty sysfs): that is the cause.
+    assert "no PCI device of vendor 10de" in held_back(no_driver, no_pci_check=False)
