@@ -39,7 +39,7 @@ from chain.accelerators import (
 from chain.apis import WORKER_API
 from chain.keys import accelerator_key
 from chain.labels import AcceleratorGroupFacts
-from chain.ledger import DevicesStatus
+from chain.ledger import DevicesStatus, Mode
 from chain.partitions import Placement
 
 __all__ = [
@@ -317,6 +317,30 @@ class Devices:
             status=DevicesStatus.parse(f.child(body, "status", ""), "status"),
             labels={key: str(value) for key, value in labels.items()},
         )
+
+    def summary(self) -> Obj:
+        """What `kubectl get devices` shows (the CRD's printer columns), kept in the status
+        beside the ledger: the cards listed, the whole cards free, the cards held in each mode,
+        and the logical slices held. A card without a ledger row is untouched (free)."""
+        held = {mode: 0 for mode in Mode if mode != Mode.NONE}
+        cards = free = slices = 0
+        for group, card in self.spec.cards():
+            cards += 1
+            row = self.status.row(group.manufacturer, group.id, card.id)
+            if row is None or row.mode == Mode.NONE:
+                free += 1
+                continue
+            held[row.mode] += 1
+            slices += row.allocated_slices
+        return {
+            "cards": cards,
+            "free": free,
+            "exclusive": held[Mode.EXCLUSIVE],
+            "shared": held[Mode.SHARED],
+            "sliced": held[Mode.SLICED],
+            "partitioned": held[Mode.PARTITIONED],
+            "slices": slices,
+        }
 
     def render(self) -> Obj:
         metadata: Obj = {"name": self.name}

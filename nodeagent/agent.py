@@ -178,7 +178,9 @@ class Reporter:
         rebuilt = rebuild_status(
             current.spec, [PodAllocations.from_pod(pod) for pod in pods], self.release_terminated
         )
-        if rebuilt.status == current.status:
+        summary = Devices(current.name, current.spec, rebuilt.status).summary()
+        shown = (devices.get("status") or {}).get("summary")
+        if rebuilt.status == current.status and shown == summary:
             return devices
         for problem in rebuilt.problems:
             log.warning("ledger of %s: %s", self.node, problem)
@@ -186,7 +188,7 @@ class Reporter:
             "apiVersion": DEVICES_API,
             "kind": DEVICES_KIND,
             "metadata": {"name": self.node},
-            "status": rebuilt.status.render(),
+            "status": {**rebuilt.status.render(), "summary": summary},
         }
         written = self.kube.apply(body, LEDGER_MANAGER, subresource="status")
         log.info("Devices %s ledger written", self.node)

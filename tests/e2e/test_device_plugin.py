@@ -32,6 +32,7 @@ from testbed.drivers import run_agent
 from testbed.harness import Testbed, pid_alive
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
+from testbed.kubectl import kubectl
 from testbed.kubelet import KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
 
@@ -177,6 +178,12 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
         LEDGER_FOLLOWS_S,
         "the shared fit label to follow the ledger (on the Pod change, not a round)",
     )
+
+    # `kubectl get devices` shows the ledger at a glance (the CRD's printer columns).
+    table = kubectl(testbed, "get", "devices", plugin_node.name).splitlines()
+    header, row = table[0].split(), table[1].split()
+    shown = dict(zip(header, row, strict=False))
+    assert (shown["CARDS"], shown["FREE"], shown["EXCLUSIVE"]) == ("4", "3", "1"), table
 
     # The ledger is written only when it changes: with no Pod moving, nothing is written.
     before = (kube.get(WORKER, "Devices", plugin_node.name) or {})["metadata"]["resourceVersion"]

@@ -23,7 +23,13 @@ from chain.devices import (
     is_whole_accelerator_capable,
 )
 from chain.labels import accelerator_labels
-from chain.ledger import AcceleratorAllocation, DevicesStatus, Mode, ProfileCount
+from chain.ledger import (
+    AcceleratorAllocation,
+    DevicesAllocationGroup,
+    DevicesStatus,
+    Mode,
+    ProfileCount,
+)
 from chain.units import M
 
 MIG_CARD: dict[str, Any] = {
@@ -323,3 +329,36 @@ def test_card_round_trip(card: Accelerator) -> None:
 @given(_rows)
 def test_ledger_row_round_trip(row: AcceleratorAllocation) -> None:
     assert AcceleratorAllocation.parse(row.render(), "row") == row
+
+
+def test_the_summary_counts_cards_free_held_per_mode_and_slices() -> None:
+    from tests.unit.nodeagent.plugin.fakes import t4_spec
+
+    spec = t4_spec()
+    group = spec.groups[0]
+    ids = [card.id for card in group.accelerators]
+    status = DevicesStatus(
+        (
+            DevicesAllocationGroup(
+                group.id,
+                group.manufacturer,
+                (
+                    AcceleratorAllocation(ids[0], 0, Mode.EXCLUSIVE),
+                    AcceleratorAllocation(
+                        ids[1], 1, Mode.SLICED, remaining=M // 2, allocated_slices=3
+                    ),
+                    AcceleratorAllocation(ids[2], 2, Mode.NONE, remaining=M),
+                ),
+            ),
+        )
+    )
+    # The fourth card has no row yet: untouched, so free.
+    assert Devices("node-a", spec, status).summary() == {
+        "cards": 4,
+        "free": 2,
+        "exclusive": 1,
+        "shared": 0,
+        "sliced": 1,
+        "partitioned": 0,
+        "slices": 3,
+    }
