@@ -131,9 +131,10 @@ def test_metacontroller_reaches_the_hooks_from_its_own_pod(real_chain: Testbed) 
             log = kubectl(
                 bed, "logs", "-n", NAMESPACE, hook["metadata"]["name"], f"--since={seconds}s"
             )
-            if any(
-                line.startswith(address + " ") and '" 200 ' in line for line in log.splitlines()
-            ):
+            # Access lines read "<time> INFO gunicorn.access <client> - - [...] ..."
+            # (hooks/gunicorn_conf.py).
+            caller = f" gunicorn.access {address} "
+            if any(caller in line and '" 200 ' in line for line in log.splitlines()):
                 return True
         return False
 
