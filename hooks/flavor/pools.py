@@ -34,10 +34,12 @@ from chain.apis import (
     KUEUE_API,
     NODE_FLAVORS,
     NODE_FLAVORS_RESOURCE,
+    RESOURCE_FLAVOR,
     RESOURCE_FLAVORS_RESOURCE,
     SETTINGS,
     SETTINGS_NAME,
     TOPOLOGIES_RESOURCE,
+    TOPOLOGY,
     WORKER_API,
 )
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES, RESOURCE_TYPE_TOPOLOGY
@@ -151,7 +153,9 @@ def sync(body: Any) -> Obj:
     # A name taken by an object that is not ours (an InstanceType an admin made or the keeper
     # released, a flavor released with an earlier singleton and not yet adopted back) is not
     # created: Metacontroller would fail the whole sync on AlreadyExists.
-    taken = {_identity(obj) for obj in request.related} - attached
+    owned_kinds = ((RESOURCE_FLAVOR, KUEUE_API), (TOPOLOGY, KUEUE_API), (INSTANCE_TYPE, WORKER_API))
+    related = (obj for kind, api in owned_kinds for obj in request.related.of(kind, api))
+    taken = {_identity(obj) for obj in related} - attached
     return {"attachments": [obj for obj in desired if _identity(obj) not in taken]}
 
 
