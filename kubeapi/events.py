@@ -28,6 +28,8 @@ SERIES_WINDOW_S = 6 * 60.0
 BURST = 25
 REFILL_S = 300.0
 """client-go's spam filter: 25 Events per object at once, then one every five minutes."""
+BUCKETS_KEPT = 4096
+"""Past this many objects' spam-filter buckets, the full ones are forgotten."""
 NORMAL = "Normal"
 WARNING = "Warning"
 
@@ -141,6 +143,12 @@ class EventRecorder:
                 self._idle.notify_all()
 
     def _allowed(self, uid: str, now: float) -> bool:
+        if len(self._buckets) > BUCKETS_KEPT:
+            # A bucket refilled to its burst says nothing a fresh one would not: forget it, so
+            # the map does not grow with every object ever mentioned.
+            for key, old in list(self._buckets.items()):
+                if old.tokens + (now - old.at) / REFILL_S >= BURST:
+                    del self._buckets[key]
         bucket = self._buckets.setdefault(uid, _Bucket(float(BURST), now))
         bucket.tokens = min(float(BURST), bucket.tokens + (now - bucket.at) / REFILL_S)
         bucket.at = now

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kubeapi import KubeError
 from kubeapi.events import BURST, REFILL_S, SERIES_WINDOW_S, WARNING, EventRecorder
 
@@ -93,3 +95,22 @@ def test_a_failed_write_is_dropped_and_the_recorder_goes_on() -> None:
     recorder.event(WORKLOAD, WARNING, "NodeDevicesRetry", "y")
     assert recorder.drain(5)
     assert [e["note"] for e in kube.created] == ["y"]
+
+
+def test_full_spam_filter_buckets_are_forgotten_so_the_map_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import kubeapi.events as events
+
+    monkeypatch.setattr(events, "BUCKETS_KEPT", 3)
+    kube, clock = FakeKube(), [0.0]
+    recorder = _recorder(kube, clock)
+    for n in range(5):
+        recorder.event(
+            {**WORKLOAD, "metadata": {"name": f"w{n}", "uid": f"u{n}"}}, WARNING, "R", "x"
+        )
+    assert recorder.drain(5)
+    clock[0] = REFILL_S  # every bucket has refilled
+    recorder.event({**WORKLOAD, "metadata": {"name": "w9", "uid": "u9"}}, WARNING, "R", "x")
+    assert recorder.drain(5)
+    assert set(recorder._buckets) == {"u9"}
