@@ -11,10 +11,14 @@ node agents), every card free.
 1. Without the check: no verdict driver runs, so the AdmissionCheck is not Active and the queue
    hook leaves it off the pool's ClusterQueue. Submit `--workloads` Workloads of one whole card
    each; time from the first create to the last `Admitted`.
-2. With the check: start `python -m hooks.admission.driver` as the shipped ServiceAccount; the
-   queue hook names the check once the driver marks it Active. The same Workloads again.
-3. Verdict latency: `--latency` Workloads at `--rate` per second, on the first pool size and
-   again after the pool grew to the second; QuotaReserved -> our verdict, as seen by a watch.
+2. With the check, `--rounds` times each, in alternating order: answered by
+   `python -m hooks.admission.driver` as the shipped ServiceAccount (the queue hook names the
+   check once it is Active), and by `benchmarks.trivial_check`, which says Ready at once without
+   judging (the limit any AdmissionCheck controller meets: Kueue's own writes per checked
+   Workload). The same Workloads each time. The headline is driver / trivial.
+3. Verdict latency: `--latency` Workloads at `--rate` per second, answered by the driver and then
+   by the trivial check, on the first pool size and again after the pool grew to the second;
+   QuotaReserved -> the check's entry Ready, as seen by a watch.
 
 Every Workload is deleted as soon as it is admitted (there is no job to run it), so cards never
 run out. The API server's request counters around both runs show what the check costs per
@@ -29,6 +33,7 @@ import os
 import pstats
 import queue
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -75,6 +80,7 @@ WORKER = "worker.gpustack.ai/v1alpha1"
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 NAMESPACE = "bench"
 DRIVER = "admission-driver"
+TRIVIAL = "trivial-check"
 DRIVER_ACCOUNT = ("gpustack-system", "gpustack-admission-driver")
 THREADS = 8
 
@@ -311,15 +317,43 @@ def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
     wrap = [] if profile is None else ["benchmarks.profiled", str(profile)]
     argv = [sys.executable, "-m", *wrap, "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
     bed.run(DRIVER, [*argv, "--period", str(period), "--health-port", "-1"])
+    _wait_check_named(bed, "the driver")
+
+
+def start_trivial(bed: Testbed, period: float) -> None:
+    """`benchmarks.trivial_check` as the driver's ServiceAccount, with the driver's writers."""
+    kubeconfig = bed.service_account_kubeconfig(*DRIVER_ACCOUNT)
+    argv = [sys.executable, "-m", "benchmarks.trivial_check", "--kubeconfig", str(kubeconfig)]
+    bed.run(TRIVIAL, [*argv, "--period", str(period)])
+    _wait_check_named(bed, "the trivial check")
+
+
+def _wait_check_named(bed: Testbed, who: str) -> None:
     kube = bed.kube
     wait_for(
         lambda: (
             condition(kube.get(KUEUE, "AdmissionCheck", NODE_DEVICES_CHECK), "Active") == "True"
         ),
         60,
-        "the driver to mark the AdmissionCheck Active",
+        f"{who} to mark the AdmissionCheck Active",
     )
     wait_for(lambda: queue_ready(kube, True), 120, "the queue to name the check", interval=1)
+
+
+@contextlib.contextmanager
+def checking(bed: Testbed, who: str, period: float, profile: Path | None) -> Iterator[None]:
+    """The check answered by `who` (DRIVER or TRIVIAL) for the block, stopped after it (the
+    AdmissionCheck stays Active, so the queue keeps naming it)."""
+    if who == DRIVER:
+        start_driver(bed, period, profile)
+    else:
+        start_trivial(bed, period)
+    try:
+        yield
+    finally:
+        if who == DRIVER and profile is not None:
+            print_profile(bed, profile)
+        bed.stop(who)
 
 
 def print_profile(bed: Testbed, profile: Path) -> None:
@@ -366,31 +400,59 @@ def compare(
     period: float,
     profile: Path | None,
     timeout: float,
+    rounds: int,
 ) -> None:
-    """The same burst of Workloads without the check, then with it (the driver started between).
+    """The same burst of Workloads without the check, then with it: answered by the driver and
+    by the trivial check in turn (`rounds` of each, the order alternated).
 
-    Prints both throughputs, their ratio, and what the check adds in API requests."""
+    Prints every throughput, the headline driver / trivial, with/without, and what the check
+    adds in API requests (driver runs)."""
     kube = bed.kube
     before = api_requests(kube)
     without = submit(clients, "plain", count, None, timeout)
     plain_requests = served_between(before, api_requests(kube))
     plain = report_run(f"without the check ({pool})", without)
 
-    start_driver(bed, period, profile)
-    before = api_requests(kube)
-    checked = submit(clients, "checked", count, None, timeout)
-    checked_requests = served_between(before, api_requests(kube))
-    rate = report_run(f"with the check ({pool})", checked)
+    rates: dict[str, list[float]] = {DRIVER: [], TRIVIAL: []}
+    checked_requests: Counter[RequestKey] = Counter()
+    paces = []
+    for turn in range(rounds):
+        order = (DRIVER, TRIVIAL) if turn % 2 == 0 else (TRIVIAL, DRIVER)
+        for who in order:
+            with checking(bed, who, period, profile if who == DRIVER else None):
+                before = api_requests(kube)
+                run = submit(clients, f"{who}-{turn}", count, None, timeout)
+                if who == DRIVER:
+                    checked_requests += served_between(before, api_requests(kube))
+                    paces.append(verdict_pace(run.values()))
+                rates[who].append(report_run(f"with the check, {who} ({pool})", run))
+    driver = statistics.mean(rates[DRIVER])
+    trivial = statistics.mean(rates[TRIVIAL])
     print(
-        f"throughput ratio with/without: {rate / plain:.2f} (goal >= 0.8); the driver wrote"
-        f" a verdict every {verdict_pace(checked.values()) * 1e3:.0f} ms (median) while busy",
+        f"throughput driver / trivial check: {driver / trivial:.2f} (goal >= 0.95);"
+        f" with the check (driver) / without: {driver / plain:.2f}; the driver wrote a verdict"
+        f" every {statistics.median(paces) * 1e3:.0f} ms (median) while busy",
         flush=True,
     )
     print("extra API requests per Workload with the check (verb resource/subresource):")
-    for (verb, resource, sub), n in per_workload(checked_requests - plain_requests, count):
+    for (verb, resource, sub), n in per_workload(
+        checked_requests - _times(plain_requests, rounds), count * rounds
+    ):
         print(f"  {n:6.2f}  {verb} {resource}{'/' + sub if sub else ''}")
-    if profile is not None:
-        print_profile(bed, profile)
+
+
+def _times(counts: Counter[RequestKey], n: int) -> Counter[RequestKey]:
+    return Counter({key: value * n for key, value in counts.items()})
+
+
+def latency(
+    bed: Testbed, clients: Clients, pool: str, args: argparse.Namespace, timeout: float
+) -> None:
+    """Paced Workloads answered by the driver, then by the trivial check (the floor)."""
+    for who in (DRIVER, TRIVIAL):
+        with checking(bed, who, args.period, None):
+            paced = submit(clients, f"paced-{pool}-{who}", args.latency, args.rate, timeout)
+            report_run(f"verdict latency, {pool} nodes, {args.rate:g}/s, {who}", paced)
 
 
 @contextlib.contextmanager
@@ -411,7 +473,12 @@ def main() -> None:
         "--workloads", type=int, help="per throughput run (default 2000; 0: latency runs only)"
     )
     parser.add_argument("--nodes", type=int, nargs=2, help="the two pool sizes (100 1000)")
-    parser.add_argument("--latency", type=int, help="Workloads per latency run (default 200)")
+    parser.add_argument(
+        "--latency", type=int, help="Workloads per latency run (default 200; 0: none)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="throughput runs each of driver and trivial check"
+    )
     parser.add_argument("--rate", type=float, default=2.0, help="latency runs: creates per s")
     parser.add_argument("--cards", type=int, default=8, help="T4 cards per node")
     parser.add_argument("--period", type=float, default=0.5, help="the driver's --period")
@@ -422,7 +489,8 @@ def main() -> None:
     args = parser.parse_args()
     count = args.workloads if args.workloads is not None else (200 if args.quick else 2000)
     small, large = args.nodes or ((20, 100) if args.quick else (100, 1000))
-    latency = args.latency or (50 if args.quick else 200)
+    if args.latency is None:
+        args.latency = 50 if args.quick else 200
     timeout = max(300.0, float(count))
 
     began = time.monotonic()
@@ -445,18 +513,17 @@ def main() -> None:
 
         profile = bed.root / "driver.prof" if args.profile else None
         if count:
-            compare(bed, clients, count, f"{small} nodes", args.period, profile, timeout)
-        else:
-            start_driver(bed, args.period, profile)
+            pool = f"{small} nodes"
+            compare(bed, clients, count, pool, args.period, profile, timeout, args.rounds)
 
-        paced = submit(clients, "paced-small", latency, args.rate, timeout)
-        report_run(f"verdict latency, {small} nodes, {args.rate:g}/s", paced)
+        if args.latency:
+            latency(bed, clients, str(small), args, timeout)
         grown = [f"t4-{i:04d}" for i in range(small, large)]
         growing = time.monotonic()
         grow_pool(bed, clients, grown, args.cards, large)
         print(f"pool grown to {large} nodes in {time.monotonic() - growing:.0f}s", flush=True)
-        paced = submit(clients, "paced-large", latency, args.rate, timeout)
-        report_run(f"verdict latency, {large} nodes, {args.rate:g}/s", paced)
+        if args.latency:
+            latency(bed, clients, str(large), args, timeout)
         print(f"done in {time.monotonic() - began:.0f}s ({now()})", flush=True)
 
 

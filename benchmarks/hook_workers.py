@@ -262,7 +262,7 @@ def peaks(sizes: list[int]) -> None:
         "/flavors/sync": ("hooks.flavor.app:app", lambda n: pools_hook.build(n)[0]),
         "/sync": (
             "hooks.instancetype.app:app",
-            lambda n: json.dumps(instancetype_hook.request(n)).encode(),
+            lambda n: json.dumps(instancetype_hook.build(n)[1]).encode(),
         ),
     }
     print("| route | nodes | request MiB | worker idle MiB | worker peak MiB |")

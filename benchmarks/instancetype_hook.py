@@ -5,21 +5,28 @@
 For each size: one A100 pool of that many nodes, each with a `Devices` object as the API server
 serves it (server metadata, managedFields, 8 cards: 2 MIG-partitioned with 5 profiles and their
 placements, 6 logically sliceable) and a ledger of mixed modes (free, exclusive, shared, sliced,
-partitioned, cards without a row). The request is what Metacontroller sends in steady state:
-the InstanceType, every Devices of the pool, the pool's flavors, its ClusterQueue, the settings.
-Interleaved in one run, time `json.loads` of the body alone and `json.loads` + `status.sync` +
-`json.dumps(answer)`, and print p50/p95 of both and their ratio.
+partitioned, cards without a row).
+
+- The hook: the request Metacontroller sends in steady state (the InstanceType, its PoolCards as
+  served, the pool's flavors, its ClusterQueue, the settings); interleaved in one run, time
+  `json.loads` of the body alone and `json.loads` + `status.sync` + `json.dumps(answer)`, and
+  print p50/p95 of both and their ratio. Beside it, the size the request had when it related
+  every Devices of the pool instead.
+- The pool-cards keeper over the same Devices (its API server a sink): its first pass (every
+  node parsed), then p50/p95 of a pass after one node's ledger changed, what each ledger write
+  costs it.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import random
 import statistics
 from typing import Any
 
-from benchmarks.timing import measure, percentile
+from benchmarks.timing import measure, percentile, timed
 from chain.devices import (
     Accelerator,
     AcceleratorStatus,
@@ -40,7 +47,10 @@ from chain.ledger import (
     Mode,
     ProfileCount,
 )
+from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
+from chain.pools import PoolIdentity
 from chain.units import SHARE_UNITS, M
+from hooks.admission.pool_cards import PoolCardsKeeper
 from hooks.instancetype import status
 
 Obj = dict[str, Any]
@@ -183,8 +193,41 @@ def devices(node: int) -> Obj:
     return obj
 
 
-def request(size: int) -> Obj:
-    random.seed(size)
+def served_pool_cards(target: Obj, nodes: list[Obj]) -> Obj:
+    """The keeper's PoolCards for `target` over `nodes`, as the API server serves it."""
+    identity = PoolIdentity.of_spec(target["spec"], "spec")
+    cards = pool_cards(identity, False, nodes)
+    assert cards is not None
+    obj = pool_cards_object(target, cards)
+    obj["metadata"].update(
+        uid="7f3a0c2e-5b1d-4e8f-9a6c-2d4b8e1f0a37",
+        resourceVersion="2000417",
+        generation=214,
+        creationTimestamp="2026-11-30T05:00:00Z",
+        managedFields=[
+            {
+                "manager": "gpustack-pool-cards",
+                "operation": "Apply",
+                "apiVersion": "gpustack.ai/v1alpha1",
+                "time": "2026-11-30T07:12:44Z",
+                "fieldsType": "FieldsV1",
+                "fieldsV1": {
+                    "f:metadata": {"f:ownerReferences": {}},
+                    "f:spec": {
+                        "f:computeCapability": {},
+                        "f:nodes": {},
+                        "f:runtimeVersions": {},
+                        "f:slicedDetail": {},
+                        "f:views": {},
+                    },
+                },
+            }
+        ],
+    )
+    return obj
+
+
+def target_type() -> Obj:
     spec = {
         "generalGroup": "generic",
         "acceleratorGroup": AKEY,
@@ -195,12 +238,22 @@ def request(size: int) -> Obj:
         "unitResources": {"cpu": "16", "ram": "128Gi"},
         "localStorage": "100Gi",
     }
-    target = {
+    return {
         "apiVersion": WORKER,
         "kind": "InstanceType",
-        "metadata": {"name": POOL, "uid": "1b7c", "generation": 1, "resourceVersion": "30017"},
+        "metadata": {
+            "name": POOL,
+            "uid": "1b7c0d4e-2f3a-4b5c-8d6e-7f8091a2b3c4",
+            "generation": 1,
+            "resourceVersion": "30017",
+        },
         "spec": spec,
     }
+
+
+def request(size: int, nodes: list[Obj]) -> Obj:
+    """The steady-state request over a pool of `size` nodes (`nodes`: their Devices)."""
+    target = target_type()
     own = f"acceleratable.feature.gpustack.ai/{AKEY}"
     flavor = {
         "apiVersion": KUEUE,
@@ -247,18 +300,63 @@ def request(size: int) -> Obj:
             ]
         },
     }
-    nodes = [devices(node) for node in range(size)]
+    cards = served_pool_cards(target, nodes)
     return {
         "controller": {"kind": "DecoratorController", "metadata": {"name": "x"}},
         "object": target,
         "attachments": {},
         "related": {
-            f"Devices.{WORKER}": {obj["metadata"]["name"]: obj for obj in nodes},
+            f"{POOL_CARDS}.{POOL_CARDS_API}": {POOL: cards},
             f"ResourceFlavor.{KUEUE}": {FLAVOR: flavor},
             f"ClusterQueue.{KUEUE}": {POOL: queue},
             "Settings.gpustack.ai/v1alpha1": {},
         },
     }
+
+
+def build(size: int) -> tuple[list[Obj], Obj]:
+    """A pool of `size` nodes (seeded by its size): their Devices, and the hook's request."""
+    random.seed(size)
+    nodes = [devices(node) for node in range(size)]
+    return nodes, request(size, nodes)
+
+
+class _Sink:
+    """The keeper's API server: takes every apply."""
+
+    def __init__(self) -> None:
+        self.applied: list[Obj] = []
+
+    def apply(self, obj: Obj, manager: str = "") -> Obj:
+        self.applied.append(obj)
+        return obj
+
+
+def keeper_passes(size: int, nodes: list[Obj], repeats: int) -> tuple[float, list[float]]:
+    """The keeper's first pass over the pool (every node parsed), then `repeats` passes each
+    after one node's ledger changed (a new version of one Devices), timed without the cache
+    updates themselves."""
+    sink = _Sink()
+    keeper = PoolCardsKeeper(sink)  # type: ignore[arg-type]
+    keeper.types.replace([target_type()], "1")
+    keeper.settings.replace([], "1")
+    keeper.written.replace([], "1")
+    keeper.devices.replace(nodes, "1")
+    cold = timed(keeper.keep_once)
+    steady: list[float] = []
+    current = list(nodes)
+    for turn in range(repeats):
+        keeper.written.replace(sink.applied[-1:], str(turn + 2))
+        number = random.randrange(size)
+        changed = copy.deepcopy(current[number])
+        changed["metadata"]["resourceVersion"] = str(900000 + turn)
+        rows = changed["status"]["groups"][0]["accelerators"]
+        if rows:
+            rows.pop()
+        current[number] = changed
+        keeper.devices.replace(current, str(turn + 2))
+        steady.append(timed(keeper.keep_once))
+    return cold, steady
 
 
 def main() -> None:
@@ -268,20 +366,25 @@ def main() -> None:
     args = parser.parse_args()
 
     print(
-        f"{'nodes':>6} {'cards':>6} {'body':>9} {'loads p50':>9} {'p95':>7}"
-        f" {'sync p50':>9} {'p95':>7} {'ratio p50':>9} {'p95':>5}  summary"
+        f"{'nodes':>6} {'body':>9} {'if Devices':>10} {'loads p50':>9} {'p95':>7}"
+        f" {'sync p50':>9} {'p95':>7} {'ratio p50':>9} {'p95':>5}"
+        f" {'keeper cold':>11} {'pass p50':>8} {'p95':>7}  summary"
     )
     for size in args.sizes:
-        body = request(size)
+        nodes, body = build(size)
+        related_devices = len(json.dumps({obj["metadata"]["name"]: obj for obj in nodes}))
         raw = json.dumps(body).encode()
         summary = status.sync(json.loads(raw))["status"]["acceleratorSummary"]
         decoded, synced = measure(raw, status.sync, args.repeats)
         d50, d95 = statistics.median(decoded), percentile(decoded, 0.95)
         s50, s95 = statistics.median(synced), percentile(synced, 0.95)
+        cold, steady = keeper_passes(size, nodes, args.repeats)
+        k50, k95 = statistics.median(steady), percentile(steady, 0.95)
         print(
-            f"{size:>6} {size * 8:>6} {len(raw) / 2**20:>7.2f}Mi {d50 * 1e3:>7.1f}ms"
-            f" {d95 * 1e3:>5.1f}ms {s50 * 1e3:>7.1f}ms {s95 * 1e3:>5.1f}ms"
-            f" {s50 / d50:>9.2f} {s95 / d95:>5.2f}  {summary}"
+            f"{size:>6} {len(raw) / 2**10:>7.1f}Ki {related_devices / 2**20:>8.2f}Mi"
+            f" {d50 * 1e3:>7.2f}ms {d95 * 1e3:>5.2f}ms {s50 * 1e3:>7.2f}ms {s95 * 1e3:>5.2f}ms"
+            f" {s50 / d50:>9.2f} {s95 / d95:>5.2f} {cold * 1e3:>9.0f}ms"
+            f" {k50 * 1e3:>6.0f}ms {k95 * 1e3:>5.0f}ms  {summary}"
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from chain.keys import CpuKey
 from chain.labels import (
@@ -94,6 +95,32 @@ class PoolIdentity:
     accelerator_group: str
     os: str
     arch: str
+
+    @classmethod
+    def of_spec(cls, spec: object, where: str) -> PoolIdentity:
+        """The pool an InstanceType's spec (at JSON path `where`) stands for; a missing
+        `generalGroup` is the `generic` group, as the defaulting webhook writes it. A field of
+        the wrong type is a ValueError naming it."""
+        if spec is None:
+            spec = {}
+        if not isinstance(spec, Mapping):
+            raise ValueError(f"{where}: expected an object, got {spec!r}")
+
+        def read(key: str, kind: type) -> Any:
+            value = spec.get(key)
+            if value is None:
+                return kind()
+            if not isinstance(value, kind):
+                raise ValueError(f"{where}.{key}: expected a {kind.__name__}, got {value!r}")
+            return value
+
+        return cls(
+            acceleratable=read("acceleratable", bool),
+            general_group=read("generalGroup", str) or GENERIC,
+            accelerator_group=read("acceleratorGroup", str),
+            os=read("os", str),
+            arch=read("arch", str),
+        )
 
     def schedule_labels(self, aware: bool) -> dict[str, str]:
         return pool_schedule_labels(

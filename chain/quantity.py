@@ -6,6 +6,7 @@ floats would turn `0.1` CPU or a large byte count into a rounding error, so ever
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -47,3 +48,17 @@ def parse_quantity(text: str) -> Fraction:
         return value * Fraction(10) ** exponent
     suffix = match["suffix"] or ""
     return value * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
+
+
+_SCALES = (("", 1), ("m", 10**3), ("u", 10**6), ("n", 10**9))
+
+
+def format_quantity(value: int | Fraction) -> str:
+    """A decimal quantity string: whole numbers plain (`72`), fractions in the coarsest exact
+    SI suffix (`68500m`), anything finer rounded up to nanos, as Kubernetes rounds."""
+    amount = Fraction(value)
+    for suffix, scale in _SCALES:
+        scaled = amount * scale
+        if scaled.denominator == 1:
+            return f"{scaled.numerator}{suffix}"
+    return f"{math.ceil(amount * 10**9)}n"

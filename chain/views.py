@@ -1,262 +1,236 @@
-"""What the InstanceType views read from a pool's `Devices` objects, and how they print numbers.
+"""The InstanceType views: what a pool can still take, per request family (control-plane §3.6).
 
-A pool's views look at one card group (the pool's aKey) on every node of the pool, each card
-joined to its ledger row. Reading that through `Devices.parse` would build every group, card
-topology and placement of the object, most of which the views never look at; a pool of a
-thousand nodes is re-read on every ledger change, so `pool_node` reads only the pool's group and
-its rows, and checks only the fields it reads (a ValueError names the field, relative to the
-object).
+Each card feeds exactly one family group by what it can do, never by its ledger alone:
+partitioned cards only PT, every other card EX and SH, and logically sliceable ones SL too. A
+view is `{onceMaxRequest, remaining, capacity}`; `onceMaxRequest` is the largest request one
+placement can take, so it follows the unit one request is bound to:
 
-The join follows the ledger's wire rules (`chain.ledger`): a card without a row is untouched
-(M units left), a row without `remaining` is a fully used card (0 left). A partitioned card is
-never read as full for a missing or empty row: the views fall back to the card's catalog.
+- EX: a request of N whole cards lands on one node, so the node with the most free cards.
+- SH: a shared request of N names N distinct cards on one node, and spare shares on one card do
+  not add up, so the node with the most cards that still have a free share (§8 item 6).
+- SL: a slice sits on one card, so the freest card.
+- PT: a partition request is exactly one instance, so 1 while any card can host one.
+
+CPU: the pool queue's `cpu` quota less what Kueue has reserved; one request lands on one node,
+so the largest node (its cores are in the flavor name), but never more than what is left.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TypeGuard
 
 from chain import fields as f
-from chain.accelerators import AcceleratorStatus, LogicalSliced, PartitionProfile, PhysicalSliced
-from chain.keys import accelerator_key
-from chain.labels import ACCELERATABLE_PREFIX, ARCH, GENERAL_PREFIX, MANAGED, OS, TRUE
-from chain.ledger import AcceleratorAllocation, Mode, ProfileCount
-from chain.units import M
+from chain.ledger import Mode, ProfileCount
+from chain.partitions import publish_profile_name
+from chain.pool_nodes import PoolCard, PoolNode
+from chain.quantity import format_quantity, parse_quantity
+from chain.units import SHARED_MAX_OWNERS, M, units_to_percent, units_to_shares
+
+Obj = dict[str, object]
+
+PERCENT_PER_CARD = 100
+Amount = int | Fraction
+_VIEW_KEYS = ("onceMaxRequest", "remaining", "capacity")
+_EXCLUSIVE, _SHARED = "accelerator", "acceleratorShared"
+_SLICED, _PARTITIONED = "acceleratorSliced", "acceleratorPartitioned"
 
 
-def pool_devices_selector(schedule_labels: Mapping[str, str]) -> dict[str, str] | None:
-    """`poolDevicesSelector`: the labels a pool's `Devices` objects carry.
-
-    The pool's feature keys (`acceleratable.`/`general.` ones set to `true`), os and arch, and
-    `gpustack.ai/managed=true`. `feature.gpustack.ai/acceleratable` is left out: it is a node
-    and flavor label, never a Devices one. None when the labels name no accelerator (a CPU
-    pool has no Devices, and os/arch alone would select every node of a platform).
-    """
-    selector = {MANAGED: TRUE}
-    accelerated = False
-    for key, value in schedule_labels.items():
-        if key in (OS, ARCH):
-            selector[key] = value
-        elif value == TRUE and key.startswith((GENERAL_PREFIX, ACCELERATABLE_PREFIX)):
-            selector[key] = value
-            accelerated = accelerated or key.startswith(ACCELERATABLE_PREFIX)
-    return selector if accelerated else None
-
-
-@dataclass(frozen=True)
-class PoolCard:
-    """One card of the pool's group, with its ledger row (None: the ledger has no row yet)."""
-
-    id: str
-    capability: AcceleratorStatus
-    """What the card can be cut into; placements are not read (left empty)."""
-    row: AcceleratorAllocation | None
-    """The ledger row's mode, remaining units and partition counts (the other fields are not
-    read and may be left unset)."""
-
-    @property
-    def partitioned(self) -> bool:
-        """`IsPartitioned`: cut into hardware partitions, so it serves only partition requests."""
-        return self.capability.physical_sliced.count > 0
-
-    @property
-    def logically_sliceable(self) -> bool:
-        return self.capability.logical_sliced.count > 0 and not self.partitioned
-
-    @property
-    def remaining(self) -> int:
-        """Units still free on the card."""
-        return M if self.row is None else self.row.remaining
-
-    @property
-    def mode(self) -> Mode:
-        return Mode.NONE if self.row is None else self.row.mode
-
-    @property
-    def ledger_ready(self) -> bool:
-        """`PartitionLedgerReady`: the row reports partition instances, so its counts hold."""
-        return self.row is not None and self.row.partition_ledger_ready
-
-
-@dataclass(frozen=True)
-class PoolNode:
-    """The pool's card group on one node (one `Devices` object)."""
-
-    name: str
-    manufacturer: str
-    runtime_version: str
-    compute_capability: str
-    cards: tuple[PoolCard, ...]
-
-
-def _group(obj: f.Obj, section: str, akey: str) -> tuple[f.Obj, str] | None:
-    """The entry of `<section>.groups` whose manufacturer and id make `akey`, with its path."""
-    for entry, where in f.items(f.child(obj, section, ""), "groups", section):
-        maker = f.string(entry, "manufacturer", where, required=True)
-        ident = f.string(entry, "id", where, required=True)
-        if accelerator_key(maker, ident) == akey:
-            return entry, where
-    return None
-
-
-# The fast readers below accept only exact, well-formed JSON (`type(x) is int` rejects `3.0`
-# and `True`) and return None on anything else; the typed parser then reads the same entry and
-# either names the broken field or accepts what the fast path was too strict for. Placements,
-# topology and the per-pod transport fields are never read here: the views do not use them.
-
-
-_MODES = tuple(Mode)
-"""Modes by wire number (enum lookup by value is slow, and this runs once per card)."""
-
-
-def _count(value: object) -> TypeGuard[int]:
-    return type(value) is int and value >= 0
-
-
-def _fast_profiles(raw: object) -> tuple[ProfileCount, ...] | None:
-    if raw is None:
-        return ()
-    if type(raw) is not list:
-        return None
-    out = []
-    for entry in raw:
-        if type(entry) is not dict:
-            return None
-        name, count = entry.get("name"), entry.get("count", 0)
-        if type(name) is not str or not name or not _count(count):
-            return None
-        out.append(ProfileCount(name, count))
-    return tuple(out)
-
-
-def _fast_row(item: object) -> AcceleratorAllocation | None:
-    if type(item) is not dict:
-        return None
-    ident, index, mode = item.get("id"), item.get("index"), item.get("mode")
-    remaining = item.get("remaining", 0)
-    if type(ident) is not str or not ident or not _count(index) or not _count(remaining):
-        return None
-    if type(mode) is not int or not 0 <= mode < len(_MODES):
-        return None
-    allocated = _fast_profiles(item.get("allocatedProfiles"))
-    left = _fast_profiles(item.get("remainingProfiles"))
-    if allocated is None or left is None:
-        return None
-    return AcceleratorAllocation(
-        ident,
-        index,
-        _MODES[mode],
-        remaining=remaining,
-        allocated_profiles=allocated,
-        remaining_profiles=left,
-    )
-
-
-def _fast_capability(status: object) -> AcceleratorStatus | None:
-    if status is None:
-        return _capability(0, False, 0, ())
-    if type(status) is not dict:
-        return None
-    logical = status.get("logicalSliced") or {}
-    physical = status.get("physicalSliced") or {}
-    if type(logical) is not dict or type(physical) is not dict:
-        return None
-    count, overcommit = logical.get("count", 0), logical.get("coresPercentageOvercommit", False)
-    partitions, raw = physical.get("count", 0), physical.get("profiles") or []
-    if not _count(count) or type(overcommit) is not bool or not _count(partitions):
-        return None
-    if type(raw) is not list:
-        return None
-    profiles = []
-    for entry in raw:
-        if type(entry) is not dict:
-            return None
-        name, limit, memory = entry.get("name"), entry.get("count", 0), entry.get("memoryMib", 0)
-        if type(name) is not str or not name or not _count(limit) or not _count(memory):
-            return None
-        profiles.append((name, memory, limit))
-    return _capability(count, overcommit, partitions, tuple(profiles))
-
-
-@functools.lru_cache(maxsize=256)
-def _capability(
-    count: int, overcommit: bool, partitions: int, profiles: tuple[tuple[str, int, int], ...]
-) -> AcceleratorStatus:
-    """One shared value per distinct capability: a pool's cards are nearly all alike."""
-    return AcceleratorStatus(
-        logical_sliced=LogicalSliced(count, overcommit),
-        physical_sliced=PhysicalSliced(
-            partitions, tuple(PartitionProfile(*profile) for profile in profiles)
-        ),
-    )
-
-
-def _entries(obj: f.Obj, key: str, path: str) -> list[f.Obj]:
-    """The objects of a list field; the field reader explains a list that is not one."""
+def _amount(obj: f.Obj, key: str, path: str) -> Amount:
     raw = obj.get(key)
-    if type(raw) is list and all(type(item) is dict for item in raw):
-        return raw
-    return [item for item, _ in f.items(obj, key, path)]
+    where = f.at(path, key)
+    if not isinstance(raw, str | int) or isinstance(raw, bool):
+        raise ValueError(f"{where}: expected a quantity, got {raw!r}")
+    try:
+        value = parse_quantity(str(raw))
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
+    if value < 0:
+        raise ValueError(f"{where}: expected a non-negative quantity, got {raw!r}")
+    return _plain(value)
 
 
-def _rows(obj: f.Obj, akey: str) -> dict[str, AcceleratorAllocation]:
-    ledger = _group(obj, "status", akey)
-    rows: dict[str, AcceleratorAllocation] = {}
-    if ledger is None:
-        return rows
-    group, where = ledger
-    for number, item in enumerate(_entries(group, "accelerators", where)):
-        row = _fast_row(item)
-        if row is None:
-            row = AcceleratorAllocation.parse(item, f"{where}.accelerators[{number}]")
-        rows.setdefault(row.id, row)
-    return rows
+@dataclass(frozen=True)
+class View:
+    once_max_request: Amount = 0
+    remaining: Amount = 0
+    capacity: Amount = 0
+
+    def render(self) -> Obj:
+        return {
+            "onceMaxRequest": format_quantity(self.once_max_request),
+            "remaining": format_quantity(self.remaining),
+            "capacity": format_quantity(self.capacity),
+        }
+
+    @classmethod
+    def parse(cls, obj: f.Obj, path: str) -> View:
+        """A rendered view back: three non-negative quantities (a ValueError names the field)."""
+        return cls(*(_amount(obj, key, path) for key in _VIEW_KEYS))
+
+    def summary(self) -> str:
+        """The printer column's `onceMaxRequest/remaining`."""
+        return f"{format_quantity(self.once_max_request)}/{format_quantity(self.remaining)}"
 
 
-def pool_node(obj: Mapping[str, object], akey: str) -> PoolNode | None:
-    """The pool's group (aKey `akey`) on the node a `Devices` object describes, joined to the
-    ledger; None when the node has no card of that group."""
-    body = f.as_object(obj, "$")
-    name = f.string(f.child(body, "metadata", "", required=True), "name", "metadata", True)
-    found = _group(body, "spec", akey)
-    if found is None:
-        return None
-    group, where = found
-    rows = _rows(body, akey)
-    cards = []
-    for number, item in enumerate(_entries(group, "accelerators", where)):
-        path = f"{where}.accelerators[{number}]"
-        card_id = item.get("id")
-        if type(card_id) is not str or not card_id:
-            card_id = f.string(item, "id", path, required=True)
-        capability = _fast_capability(item.get("status"))
-        if capability is None:
-            status = f.child(item, "status", path)
-            capability = AcceleratorStatus.parse(status, f.at(path, "status"))
-        cards.append(PoolCard(card_id, capability, rows.get(card_id)))
-    return PoolNode(
-        name=name,
-        manufacturer=f.string(group, "manufacturer", where),
-        runtime_version=f.string(group, "runtimeVersion", where),
-        compute_capability=f.string(group, "computeCapability", where),
-        cards=tuple(cards),
-    )
+@dataclass(frozen=True)
+class PartitionView:
+    view: View = View()
+    allocated_profiles: tuple[ProfileCount, ...] = ()
+    """Bound instances by profile; profiles with none are left out."""
+    remaining_profiles: tuple[ProfileCount, ...] = ()
+    """Instances still creatable by profile; every offered profile is listed, even at 0, so
+    "offered but full" reads differently from "not offered"."""
+
+    @classmethod
+    def parse(cls, obj: f.Obj, path: str) -> PartitionView:
+        def counts(key: str) -> tuple[ProfileCount, ...]:
+            return tuple(ProfileCount.parse(item, at) for item, at in f.items(obj, key, path))
+
+        return cls(View.parse(obj, path), counts("allocatedProfiles"), counts("remainingProfiles"))
+
+    def render(self) -> Obj:
+        return {
+            **self.view.render(),
+            "allocatedProfiles": [entry.render() for entry in self.allocated_profiles],
+            "remainingProfiles": [entry.render() for entry in self.remaining_profiles],
+        }
 
 
-_SCALES = (("", 1), ("m", 10**3), ("u", 10**6), ("n", 10**9))
+@dataclass(frozen=True)
+class AcceleratorViews:
+    exclusive: View = View()
+    shared: View = View()
+    sliced: View = View()
+    partitioned: PartitionView = field(default_factory=PartitionView)
+
+    @classmethod
+    def parse(cls, obj: f.Obj, path: str) -> AcceleratorViews:
+        """The four rendered views back (the keys `render` writes)."""
+
+        def part(key: str) -> f.Obj:
+            return f.child(obj, key, path, required=True)
+
+        return cls(
+            View.parse(part(_EXCLUSIVE), f.at(path, _EXCLUSIVE)),
+            View.parse(part(_SHARED), f.at(path, _SHARED)),
+            View.parse(part(_SLICED), f.at(path, _SLICED)),
+            PartitionView.parse(part(_PARTITIONED), f.at(path, _PARTITIONED)),
+        )
+
+    def render(self) -> Obj:
+        return {
+            "accelerator": self.exclusive.render(),
+            "acceleratorShared": self.shared.render(),
+            "acceleratorSliced": self.sliced.render(),
+            "acceleratorPartitioned": self.partitioned.render(),
+        }
+
+    def summary(self) -> str:
+        """`Accelerator(EX/SH/SL/PT)`: four `onceMaxRequest/remaining` groups."""
+        views = (self.exclusive, self.shared, self.sliced, self.partitioned.view)
+        return " ".join(view.summary() for view in views)
+
+    def partition_summary(self) -> str:
+        """The `-o wide` Partitions column: `<profile>=<remaining>` for every offered profile."""
+        return ",".join(
+            f"{entry.name}={entry.count}" for entry in self.partitioned.remaining_profiles
+        )
 
 
-def format_quantity(value: int | Fraction) -> str:
-    """A decimal quantity string: whole numbers plain (`72`), fractions in the coarsest exact
-    SI suffix (`68500m`), anything finer rounded up to nanos, as Kubernetes rounds."""
-    amount = Fraction(value)
-    for suffix, scale in _SCALES:
-        scaled = amount * scale
-        if scaled.denominator == 1:
-            return f"{scaled.numerator}{suffix}"
-    return f"{math.ceil(amount * 10**9)}n"
+class _Counts(dict[str, int]):
+    """Counts by profile name, in first-seen order."""
+
+    def add(self, name: str, count: int) -> None:
+        self[name] = self.get(name, 0) + count
+
+    def entries(self, keep_zero: bool) -> tuple[ProfileCount, ...]:
+        return tuple(ProfileCount(n, c) for n, c in self.items() if keep_zero or c)
+
+
+@dataclass
+class _Tally:
+    once: int = 0
+    remaining: int = 0
+    capacity: int = 0
+
+    def view(self) -> View:
+        return View(self.once, self.remaining, self.capacity)
+
+
+@dataclass
+class _Partitions:
+    tally: _Tally = field(default_factory=_Tally)
+    allocated: _Counts = field(default_factory=_Counts)
+    offered: _Counts = field(default_factory=_Counts)
+
+    def add(self, card: PoolCard, manufacturer: str) -> None:
+        """One partitioned card: the ledger's counts when it has them, else the catalog's
+        ceilings (a card is never read as full for a missing row)."""
+        physical = card.capability.physical_sliced
+        self.tally.capacity += physical.count
+        row = card.row if card.ledger_ready else None
+        if row is not None:
+            left = max((entry.count for entry in row.remaining_profiles), default=0)
+            for entry in row.allocated_profiles:
+                self.allocated.add(publish_profile_name(manufacturer, entry.name), entry.count)
+        else:
+            left = physical.count
+        for profile in physical.profiles:
+            count = profile.count if row is None else row.remaining_of(profile.name)
+            self.offered.add(publish_profile_name(manufacturer, profile.name), count)
+        self.tally.remaining += left
+        if left > 0:
+            self.tally.once = 1
+
+    def view(self) -> PartitionView:
+        return PartitionView(
+            self.tally.view(),
+            self.allocated.entries(keep_zero=False),
+            self.offered.entries(keep_zero=True),
+        )
+
+
+def accelerator_views(nodes: Iterable[PoolNode]) -> AcceleratorViews:
+    """The four views over the pool's nodes (only the pool's card group on each)."""
+    exclusive, shared, sliced = _Tally(), _Tally(), _Tally()
+    partitions = _Partitions()
+    for node in nodes:
+        free_cards = cards_with_share = 0
+        for card in node.cards:
+            if card.partitioned:
+                partitions.add(card, node.manufacturer)
+                continue
+            units, mode = card.remaining, card.mode
+            free = units >= M
+            exclusive.capacity += 1
+            shared.capacity += SHARED_MAX_OWNERS
+            if free:
+                exclusive.remaining += 1
+                free_cards += 1
+            if free or mode == Mode.SHARED:
+                shares = units_to_shares(units)
+                shared.remaining += shares
+                if shares:
+                    cards_with_share += 1
+            if card.logically_sliceable:
+                sliced.capacity += PERCENT_PER_CARD
+                if free or mode == Mode.SLICED:
+                    percent = units_to_percent(units)
+                    sliced.remaining += percent
+                    sliced.once = max(sliced.once, percent)
+        exclusive.once = max(exclusive.once, free_cards)
+        shared.once = max(shared.once, cards_with_share)
+    return AcceleratorViews(exclusive.view(), shared.view(), sliced.view(), partitions.view())
+
+
+def cpu_view(capacity: Fraction, reserved: Fraction, node_cores: Sequence[int]) -> View:
+    """`capacity` cores of quota, `reserved` of them held by workloads, nodes of `node_cores`."""
+    remaining = max(Fraction(0), capacity - reserved)
+    largest = Fraction(max(node_cores, default=0))
+    return View(_plain(min(largest, remaining)), _plain(remaining), _plain(capacity))
+
+
+def _plain(value: Fraction) -> Amount:
+    return value.numerator if value.denominator == 1 else value

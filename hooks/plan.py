@@ -9,8 +9,9 @@ Flask apps serve, so the plan is what the cluster would converge to, without a c
 2. the pools decorator on the Settings singleton, relating the summaries;
 3. the queue decorator on every InstanceType: its ClusterQueue (a queue of the same name in the
    snapshot is the observed one, and its Kueue status is kept on the planned queue);
-4. the status decorator on every InstanceType, relating the snapshot's Devices, the planned
-   flavors and queues: the views and printer columns;
+4. the pool-cards keeper's tally of the snapshot's Devices for every InstanceType
+   (`chain.pool_cards`), then the status decorator on every InstanceType, relating its
+   PoolCards, the planned flavors and queues: the views and printer columns;
 5. the entrance decorator on every Namespace, relating the planned ClusterQueues.
 """
 
@@ -37,13 +38,14 @@ from chain.apis import (
 )
 from chain.devices import DEVICES_KIND
 from chain.manufacturers import default_manufacturers
-from chain.quantity import parse_quantity
+from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
+from chain.quantity import format_quantity, parse_quantity
 from chain.settings import Settings, StartupEnv
-from chain.views import format_quantity
 from hooks.entrance import sync as entrance
 from hooks.flavor import node as node_hook
 from hooks.flavor import pools as pools_hook
 from hooks.instancetype import status as status_hook
+from hooks.instancetype.request import read_instance_type
 from hooks.queue import queue as queue_hook
 from hooks.shell import Obj
 
@@ -56,7 +58,7 @@ POOL_ATTACHMENTS = (
 )
 QUEUE_RELATED = (f"{RESOURCE_FLAVOR}.{KUEUE_API}", f"{ADMISSION_CHECK}.{KUEUE_API}")
 STATUS_RELATED = (
-    f"{DEVICES_KIND}.{WORKER_API}",
+    f"{POOL_CARDS}.{POOL_CARDS_API}",
     f"{RESOURCE_FLAVOR}.{KUEUE_API}",
     f"{CLUSTER_QUEUE}.{KUEUE_API}",
     f"{SETTINGS}.{CHAIN_API}",
@@ -156,6 +158,18 @@ def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]]) -> Obj:
     return {**instance_type, "status": answer["status"]}
 
 
+def _pool_cards_step(types: list[Obj], devices: list[Obj], settings: Obj) -> list[Obj]:
+    """What the pool-cards keeper would write for each planned InstanceType."""
+    aware = Settings.from_spec(settings.get("spec")).instance_type_aware_cpu_manufacturer
+    out = []
+    for instance_type in types:
+        identity = read_instance_type(instance_type, "$").identity
+        cards = pool_cards(identity, aware, devices)
+        if cards is not None:
+            out.append(pool_cards_object(instance_type, cards))
+    return out
+
+
 def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> list[Obj]:
     settings = settings_object(objects, overrides)
     related_settings = _object_map((f"{SETTINGS}.{CHAIN_API}",), [settings])
@@ -186,9 +200,10 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
         annotated, planned = _queue_step(instance_type, flavors, objects, settings)
         types.append(annotated)
         cluster_queues.append(planned)
+    cards = _pool_cards_step(types, _of_kind(objects, DEVICES_KIND), settings)
     related = _object_map(
         STATUS_RELATED,
-        [*_of_kind(objects, DEVICES_KIND), *flavors, *cluster_queues, settings],
+        [*cards, *flavors, *cluster_queues, settings],
     )
     types = [_status_step(instance_type, related) for instance_type in types]
 
@@ -207,7 +222,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
         )
         local_queues += answer.get("attachments") or []
     others = [obj for obj in pools if obj["kind"] != INSTANCE_TYPE]
-    return [settings, *nodes, *summaries, *others, *types, *cluster_queues, *local_queues]
+    return [settings, *nodes, *summaries, *others, *cards, *types, *cluster_queues, *local_queues]
 
 
 def _labels(obj: Obj) -> dict[str, str]:

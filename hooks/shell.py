@@ -25,6 +25,7 @@ from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
+from chain.pools import PoolIdentity
 from chain.settings import Settings
 
 Obj = dict[str, Any]
@@ -97,6 +98,21 @@ class BadRequest(Exception):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+    @classmethod
+    def at(cls, prefix: str, err: ValueError) -> BadRequest:
+        """A domain reader's `<field>: <message>` error, its field placed under `prefix`."""
+        where, _, message = str(err).partition(": ")
+        return cls(f"{prefix}.{where}" if prefix else where, message)
+
+
+def pool_identity(obj: Obj, where: str) -> PoolIdentity:
+    """The pool an InstanceType (at JSON path `where`) stands for; a field of the wrong type
+    is a 400 naming it."""
+    try:
+        return PoolIdentity.of_spec(obj.get("spec"), "spec")
+    except ValueError as err:
+        raise BadRequest.at(where, err) from None
 
 
 def validate(body: Any, schema: Obj) -> Obj:

@@ -283,3 +283,18 @@ class Watcher:
                 raise Gone
             raise KubeError(code, str(event.object.get("message", "watch error")))
         self.cache.apply(event)
+
+
+def start_all(watchers: Iterable[Watcher]) -> list[Watcher]:
+    """Start every watcher; the list, for `stop_all`."""
+    return [watcher.start() for watcher in watchers]
+
+
+def stop_all(watchers: Iterable[Watcher]) -> None:
+    for watcher in watchers:
+        watcher.stop()
+
+
+def all_synced(caches: Iterable[Cache]) -> bool:
+    """True once every cache has been listed: nothing may be decided from a partial view."""
+    return all(cache.synced for cache in caches)

@@ -96,7 +96,7 @@ def devices_labels(
     groups: every manufacturer's models with cards count.
 
     The Node's `gpustack.ai/managed` mark, its topology profile and its CPU key presence labels
-    are mirrored too: the pool views (`chain.views.pool_devices_selector`) and the per-card
+    are mirrored too: the pool views (`chain.pool_nodes.pool_devices_selector`) and the per-card
     verdict (a flavor's node labels, less the counts) select a pool's Devices by them. Upstream
     a separate worker controller mirrors them; here the agent, which reads its Node on every
     round and re-reports when those labels change, owns the whole label set.

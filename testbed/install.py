@@ -9,7 +9,9 @@ therefore changes only how the hooks are reached, never what is installed:
   kubelet would mount them (see `testbed.projection`);
 - Metacontroller hooks and admission webhooks that name a Service are pointed at the URL (and
   the testbed CA for https);
-- Deployments, Services and DaemonSets are then not applied (they would never start).
+- Deployments, Services and DaemonSets are then not applied (they would never start); of the
+  verdict driver's Deployment, the pool-cards keeper runs as a testbed process (the
+  InstanceType views need it), the rest only where a test starts drivers (`testbed.drivers`).
 
 Everything else (CRDs, the settings singleton, controllers, NFD rules, RBAC, webhook
 configurations) is applied as shipped, with server-side apply.
@@ -24,6 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from hooks.admission.seed import ensure_settings
+from testbed.drivers import run_pool_cards_keeper
 from testbed.harness import Testbed
 from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.projection import Projection, configmap_volumes, container_env
@@ -155,4 +158,6 @@ def install(
         elif obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             obj = _point_webhooks(obj, installed.urls, ca_bundle)
         bed.kube.apply(obj, FIELD_MANAGER)
+    # The verdict driver's Deployment does not run here; its pool-cards keeper does, alone.
+    run_pool_cards_keeper(bed)
     return installed

@@ -72,6 +72,7 @@ from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
 from hooks.admission.lifecycle import keep_lifecycle_in_background
+from hooks.admission.pool_cards import keep_pool_cards_in_background
 from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
 from kubeapi import Kube, KubeError, Obj, logs
@@ -619,6 +620,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="do not run the lifecycle keeper (hooks/admission/lifecycle.py) in this process",
     )
     parser.add_argument(
+        "--no-pool-cards",
+        action="store_true",
+        help="do not run the pool-cards keeper (hooks/admission/pool_cards.py) in this process",
+    )
+    parser.add_argument(
         "--webhook-namespace",
         default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
         help="where the webhook Services and the Secret live (default: $POD_NAMESPACE)",
@@ -658,6 +664,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         keep_lifecycle_in_background(kube)
     caches = Caches()
     caches.start(kube)
+    if not args.no_pool_cards:
+        keep_pool_cards_in_background(kube, caches.devices, elector.still_leading)
     release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
     writers = (
         Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)

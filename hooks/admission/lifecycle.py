@@ -40,7 +40,7 @@ from hooks.admission.ownership import CONFIG_MAP, ownership_writes
 from hooks.admission.patch import Patch
 from hooks.admission.stops import stop_writes
 from kubeapi import Kube, KubeError, Obj, logs
-from kubeapi.watch import Cache, Watcher
+from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
 
 log = logging.getLogger("lifecycle")
 
@@ -91,18 +91,15 @@ class LifecycleKeeper:
                 label_selector=_selector(RESOURCE_TYPE_TOPOLOGY),
             ),
         ]
-        for watcher in self._watchers:
-            watcher.start()
+        self._watchers = start_all(self._watchers)
         return self
 
     def stop(self) -> None:
-        for watcher in self._watchers:
-            watcher.stop()
+        stop_all(self._watchers)
 
     @property
     def synced(self) -> bool:
-        caches = (self.queues, self.types, self.settings, self.flavors, self.topologies)
-        return all(cache.synced for cache in caches)
+        return all_synced((self.queues, self.types, self.settings, self.flavors, self.topologies))
 
     def singleton(self) -> Obj | None:
         return next(

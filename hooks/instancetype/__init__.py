@@ -8,8 +8,10 @@ request the hook cannot read gets a 400 naming the field, so the last good statu
 Related (customize, cached per generation, so from the spec alone, without CPU awareness; sync
 narrows with the `instance-type-aware-cpu-manufacturer` setting, as the queue hook does):
 
-- the pool's `Devices` (`poolDevicesSelector`: the pool's feature keys, os/arch and
-  `gpustack.ai/managed=true`); a CPU pool relates none;
+- the pool's `PoolCards`, by the type's name: the pool's nodes tallied by the pool-cards keeper
+  (`chain.pool_cards`) from the `Devices` that carry the pool's labels (`poolDevicesSelector`:
+  its feature keys, os/arch and `gpustack.ai/managed=true`, narrowed by CPU awareness); a CPU
+  pool relates none;
 - the pool's ResourceFlavors (`resource.gpustack.ai/type=nodes` + the pool's flavor selector);
 - the ClusterQueue of the same name, and the Settings singleton.
 
@@ -22,8 +24,8 @@ Status fields:
   "instance type is terminating" while the InstanceType is being deleted.
 - `accelerator` (EX), `acceleratorShared` (SH), `acceleratorSliced` (SL),
   `acceleratorPartitioned` (PT, with `allocatedProfiles`/`remainingProfiles`), `cpu`: each
-  `{onceMaxRequest, remaining, capacity}` as quantity strings (see `views`). While the queue is
-  `HoldAndDrain` every view reads zero.
+  `{onceMaxRequest, remaining, capacity}` as quantity strings (see `chain.views`). While the
+  queue is `HoldAndDrain` every view reads zero.
 - `acceleratorSummary` (`Accelerator(EX/SH/SL/PT)` column: four `onceMaxRequest/remaining`),
   `cpuSummary` (`CPU` column), `partitionSummary` (`-o wide` `Partitions` column:
   `<profile>=<remaining>,...`; a printer column shows only a jsonPath's first match, so the

@@ -5,9 +5,10 @@
   CPU's `manufacturer, product, family` with its `cpuDetail` inlined for a CPU pool. A card pool
   under CPU awareness also gets the CPU's `cpuDetail` as `cpu`. The collapsed CPU pool (no CPU key
   in its labels) mixes CPU models, so no flavor describes it: its detail is empty.
-- From the pool's Devices: `computeCapability` (the first node's, by name), `slicedDetail`
-  (what the pool's cards can be cut into, summed; profile names published) and the runtime
-  versions. `memory` is the card VRAM the Pod webhook folds memory requests by.
+- From the pool's nodes, through its `PoolCards` (`chain.pool_cards`): `computeCapability` (the
+  first node's, by name), `slicedDetail` (what the pool's cards can be cut into, summed;
+  profile names published) and the runtime versions. `memory` is the card VRAM the Pod webhook
+  folds memory requests by.
 
 Runtime versions are sorted by (major, minor) ascending and deduplicated on that pair (`12.4`
 and `12.4.1` are one), strings that are not versions are dropped; `runtimeVersion` is the first,
@@ -17,21 +18,16 @@ the oldest one in the pool, which is the one every node of the pool offers at le
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 
-from chain.accelerators import Accelerator
-from chain.devices import aggregate_sliced_detail
 from chain.labels import GENERAL_PREFIX, NOTE_PREFIX
-from chain.partitions import publish_profile_name
+from chain.pool_cards import PoolCards, render_sliced_detail
 from chain.pools import PoolIdentity
-from chain.views import PoolNode
 from hooks.shell import BadRequest, Obj, object_path
 
 DESCRIPTORS = ("manufacturer", "product", "family")
 CARD_DESCRIPTORS = (*DESCRIPTORS, "memory", "cores")
 CPU_DETAIL = "cpuDetail"
-_VERSION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(?:\.[0-9]+)*")
 
 
 def _cpu_detail(flavor: Obj, notes: Mapping[str, str]) -> Obj:
@@ -59,45 +55,8 @@ def _notes(flavor: Obj) -> dict[str, str]:
     }
 
 
-def runtime_versions(versions: Iterable[str]) -> list[str]:
-    keyed: dict[tuple[int, int], str] = {}
-    for text in sorted(versions):
-        match = _VERSION.fullmatch(text)
-        if match:
-            keyed.setdefault((int(match[1]), int(match[2] or 0)), text)
-    return [keyed[key] for key in sorted(keyed)]
-
-
-def sliced_detail(nodes: Sequence[PoolNode]) -> Obj:
-    """The pool's cutting capacity: every card of the pool's group, summed."""
-    cards = (
-        Accelerator(card.id, 0, status=card.capability) for node in nodes for card in node.cards
-    )
-    total = aggregate_sliced_detail(cards)
-    maker = nodes[0].manufacturer if nodes else ""
-    return {
-        "logical": {
-            "count": total.logical.count,
-            "coresPercentageOvercommit": total.logical.cores_percentage_overcommit,
-        },
-        "physical": {
-            "count": total.physical.count,
-            "profiles": [
-                {
-                    "name": publish_profile_name(maker, profile.name),
-                    "count": profile.count,
-                    "memoryMib": profile.memory_mib,
-                }
-                for profile in total.physical.profiles
-            ],
-        },
-    }
-
-
-def detail(
-    identity: PoolIdentity, aware: bool, flavor: Obj | None, nodes: Sequence[PoolNode]
-) -> Obj:
-    """`status.detail` of a pool described by `flavor` (its first) over `nodes` (by name)."""
+def detail(identity: PoolIdentity, aware: bool, flavor: Obj | None, cards: PoolCards) -> Obj:
+    """`status.detail` of a pool described by `flavor` (its first) and its nodes' `cards`."""
     out: Obj = {}
     notes = _notes(flavor) if flavor is not None else {}
     if not identity.acceleratable:
@@ -110,14 +69,12 @@ def detail(
         out.update(_cpu_detail(flavor, notes))
         return out
     out.update((key, notes[key]) for key in CARD_DESCRIPTORS if notes.get(key))
-    capability = next((node.compute_capability for node in nodes if node.compute_capability), "")
-    if capability:
-        out["computeCapability"] = capability
-    out["slicedDetail"] = sliced_detail(nodes)
+    if cards.compute_capability:
+        out["computeCapability"] = cards.compute_capability
+    out["slicedDetail"] = render_sliced_detail(cards.sliced_detail)
     if flavor is not None and notes.get(CPU_DETAIL):
         out["cpu"] = _cpu_detail(flavor, notes)
-    versions = runtime_versions(node.runtime_version for node in nodes if node.runtime_version)
-    if versions:
-        out["runtimeVersion"] = versions[0]
-        out["runtimeVersions"] = versions
+    if cards.runtime_versions:
+        out["runtimeVersion"] = cards.runtime_versions[0]
+        out["runtimeVersions"] = list(cards.runtime_versions)
     return out

@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from chain import fields as f
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, RESOURCE_FLAVOR, WORKER_API
-from chain.devices import DEVICES_KIND
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
-from chain.names import GENERIC, flavor_count
+from chain.names import flavor_count
+from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, PoolCards
 from chain.pools import PoolIdentity, selector_matches
 from chain.quantity import parse_quantity
 from chain.queues import CPU_RESOURCE, STOP_NONE, STOP_POLICIES, flavor_size
-from chain.views import PoolNode, pool_node
-from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path
+from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
 
 ACTIVE = "Active"
 
@@ -32,15 +32,6 @@ class InstanceType:
     deleting: bool
 
 
-def _field(spec: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    value = spec.get(key)
-    if value is None:
-        return kind()
-    if not isinstance(value, kind):
-        raise BadRequest(f"{where}.spec.{key}", f"expected a {kind.__name__}, got {value!r}")
-    return value
-
-
 def read_instance_type(obj: Obj, where: str) -> InstanceType:
     """The pool an InstanceType (at JSON path `where`) stands for; a missing `generalGroup` is
     the `generic` group, as the defaulting webhook writes it."""
@@ -48,16 +39,7 @@ def read_instance_type(obj: Obj, where: str) -> InstanceType:
         raise BadRequest(
             f"{where}.kind", f"expected a {WORKER_API} {INSTANCE_TYPE}, got {obj.get('kind')!r}"
         )
-    spec = obj.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise BadRequest(f"{where}.spec", f"expected an object, got {spec!r}")
-    identity = PoolIdentity(
-        acceleratable=_field(spec, "acceleratable", bool, where),
-        general_group=_field(spec, "generalGroup", str, where) or GENERIC,
-        accelerator_group=_field(spec, "acceleratorGroup", str, where),
-        os=_field(spec, "os", str, where),
-        arch=_field(spec, "arch", str, where),
-    )
+    identity = pool_identity(obj, where)
     meta = obj["metadata"]
     return InstanceType(meta["name"], identity, bool(meta.get("deletionTimestamp")))
 
@@ -94,25 +76,18 @@ def pool_flavors(
     return [obj for _, _, obj in sorted(found, key=lambda item: item[:2])]
 
 
-def pool_nodes(
-    request: DecoratorRequest, selector: Mapping[str, str] | None, akey: str
-) -> list[PoolNode]:
-    """The pool's card group on every node whose Devices carry the pool's labels, by name."""
-    if selector is None:
-        return []
-    nodes = []
-    for obj in request.related.of(DEVICES_KIND, WORKER_API):
-        path = object_path("related", obj)
-        if not selector_matches(selector, labels_of(obj, path)):
+def pool_cards(request: DecoratorRequest, name: str) -> PoolCards:
+    """The related PoolCards named after the InstanceType; an empty pool until the keeper has
+    written one (a new type, or a pool with no node yet)."""
+    for obj in request.related.of(POOL_CARDS, POOL_CARDS_API):
+        if obj["metadata"]["name"] != name:
             continue
+        path = object_path("related", obj)
         try:
-            node = pool_node(obj, akey)
+            return PoolCards.parse(f.child(obj, "spec", "", required=True), "spec")
         except ValueError as err:
-            where, _, message = str(err).partition(": ")
-            raise BadRequest(f"{path}.{where}", message) from None
-        if node is not None:
-            nodes.append(node)
-    return sorted(nodes, key=lambda node: node.name)
+            raise BadRequest.at(path, err) from None
+    return PoolCards()
 
 
 @dataclass(frozen=True)

@@ -10,24 +10,22 @@ from chain.apis import (
     RESOURCE_FLAVORS_RESOURCE,
     SETTINGS_NAME,
     SETTINGS_RESOURCE,
-    WORKER_API,
 )
-from chain.devices import DEVICES_RESOURCE
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
 from chain.names import local_queue_name
+from chain.pool_cards import POOL_CARDS_API, POOL_CARDS_RESOURCE
 from chain.pools import PoolIdentity, pool_flavor_selector
 from chain.queues import STOP_HOLD_AND_DRAIN
-from chain.views import pool_devices_selector
+from chain.views import AcceleratorViews, View, cpu_view
 from hooks.instancetype.detail import detail
 from hooks.instancetype.request import (
     InstanceType,
     QueueState,
+    pool_cards,
     pool_flavors,
-    pool_nodes,
     pool_queue,
     read_instance_type,
 )
-from hooks.instancetype.views import AcceleratorViews, View, accelerator_views, cpu_view
 from hooks.shell import CUSTOMIZE_REQUEST_SCHEMA, Obj, parse_shallow, related_settings, validate
 
 CLUSTER_QUEUES_RESOURCE = "clusterqueues"
@@ -38,16 +36,13 @@ PENDING = "Pending"
 TERMINATING = "instance type is terminating"
 
 
-def selectors(
-    identity: PoolIdentity, aware: bool
-) -> tuple[dict[str, str] | None, dict[str, str] | None]:
-    """(flavor selector, Devices selector) of a pool. A card pool without an accelerator group
-    (which validation refuses) selects nothing: its labels alone would match every card flavor
-    of the platform."""
+def flavor_selector(identity: PoolIdentity, aware: bool) -> dict[str, str] | None:
+    """The labels of a pool's flavors. A card pool without an accelerator group (which
+    validation refuses) selects nothing: its labels alone would match every card flavor of the
+    platform."""
     if identity.acceleratable and not identity.accelerator_group:
-        return None, None
-    labels = identity.schedule_labels(aware)
-    return pool_flavor_selector(labels), pool_devices_selector(labels)
+        return None
+    return pool_flavor_selector(identity.schedule_labels(aware))
 
 
 def phase(instance_type: InstanceType, queue: QueueState | None) -> tuple[str, str]:
@@ -69,20 +64,19 @@ def sync(body: Obj) -> Obj:
     instance_type = read_instance_type(request.object, "$.object")
     identity = instance_type.identity
     aware = related_settings(request).instance_type_aware_cpu_manufacturer
-    flavor_selector, devices_selector = selectors(identity, aware)
     queue = pool_queue(request, instance_type.name)
-    flavors = pool_flavors(request, flavor_selector, identity.acceleratable)
-    nodes = pool_nodes(request, devices_selector, identity.accelerator_group)
+    flavors = pool_flavors(request, flavor_selector(identity, aware), identity.acceleratable)
+    cards = pool_cards(request, instance_type.name)
 
     # A draining queue admits nothing and evicts what it had: every view reads zero.
     draining = queue is not None and queue.stop_policy == STOP_HOLD_AND_DRAIN
-    views = AcceleratorViews() if draining else accelerator_views(nodes)
+    views = AcceleratorViews() if draining else cards.views
     cpu = View()
     if queue is not None and not draining:
         cpu = cpu_view(queue.cpu_quota, queue.cpu_reserved, queue.node_cores)
     state, message = phase(instance_type, queue)
     status: Obj = {
-        "detail": detail(identity, aware, flavors[0] if flavors else None, nodes),
+        "detail": detail(identity, aware, flavors[0] if flavors else None, cards),
         "entrance": local_queue_name(instance_type.name),
         "phase": state,
         "phaseMessage": message,
@@ -96,22 +90,24 @@ def sync(body: Obj) -> Obj:
 
 
 def customize(body: Obj) -> Obj:
-    """Relate the pool's Devices and flavors, its ClusterQueue and the settings singleton.
+    """Relate the pool's PoolCards and flavors, its ClusterQueue and the settings singleton.
 
     The answer is cached per InstanceType generation, so it depends on the spec alone: the
-    selectors are the ones without CPU awareness, which every aware selector narrows; `sync`
-    applies the narrower one when the setting is on (as the queue hook does).
+    flavor selector is the one without CPU awareness, which every aware selector narrows; `sync`
+    applies the narrower one when the setting is on (as the queue hook does). The pool's nodes
+    reach the hook only through its PoolCards (`chain.pool_cards`), named after the type.
     """
     validate(body, CUSTOMIZE_REQUEST_SCHEMA)
     instance_type = read_instance_type(body["parent"], "$.parent")
-    flavors, devices = selectors(instance_type.identity, aware=False)
+    identity = instance_type.identity
+    flavors = flavor_selector(identity, aware=False)
     rules: list[Obj] = []
-    if devices is not None:
+    if identity.acceleratable and identity.accelerator_group:
         rules.append(
             {
-                "apiVersion": WORKER_API,
-                "resource": DEVICES_RESOURCE,
-                "labelSelector": {"matchLabels": devices},
+                "apiVersion": POOL_CARDS_API,
+                "resource": POOL_CARDS_RESOURCE,
+                "names": [instance_type.name],
             }
         )
     if flavors is not None:

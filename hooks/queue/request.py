@@ -13,7 +13,6 @@ from typing import Any
 
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API, RESOURCE_FLAVOR
 from chain.labels import QUEUE_STOP_POLICY, RESOURCE_TYPE, RESOURCE_TYPE_NODES
-from chain.names import GENERIC
 from chain.pools import PoolIdentity, pool_flavor_selector, selector_matches
 from chain.quantity import parse_quantity
 from chain.queues import (
@@ -23,7 +22,7 @@ from chain.queues import (
     FlavorSize,
     flavor_size,
 )
-from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path
+from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
 
 ACTIVE = "Active"
 
@@ -39,34 +38,14 @@ class Pool:
     drained or stopped by hand (`chain.queues.backfill_inactive`)."""
 
 
-def _field(spec: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
-    """`spec[key]` if it has type `kind`; the type's empty value when missing or null."""
-    value = spec.get(key)
-    if value is None:
-        return kind()
-    if not isinstance(value, kind):
-        raise BadRequest(f"{where}.spec.{key}", f"expected a {kind.__name__}, got {value!r}")
-    return value
-
-
 def read_pool(obj: Obj, where: str) -> Pool:
     """The pool an InstanceType (at JSON path `where`) stands for; a missing `generalGroup`
     is the `generic` group, as for every type derived with CPU awareness off."""
-    spec = obj.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        raise BadRequest(f"{where}.spec", f"expected an object, got {spec!r}")
-    identity = PoolIdentity(
-        acceleratable=_field(spec, "acceleratable", bool, where),
-        general_group=_field(spec, "generalGroup", str, where) or GENERIC,
-        accelerator_group=_field(spec, "acceleratorGroup", str, where),
-        os=_field(spec, "os", str, where),
-        arch=_field(spec, "arch", str, where),
-    )
-    return Pool(
-        name=obj["metadata"]["name"],
-        identity=identity,
-        inactive=_field(spec, "inactive", bool, where),
-    )
+    identity = pool_identity(obj, where)
+    inactive = (obj.get("spec") or {}).get("inactive")
+    if inactive is not None and not isinstance(inactive, bool):
+        raise BadRequest(f"{where}.spec.inactive", f"expected a bool, got {inactive!r}")
+    return Pool(name=obj["metadata"]["name"], identity=identity, inactive=bool(inactive))
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,26 @@ def test_upstream_parts_in_the_cluster_drive_the_hooks(real_chain: Testbed) -> N
     wait_for(lambda: bed.kube.list(KUEUE, "ResourceFlavor"), 90, "the pools' ResourceFlavors")
     # NFD, in the cluster: its worker read the real node's CPU, its master labelled the Node.
     assert "feature.node.kubernetes.io/cpu-model.vendor_id" in _node_labels(bed, "node-a")
+    # The verdict driver's Deployment tallies the node's cards into its pool's PoolCards (as
+    # shipped: its RBAC, the CRD, the Lease), and the status hook shows them on the type.
+    wait_for(partial(_tallied, bed), 120, "the driver's pool-cards keeper to tally node-a")
+    name = _tallied(bed)[0]
+    wait_for(
+        lambda: _summary(bed, name) not in ("", "0/0 0/0 0/0 0/0"),
+        90,
+        f"InstanceType {name} to show node-a's free cards",
+    )
+
+
+def _tallied(bed: Testbed) -> list[str]:
+    """The InstanceTypes whose PoolCards count at least one node."""
+    cards = bed.kube.list(CHAIN_API, "PoolCards")
+    return [c["metadata"]["name"] for c in cards if c["spec"]["nodes"] >= 1]
+
+
+def _summary(bed: Testbed, name: str) -> str:
+    found = bed.kube.get(WORKER, "InstanceType", name) or {}
+    return str((found.get("status") or {}).get("acceleratorSummary", ""))
 
 
 def test_webhooks_are_called_over_tls_with_the_drivers_certificate(real_chain: Testbed) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from chain.ledger import Mode
 from tests.unit.hooks.instancetype.world import (
-    DEVICES_GROUP,
+    POOL_CARDS_GROUP,
     M,
     N,
     Obj,
@@ -670,12 +670,13 @@ def _float_counts(obj: Obj) -> Obj:
 
 
 def _errors() -> dict[str, Case]:
-    bad_count = t4_node("t4-1", "12.4", None, None)
-    bad_count["spec"]["groups"][0]["accelerators"][1]["status"]["logicalSliced"]["count"] = "128"
-    bad_mode = t4_node("t4-1", "12.4", lambda c: row(c, Mode.SHARED, remaining=480_000))
-    bad_mode["status"]["groups"][0]["accelerators"][0]["mode"] = 9
-    bad_labels = t4_node("t4-1", "12.4", None)
-    bad_labels["metadata"]["labels"] = ["gpustack.ai/managed=true"]
+    t4_pool = [t4_node("t4-1", "12.4", None, None)]
+
+    def bad_cards(spoil: Any) -> Obj:
+        body = request(T4_TYPE, t4_pool, [T4_2D], [T4_QUEUE])
+        spoil(body["related"][POOL_CARDS_GROUP][T4]["spec"])
+        return body
+
     bad_note = copy.deepcopy(T4_2D)
     bad_note["metadata"]["annotations"][N + "cpuDetail"] = "{cache: l2}"
     bad_quota = _cpu_queue(("16c", "lots"))
@@ -685,26 +686,27 @@ def _errors() -> dict[str, Case]:
     not_a_type["kind"] = "Node"
     bad_spec = copy.deepcopy(T4_TYPE)
     bad_spec["spec"]["acceleratable"] = "yes"
-    devices_at = _related(DEVICES_GROUP, "t4-1")
+    cards_at = _related(POOL_CARDS_GROUP, T4)
     t4_2d = T4_2D["metadata"]["name"]
     return {
-        "error-devices-count-not-a-number": _error(
-            "a card's logicalSliced.count is a string: 400 naming the field, status untouched",
+        "error-pool-cards-view-not-a-quantity": _error(
+            "the PoolCards' exclusive view has a remaining that is not a quantity: 400 naming "
+            "the field, status untouched",
             "/sync",
-            request(T4_TYPE, [bad_count], [T4_2D], [T4_QUEUE]),
-            f"{devices_at}.spec.groups[0].accelerators[1].status.logicalSliced.count",
+            bad_cards(lambda spec: spec["views"]["accelerator"].update(remaining="lots")),
+            f"{cards_at}.spec.views.accelerator.remaining",
         ),
-        "error-ledger-mode-unknown": _error(
-            "a ledger row's mode is 9 (modes are 0-5)",
+        "error-pool-cards-without-views": _error(
+            "the PoolCards carry no views",
             "/sync",
-            request(T4_TYPE, [bad_mode], [T4_2D], [T4_QUEUE]),
-            f"{devices_at}.status.groups[0].accelerators[0].mode",
+            bad_cards(lambda spec: spec.pop("views")),
+            f"{cards_at}.spec.views",
         ),
-        "error-devices-labels-not-a-map": _error(
-            "a Devices object's labels are a list",
+        "error-pool-cards-versions-not-strings": _error(
+            "the PoolCards' runtime versions are numbers",
             "/sync",
-            request(T4_TYPE, [bad_labels], [T4_2D], [T4_QUEUE]),
-            f"{devices_at}.metadata.labels",
+            bad_cards(lambda spec: spec.update(runtimeVersions=[12.4])),
+            f"{cards_at}.spec.runtimeVersions",
         ),
         "error-cpu-detail-note": _error(
             "a flavor's cpuDetail note is not JSON (CPU awareness on, so it is read)",
@@ -760,15 +762,11 @@ def _errors() -> dict[str, Case]:
 
 
 def _customize() -> dict[str, Case]:
-    def rules(name: str, devices_labels: dict[str, str] | None, flavor_labels: Obj | None) -> Obj:
+    def rules(name: str, cards: bool, flavor_labels: Obj | None) -> Obj:
         found: list[Obj] = []
-        if devices_labels is not None:
+        if cards:
             found.append(
-                {
-                    "apiVersion": "worker.gpustack.ai/v1alpha1",
-                    "resource": "devices",
-                    "labelSelector": {"matchLabels": devices_labels},
-                }
+                {"apiVersion": "gpustack.ai/v1alpha1", "resource": "poolcards", "names": [name]}
             )
         if flavor_labels is not None:
             found.append(
@@ -786,7 +784,6 @@ def _customize() -> dict[str, Case]:
 
     platform = {"kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
     t4_key = {"acceleratable.feature.gpustack.ai/nvidia-tesla-t4": "true"}
-    t4_devices = {"gpustack.ai/managed": "true", **platform, **t4_key}
     t4_flavors = {
         "resource.gpustack.ai/type": "nodes",
         "feature.gpustack.ai/acceleratable": "true",
@@ -803,33 +800,34 @@ def _customize() -> dict[str, Case]:
     )
     return {
         "customize-accelerated": {
-            "description": "a card pool relates its Devices (feature key, os/arch, managed), its "
-            "flavors, its queue by name and the settings",
+            "description": "a card pool relates its PoolCards and its queue by name (both named "
+            "after the type), its flavors (feature key, os/arch) and the settings",
             "path": "/customize",
             "request": customize_request(T4_TYPE),
-            "response": rules(T4, t4_devices, t4_flavors),
+            "response": rules(T4, True, t4_flavors),
         },
         "customize-cpu": {
-            "description": "a CPU pool relates no Devices",
+            "description": "a CPU pool relates no PoolCards (it has no cards to tally)",
             "path": "/customize",
             "request": customize_request(GENERIC_TYPE),
-            "response": rules(GENERIC, None, cpu_flavors),
+            "response": rules(GENERIC, False, cpu_flavors),
         },
         "customize-aware-type": {
             "description": "the answer is cached per generation, so it ignores the CPU key "
-            "(the wider selectors); sync narrows them when awareness is on",
+            "(the wider flavor selector); sync narrows it when awareness is on, and the keeper "
+            "tallies the narrower pool into the PoolCards",
             "path": "/customize",
             "request": customize_request(aware_type),
-            "response": rules(EPYC_T4, t4_devices, t4_flavors),
+            "response": rules(EPYC_T4, True, t4_flavors),
         },
         "customize-card-pool-without-group": {
             "description": "a card pool without acceleratorGroup (validation refuses it) relates "
-            "no flavors and no Devices: its labels alone would match every card flavor",
+            "no flavors and no PoolCards: its labels alone would match every card flavor",
             "path": "/customize",
             "request": customize_request(
                 instance_type("odd", type_spec() | {"acceleratable": True})
             ),
-            "response": rules("odd", None, None),
+            "response": rules("odd", False, None),
         },
     }
 

@@ -2,8 +2,10 @@
 
 Devices objects are rendered with `chain.devices` types (the node agent's own wire form) and get
 the server's metadata; flavors and queues have the shapes the flavor and queue hooks author.
-Expected statuses are written from the rules with literal numbers in the cases; nothing here
-calls the hook's own code.
+The hook never sees the Devices: each request relates the pool's PoolCards, the pool-cards
+keeper's tally of the case's Devices (`chain.pool_cards`, the keeper's own pure code), so the
+hand-worked numbers check the tally and the hook together. Expected statuses are written from
+the rules with literal numbers in the cases; nothing here calls the hook's own code.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from chain.apis import SETTINGS_NAME
 from chain.devices import (
     Accelerator,
     AcceleratorStatus,
@@ -33,6 +36,9 @@ from chain.ledger import (
     Mode,
     ProfileCount,
 )
+from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
+from chain.pools import PoolIdentity
+from chain.settings import Settings
 
 Obj = dict[str, Any]
 View = tuple[str, str, str]
@@ -45,6 +51,7 @@ G = "general.feature.gpustack.ai/"
 N = "note.gpustack.ai/"
 PROFILE = "fnv64-87bf574bea2a4f23"
 DEVICES_GROUP = f"Devices.{WORKER}"
+POOL_CARDS_GROUP = f"{POOL_CARDS}.{POOL_CARDS_API}"
 RF_GROUP = f"ResourceFlavor.{KUEUE}"
 CQ_GROUP = f"ClusterQueue.{KUEUE}"
 SETTINGS_GROUP = "Settings.gpustack.ai/v1alpha1"
@@ -396,6 +403,35 @@ def _map(objects: Sequence[Obj]) -> dict[str, Obj]:
     return {obj["metadata"]["name"]: copy.deepcopy(obj) for obj in objects}
 
 
+def _identity(target: Obj) -> PoolIdentity | None:
+    """The pool of a well-formed InstanceType (the error cases send others)."""
+    if target.get("kind") != "InstanceType":
+        return None
+    try:
+        return PoolIdentity.of_spec(target.get("spec"), "spec")
+    except ValueError:
+        return None
+
+
+def served_pool_cards(target: Obj, nodes: Sequence[Obj], chain_settings: Obj | None) -> list[Obj]:
+    """What the keeper writes for `target` over `nodes`, as served (none for a CPU pool)."""
+    identity = _identity(target)
+    aware = False
+    if chain_settings is not None and chain_settings["metadata"]["name"] == SETTINGS_NAME:
+        aware = Settings.from_spec(chain_settings["spec"]).instance_type_aware_cpu_manufacturer
+    cards = None if identity is None else pool_cards(identity, aware, nodes)
+    if cards is None:
+        return []
+    obj = pool_cards_object(target, cards)
+    name = obj["metadata"]["name"]
+    obj["metadata"].update(
+        uid=uid(POOL_CARDS + name),
+        resourceVersion="31002",
+        creationTimestamp="2026-11-30T05:00:00Z",
+    )
+    return [obj]
+
+
 def request(
     target: Obj,
     nodes: Sequence[Obj] = (),
@@ -409,7 +445,7 @@ def request(
         "object": copy.deepcopy(target),
         "attachments": {},
         "related": {
-            DEVICES_GROUP: _map(nodes),
+            POOL_CARDS_GROUP: _map(served_pool_cards(target, nodes, chain_settings)),
             RF_GROUP: _map(flavors),
             CQ_GROUP: _map(queues),
             SETTINGS_GROUP: _map([chain_settings] if chain_settings else []),

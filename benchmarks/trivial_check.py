@@ -1,0 +1,122 @@
+"""The physical limit of any AdmissionCheck controller: one that says Ready at once, unjudged.
+
+    python -m benchmarks.trivial_check --kubeconfig KUBECONFIG [--writers 4]
+
+What `benchmarks.admission` measures the verdict driver against, in the same testbed: the same
+watch-fed Workload cache, the same apply of only its own `admissionChecks` entries (the driver's
+field manager, `force`, the resourceVersion read), the same writer threads, the same
+ServiceAccount; it keeps the same AdmissionCheck Active. It judges nothing, holds no Lease,
+reads no Devices, Nodes or Pods: whatever the driver costs beyond it is the price of judging.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable, Sequence
+
+from chain.apis import ADMISSION_CHECK, KUEUE_API
+from chain.apis import WORKLOAD as WORKLOAD_KIND
+from chain.feasibility import NODE_DEVICES_CONTROLLER, State, Verdict
+from hooks.admission.driver import (
+    FIELD_MANAGER,
+    active_patch,
+    controllers,
+    now_text,
+    owned_checks,
+    to_judge,
+    verdict_patch,
+)
+from hooks.admission.writes import Writers
+from kubeapi import Kube, KubeError, Obj, logs
+from kubeapi.watch import Cache, Watcher, all_synced, key_of, start_all
+
+READY = Verdict(State.READY, "ready without a look (benchmarks.trivial_check)")
+
+
+class TrivialCheck:
+    """Every pending entry of the check made Ready, once per Workload version."""
+
+    def __init__(self, kube: Kube, writers: Writers | None) -> None:
+        self.kube = kube
+        self.writers = writers
+        self.workloads = Cache()
+        self.checks = Cache()
+        self.answered: dict[tuple[str, str], str] = {}
+
+    def start(self) -> TrivialCheck:
+        start_all(
+            [
+                Watcher(self.kube, KUEUE_API, WORKLOAD_KIND, cache=self.workloads),
+                Watcher(self.kube, KUEUE_API, ADMISSION_CHECK, cache=self.checks),
+            ]
+        )
+        return self
+
+    def keep_active(self) -> None:
+        for check in self.checks.items():
+            if (check.get("spec") or {}).get("controllerName") == NODE_DEVICES_CONTROLLER:
+                body = active_patch(check, now_text())
+                if body is not None:
+                    self.kube.apply(body, FIELD_MANAGER, subresource="status")
+
+    def _write(self, body: Obj) -> Callable[[Kube], Obj]:
+        return lambda kube: kube.apply(body, FIELD_MANAGER, subresource="status")
+
+    def answer_once(self) -> int:
+        """Ready for every Workload waiting on the check; the count sent."""
+        if not all_synced((self.workloads, self.checks)):
+            return 0
+        checks = controllers(self.checks.items())
+        workloads = self.workloads.items()
+        present = {key_of(w) for w in workloads}
+        self.answered = {k: v for k, v in self.answered.items() if k in present}
+        sent = 0
+        for wl in to_judge(workloads, checks):
+            version = str(wl["metadata"].get("resourceVersion", ""))
+            if self.answered.get(key_of(wl)) == version:
+                continue
+            body = verdict_patch(wl, owned_checks(wl, checks), READY, now_text())
+            if body is None:
+                continue
+            self.answered[key_of(wl)] = version
+            if self.writers is not None:
+                self.writers.submit(self._write(body))
+            else:
+                try:
+                    self._write(body)(self.kube)
+                except KubeError:
+                    self.answered.pop(key_of(wl), None)
+            sent += 1
+        return sent
+
+    def run(self, period: float) -> None:
+        next_tick = time.monotonic()
+        while True:
+            seen = self.workloads.changes
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + period
+                self.keep_active()
+                self.answered.clear()  # a lost write is answered again on the tick
+            self.answer_once()
+            self.workloads.wait(seen, max(0.0, next_tick - time.monotonic()))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.trivial_check")
+    parser.add_argument("--kubeconfig")
+    parser.add_argument("--period", type=float, default=0.5)
+    parser.add_argument("--writers", type=int, default=4)
+    args = parser.parse_args(argv)
+    logs.setup()
+    kube = Kube.from_environment(args.kubeconfig)
+    writers = (
+        Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)
+        if args.writers > 0
+        else None
+    )
+    TrivialCheck(kube, writers).start().run(args.period)
+
+
+if __name__ == "__main__":
+    main()
