@@ -34,14 +34,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chain.capacity import node_capacity_patch
-from chain.devices import DEVICES_API, DEVICES_KIND, Devices
+from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
+from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache
 from nodeagent.detect.loop import DetectionRound
+from nodeagent.node_events import ACTION, detection_events, held_back_event
 from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
 
 log = logging.getLogger("nodeagent")
@@ -72,6 +74,8 @@ class Reporter:
     release_terminated: bool = True
     pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
+    events: EventRecorder | None = None
+    """Where detection changes become Events on the Node (`node_events`); None: not recorded."""
     _reported: str = field(default="", init=False)
     reported_labels: dict[str, str] | None = field(default=None, init=False)
     """The Node's labels as the last report left them (what the loop's sleep compares with)."""
@@ -132,6 +136,7 @@ class Reporter:
     def _devices(self, node: Obj, groups: list[Any]) -> Devices | None:
         meta = node["metadata"]
         existing = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+        self._record(node, existing, groups)
         desired: dict[str, Any] = devices_object(
             self.node, meta["uid"], meta.get("labels") or {}, groups, self.owned, existing
         )
@@ -150,6 +155,30 @@ class Reporter:
             log.info("Devices %s written (%d groups)", self.node, len(own_groups))
             return Devices.parse(written)
         return Devices.parse(existing)
+
+    def _record(self, node: Obj, existing: Obj | None, groups: Sequence[DevicesGroup]) -> None:
+        """Events on the Node for what changed since the Devices spec the API server holds."""
+        if self.events is None:
+            return
+        before = None
+        if existing is not None:
+            try:
+                held = Devices.parse(existing).spec.groups
+            except ValueError as err:
+                log.warning("Devices %s unreadable, its cards taken as new: %s", self.node, err)
+                held = ()
+            before = [group for group in held if group.manufacturer in self.owned]
+        for change in detection_events(before, groups):
+            self.events.event(node, change.type, change.reason, change.note, ACTION)
+
+    def held_back(self, message: str) -> None:
+        """The hold-back, as an Event on the Node (repeats fold into its count)."""
+        if self.events is None:
+            return
+        node = self.kube.get("v1", "Node", self.node)
+        if node is not None:
+            change = held_back_event(message)
+            self.events.event(node, change.type, change.reason, change.note, ACTION)
 
     def write_ledger(self) -> None:
         """Write the ledger now, if it moved (the node's Pods changed), and the fit labels with

@@ -23,6 +23,7 @@ import yaml
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
 from kubeapi import Kube, logs
+from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
 from nodeagent.detect.loop import (
@@ -41,6 +42,7 @@ from nodeagent.detect.registry import (
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
+from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.report import align_device_groups
@@ -193,6 +195,7 @@ def serve(args: argparse.Namespace) -> int:
         table,
         ledger=plugins,
         release_terminated=env.ledger_release_terminated_pods,
+        events=EventRecorder(kube, EVENTS_CONTROLLER, node),
     )
     publish: Callable[[frozenset[str]], None] = _ignore
     report: Callable[[DetectionRound], None] = reporter
@@ -266,6 +269,7 @@ def serve(args: argparse.Namespace) -> int:
             period=args.period,
             redetect_every=args.redetect_every,
             report_due=reporter.node_changed,
+            held_back=reporter.held_back,
         )
         loop.run(stopping.is_set)
     return 0

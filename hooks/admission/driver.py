@@ -12,11 +12,12 @@ Pods come from watch-fed caches (`caches`), and its only request is the write, w
 threads make while the loop decides the next (`writes`; a Ready counts as promised from the
 moment it is decided, and is taken back if its write fails). A pass runs as soon
 as the Workload cache changes and at least every `--period` seconds (the resync tick, which also
-renews the Lease). An event pass judges only the Workloads whose object moved since they were last
-judged; a tick judges every waiting one again, so a card freed on a node turns a Retry into Ready
-within a period. Followers keep their caches warm and judge nothing. A verdict looks at the Nodes
-Kueue assigned (found by hostname in an index of the Node cache), or at the flavor's pool when an
-assignment names no nodes, and at those nodes' Devices and Pods (indexed by node).
+renews the Lease: from a thread of its own while held, so no verdict waits for it). An event
+pass judges only the Workloads whose object moved since they were last judged; a tick judges
+every waiting one again, so a card freed on a node turns a Retry into Ready within a period.
+Followers keep their caches warm and judge nothing. A verdict looks at the Nodes Kueue assigned
+(found by hostname in an index of the Node cache), or at the flavor's pool when an assignment
+names no nodes, and at those nodes' Devices and Pods (indexed by node).
 
 Who holds which cards (`chain.feasibility.Holdings`) and which Workloads wait for a verdict are
 kept across passes and read again only for the Workloads that moved, then updated after each
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import logging
 import os
 import signal
@@ -329,6 +331,11 @@ class Driver:
     """Verdicts on their way, by Workload."""
     events: EventRecorder | None = None
     """Where a Retry becomes an Event on its Workload (`kubectl describe workload`)."""
+    renew_aside: bool = False
+    """Renew a Lease this replica holds from a thread of its own, off the loop; taking the
+    Lease, and renewing one about to lapse, stay on it. `still_leading` is counted from before
+    each renewal's read, so a renewal still on its way only shortens what the loop trusts."""
+    _renewal: threading.Thread | None = None
 
     @property
     def cache(self) -> Cache:
@@ -353,7 +360,10 @@ class Driver:
         self.settle()
         elector = self.elector
         lapsing = elector.leading and not elector.still_leading()
-        if ((tick and elector.renewal_due()) or lapsing) and not elector.lead():
+        due = tick and elector.renewal_due()
+        if due and elector.leading and not lapsing and self.renew_aside:
+            self._renew_aside()  # two round trips a verdict arriving now need not wait for
+        elif (due or lapsing) and not elector.lead():
             return synced
         if tick and elector.leading and self.caches.checks.synced:
             self.ensure_active(self.caches.checks.items())
@@ -392,6 +402,19 @@ class Driver:
                 self.indexed.pop(key_of(wl), None)
                 self.track([written], everyone=False)
         return True
+
+    def _renew_aside(self) -> None:
+        if self._renewal is not None and self._renewal.is_alive():
+            return
+
+        def renew() -> None:
+            try:
+                self.elector.lead()
+            except (KubeError, requests.RequestException) as err:
+                log.warning("lease renewal failed: %s", err)
+
+        self._renewal = threading.Thread(target=renew, name="lease-renewal", daemon=True)
+        self._renewal.start()
 
     def track(self, workloads: Sequence[Obj], everyone: bool = True) -> None:
         """Bring `holdings` and `waiting` up to `workloads`, reading only those that moved
@@ -573,8 +596,14 @@ def run(
     period: float,
     heartbeat: Heartbeat | None = None,
     stop: Callable[[], bool] = lambda: False,
+    freeze: bool = False,
 ) -> None:
-    """Pass on every change of the Workload cache, and at least every `period` (the tick)."""
+    """Pass on every change of the Workload cache, and at least every `period` (the tick).
+
+    With `freeze`, what the process holds once every cache is first listed (every Node, Devices
+    and bound Pod of the cluster, most of what it will ever hold) is kept out of the garbage
+    collector's later full passes (`gc.freeze`): each such pass would otherwise walk all of it,
+    tens of milliseconds at a thousand nodes, in whichever verdict's path it fell."""
     next_tick = time.monotonic()
     while not stop():
         # Noted before the pass: a change that lands during it wakes the next one at once.
@@ -590,6 +619,10 @@ def run(
         else:
             if heartbeat is not None and current:
                 heartbeat.beat()
+            if freeze and current:
+                gc.collect()
+                gc.freeze()
+                freeze = False
         driver.cache.wait(seen, max(0.0, next_tick - time.monotonic()))
 
 
@@ -644,7 +677,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logs.setup()
     kube = Kube.from_environment(args.kubeconfig)
-    elector = Elector(kube, args.identity, args.lease_seconds, args.lease_namespace)
+    # The elector's own client: its renewals run on a thread of their own (`renew_aside`), and
+    # a `requests.Session` is not meant to be shared between threads.
+    lease_kube = Kube.from_environment(args.kubeconfig)
+    elector = Elector(lease_kube, args.identity, args.lease_seconds, args.lease_namespace)
     # Unhealthy once passes have failed or hung for a whole Lease duration and then some.
     # Unhealthy too until every cache has been listed: a verdict needs them all.
     heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period), started=False)
@@ -674,14 +710,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     events = EventRecorder(kube, EVENTS_CONTROLLER, args.identity)
     driver = Driver(
-        kube, elector, caches, release_terminated=release, writers=writers, events=events
+        kube,
+        elector,
+        caches,
+        release_terminated=release,
+        writers=writers,
+        events=events,
+        renew_aside=True,
     )
     stopping = threading.Event()
     # SIGTERM (a rollout, a drained node): end within a period, then hand the Lease over at
     # once instead of letting the next replica wait for it to lapse.
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    run(driver, args.period, heartbeat, stop=stopping.is_set)
+    run(driver, args.period, heartbeat, stop=stopping.is_set, freeze=True)
     try:
         elector.release()
     except (KubeError, requests.RequestException) as err:

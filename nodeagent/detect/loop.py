@@ -83,6 +83,7 @@ class DetectLoop:
         redetect_every: int = REDETECT_EVERY_MONITOR_ROUNDS,
         sleep: Callable[[float], None] = time.sleep,
         report_due: Callable[[], bool] = lambda: False,
+        held_back: Callable[[str], None] = lambda message: None,
     ) -> None:
         """`expected` are the manufacturers the agent was started for (`--manufacturer`, with
         `all` spelled out), whether or not each has a detector."""
@@ -96,6 +97,8 @@ class DetectLoop:
         self.sleep = sleep
         # Something outside detection wants a fresh report (the Node's labels changed).
         self.report_due = report_due
+        # Told the hold-back's message each round it holds back (an Event on the Node).
+        self.held_back = held_back
         self.holding_back = not no_fast_failed and len(self.expected) == 1
 
     def detect(self) -> DetectionRound:
@@ -131,6 +134,10 @@ class DetectLoop:
             current = self.detect()
         except HeldBack as held:
             log.error("%s", held)
+            try:
+                self.held_back(str(held))
+            except Exception as error:  # an Event must never stop detection
+                log.warning("recording the hold-back failed: %s", error)
             self.sleep(self.period)
             return
         self.publish(current.detected)

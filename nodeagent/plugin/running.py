@@ -25,6 +25,7 @@ from chain.settings import StartupEnv
 from kubeapi import Kube
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
+from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 FOLLOW_TICK_S = 1.0
 """How often the Pod-following thread looks at its stop flag while no Pod changes."""
 
-EVENTS_CONTROLLER = "gpustack.ai/node-agent"
 SERVED_MANUFACTURERS = frozenset({"nvidia"})
 """Manufacturers with a container recipe (env, mounts) in this package."""
 

@@ -17,6 +17,7 @@ from testbed.drivers import run_agent
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
+from testbed.kubectl import kubectl
 from testbed.nodes import node_object, register_node
 from tests.e2e.test_pools import forget_pool, nfd_worker_feature
 
@@ -107,6 +108,13 @@ def test_agents_report_and_pools_appear(
     # Owned by its Node, like the Devices (upstream): it leaves with the node (below).
     [owner] = feature["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Node", t4a, devices_owner_uid(devices))
+
+    # The agent tells the Node what it found: an Event `kubectl describe node` shows.
+    def described() -> str:
+        return kubectl(testbed, "describe", "node", t4a)
+
+    wait_for(lambda: "CardsDetected" in described(), 60, "the CardsDetected Event on the Node")
+    assert "4 Tesla T4 cards detected (nvidia-tesla-t4; index 0, 1, 2, 3)" in described()
 
     other = wait_for(lambda: kube.get(WORKER, "Devices", a10g), 60, "the A10G node's Devices")
     assert [g["id"] for g in other["spec"]["groups"]] == ["a10g"]

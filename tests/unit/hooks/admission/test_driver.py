@@ -280,6 +280,30 @@ def test_only_the_lease_holder_judges() -> None:
     assert lease is not None and lease["spec"]["holderIdentity"] == "a"
 
 
+def test_a_held_lease_is_renewed_off_the_loop_and_taken_on_it() -> None:
+    kube = _world()
+    clock = [0.0]
+    elector = Elector(kube, "a", 4, clock=lambda: clock[0])  # type: ignore[arg-type]
+    driver = Driver(kube, elector, kube.caches, renew_aside=True)  # type: ignore[arg-type]
+    threads: list[str] = []
+    lead = elector.lead
+
+    def watched_lead() -> bool:
+        threads.append(threading.current_thread().name)
+        return lead()
+
+    elector.lead = watched_lead  # type: ignore[method-assign]
+    driver.step()  # taking the Lease: on the loop
+    clock[0] = 1.5  # a quarter of the Lease has passed, half has not: renewal due, still leading
+    driver.step()
+    assert driver._renewal is not None
+    driver._renewal.join(5)
+    clock[0] = 2.4  # the renewal counted from 1.5: none due yet, still leading
+    driver.step()
+    assert threads == ["MainThread", "lease-renewal"]
+    assert elector.still_leading()
+
+
 def _two_replicas(kube: Any, clock: list[float]) -> tuple[Elector, Elector]:
     """Replicas a and b on one hand-moved clock; a leads."""
     a = Elector(kube, "a", 4, clock=lambda: clock[0])
