@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from benchmarks.admission_events import (
@@ -64,7 +65,7 @@ from chain.quantity import parse_quantity
 from chain.units import M, credits_to_accelerators
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from testbed import build
-from testbed.harness import Testbed
+from testbed.harness import Testbed, free_port, http_ok
 from testbed.install import install
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import (
@@ -81,6 +82,9 @@ T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 NAMESPACE = "bench"
 DRIVER = "admission-driver"
 TRIVIAL = "trivial-check"
+SETTLE_S = 3.0
+"""After a check's controller is up, before a run: what it does once on start (the driver's
+first pool tally, its garbage-collector freeze) is not part of any verdict."""
 DRIVER_ACCOUNT = ("gpustack-system", "gpustack-admission-driver")
 THREADS = 8
 
@@ -316,7 +320,11 @@ def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
     kubeconfig = bed.service_account_kubeconfig(*DRIVER_ACCOUNT)
     wrap = [] if profile is None else ["benchmarks.profiled", str(profile)]
     argv = [sys.executable, "-m", *wrap, "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
-    bed.run(DRIVER, [*argv, "--period", str(period), "--health-port", "-1"])
+    port = free_port()
+    bed.run(DRIVER, [*argv, "--period", str(period), "--health-port", str(port)])
+    # Healthy once every cache is listed: a run measures verdicts, not the driver's start.
+    url = f"http://127.0.0.1:{port}/healthz"
+    wait_for(partial(http_ok, url), 120, "the driver's caches to be listed")
     _wait_check_named(bed, "the driver")
 
 
@@ -338,6 +346,7 @@ def _wait_check_named(bed: Testbed, who: str) -> None:
         f"{who} to mark the AdmissionCheck Active",
     )
     wait_for(lambda: queue_ready(kube, True), 120, "the queue to name the check", interval=1)
+    time.sleep(SETTLE_S)
 
 
 @contextlib.contextmanager
