@@ -58,10 +58,10 @@ from benchmarks.admission_events import (
     verdict_pace,
 )
 from benchmarks.timing import percentile
-from chain.feasibility import NODE_DEVICES_CHECK
 from chain.labels import capacity_key, count_key
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
+from chain.queues import NODE_DEVICES_CHECK
 from chain.units import M, credits_to_accelerators
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from testbed import build

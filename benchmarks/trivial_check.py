@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 
 from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
-from chain.feasibility import NODE_DEVICES_CONTROLLER, State, Verdict
+from chain.feasibility import State, Verdict
+from chain.queues import NODE_DEVICES_CONTROLLER
 from hooks.admission.driver import (
     FIELD_MANAGER,
     active_patch,

@@ -119,6 +119,16 @@ class AcceleratorStatus:
     logical_sliced: LogicalSliced = LogicalSliced()
     physical_sliced: PhysicalSliced = PhysicalSliced()
 
+    @property
+    def partitioned(self) -> bool:
+        """`IsPartitioned`: cut into hardware partitions, so it serves only partition requests."""
+        return self.physical_sliced.count > 0
+
+    @property
+    def logically_sliceable(self) -> bool:
+        """`IsLogicallySliceable`: takes logical slices, and is not partitioned."""
+        return self.logical_sliced.count > 0 and not self.partitioned
+
     @classmethod
     def parse(cls, obj: f.Obj, path: str) -> AcceleratorStatus:
         return cls(
@@ -212,12 +222,12 @@ class Accelerator:
     @property
     def is_partitioned(self) -> bool:
         """`IsPartitioned`: the card is cut into hardware partitions (MIG on)."""
-        return self.status.physical_sliced.count > 0
+        return self.status.partitioned
 
     @property
     def is_logically_sliceable(self) -> bool:
         """`IsLogicallySliceable`: the card takes logical slices (and is not partitioned)."""
-        return self.status.logical_sliced.count > 0 and not self.is_partitioned
+        return self.status.logically_sliceable
 
     @property
     def is_whole_accelerator_capable(self) -> bool:
@@ -241,15 +251,3 @@ class Accelerator:
         out["topology"] = self.topology.render()
         out["status"] = self.status.render()
         return out
-
-
-def is_partitioned(card: Accelerator) -> bool:
-    return card.is_partitioned
-
-
-def is_logically_sliceable(card: Accelerator) -> bool:
-    return card.is_logically_sliceable
-
-
-def is_whole_accelerator_capable(card: Accelerator) -> bool:
-    return card.is_whole_accelerator_capable

@@ -39,9 +39,3 @@ WORKLOAD = "Workload"
 WORKER_API = "worker.gpustack.ai/v1alpha1"
 INSTANCE_TYPE = "InstanceType"
 INSTANCE_TYPE_RESOURCE = "instancetypes"
-
-
-def group_of(api_version: str) -> str:
-    """The API group of an apiVersion (`""` for the core group)."""
-    group, slash, _ = api_version.rpartition("/")
-    return group if slash else ""

@@ -32,9 +32,6 @@ from chain.accelerators import (
     PartitionProfile,
     PhysicalSliced,
     Roce,
-    is_logically_sliceable,
-    is_partitioned,
-    is_whole_accelerator_capable,
 )
 from chain.apis import WORKER_API
 from chain.keys import accelerator_key
@@ -61,9 +58,6 @@ __all__ = [
     "Roce",
     "SlicedDetail",
     "aggregate_sliced_detail",
-    "is_logically_sliceable",
-    "is_partitioned",
-    "is_whole_accelerator_capable",
 ]
 
 DEVICES_KIND = "Devices"

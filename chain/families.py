@@ -105,11 +105,6 @@ def classify_resource(key: str, table: ManufacturerTable) -> ResourceClass:
     return _NONE
 
 
-def resource_family(key: str, table: ManufacturerTable) -> Family:
-    """The family of a resource key; `Family.NONE` for anything that is not ours."""
-    return classify_resource(key, table).family
-
-
 def credits_resource(manufacturer: str) -> str:
     """`credits.gpustack.ai/<mfr>`: the one resource a pool's ClusterQueue has quota in."""
     return CREDITS_PREFIX + manufacturer
@@ -121,10 +116,6 @@ def credits_manufacturer(name: str, table: ManufacturerTable) -> str | None:
     if maker != name and maker in table:
         return maker
     return None
-
-
-def is_credits_resource(name: str, table: ManufacturerTable) -> bool:
-    return credits_manufacturer(name, table) is not None
 
 
 def family_key(base: str, suffix: str = "") -> str:

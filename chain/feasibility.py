@@ -40,11 +40,9 @@ from chain.ledger import AcceleratorAllocation, Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.manufacturers import ManufacturerTable
 from chain.partitions import vendor_profile_name
+from chain.queues import NODE_DEVICES_CHECK
 from chain.requests import INT32_MAX, PodDemand, pod_demands, read_containers
 from chain.units import M
-
-NODE_DEVICES_CHECK = "gpustack-node-devices"
-NODE_DEVICES_CONTROLLER = "worker.gpustack.ai/node-devices"
 
 POOL_READY = "the assigned flavor pool has enough free cards to place the request"
 NODE_READY = 'the node "{node}" Kueue assigned has enough free cards to place the request'

@@ -98,12 +98,6 @@ def local_queue_name(cluster_queue: str) -> str:
     return LOCAL_QUEUE_PREFIX + fnv64a(cluster_queue)
 
 
-def is_local_queue_name(name: str) -> bool:
-    """True for a name `local_queue_name` could have produced."""
-    tail = name.removeprefix(LOCAL_QUEUE_PREFIX)
-    return tail != name and len(tail) == 16 and all(c in "0123456789abcdef" for c in tail)
-
-
 def topology_profile(levels: Sequence[str]) -> str:
     """`fnv64-<hash>` of the ordered level keys; NUL cannot occur in a label key, so the join
     is unambiguous."""

@@ -59,12 +59,11 @@ class PoolCard:
 
     @property
     def partitioned(self) -> bool:
-        """`IsPartitioned`: cut into hardware partitions, so it serves only partition requests."""
-        return self.capability.physical_sliced.count > 0
+        return self.capability.partitioned
 
     @property
     def logically_sliceable(self) -> bool:
-        return self.capability.logical_sliced.count > 0 and not self.partitioned
+        return self.capability.logically_sliceable
 
     @property
     def remaining(self) -> int:

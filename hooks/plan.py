@@ -47,7 +47,7 @@ from hooks.flavor import pools as pools_hook
 from hooks.instancetype import status as status_hook
 from hooks.instancetype.request import read_instance_type
 from hooks.queue import queue as queue_hook
-from hooks.shell import Obj
+from hooks.shell import Obj, of_kind
 
 # Metacontroller always sends one (possibly empty) map per declared attachment/related type.
 NODE_ATTACHMENTS = (f"{NODE_FLAVORS}.{CHAIN_API}",)
@@ -77,14 +77,10 @@ def _object_map(groups: Iterable[str], objects: Iterable[Obj]) -> dict[str, dict
     return out
 
 
-def _of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
-    return [o for o in objects if o.get("kind") == kind]
-
-
 def settings_object(objects: Iterable[Obj], overrides: Mapping[str, str]) -> Obj:
     """The snapshot's Settings singleton (or an empty one) with `--setting` overrides applied."""
     found = next(
-        (o for o in _of_kind(objects, SETTINGS) if o["metadata"]["name"] == SETTINGS_NAME),
+        (o for o in of_kind(objects, SETTINGS) if o["metadata"]["name"] == SETTINGS_NAME),
         None,
     )
     empty: Obj = {"apiVersion": CHAIN_API, "kind": SETTINGS, "metadata": {"name": SETTINGS_NAME}}
@@ -127,14 +123,14 @@ def _queue_step(
 ) -> tuple[Obj, Obj]:
     """An InstanceType with the queue hook's annotations applied, and its ClusterQueue."""
     name = instance_type["metadata"]["name"]
-    observed = [q for q in _of_kind(snapshot, CLUSTER_QUEUE) if q["metadata"]["name"] == name]
+    observed = [q for q in of_kind(snapshot, CLUSTER_QUEUE) if q["metadata"]["name"] == name]
     related = (*QUEUE_RELATED, f"{SETTINGS}.{CHAIN_API}")
     answer = queue_hook.sync(
         {
             "object": instance_type,
             "attachments": _object_map((f"{CLUSTER_QUEUE}.{KUEUE_API}",), observed),
             "related": _object_map(
-                related, [*flavors, *_of_kind(snapshot, ADMISSION_CHECK), settings]
+                related, [*flavors, *of_kind(snapshot, ADMISSION_CHECK), settings]
             ),
         },
         default_manufacturers(),
@@ -176,12 +172,12 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
 
     nodes: list[Obj] = []
     summaries: list[Obj] = []
-    for node in _of_kind(objects, "Node"):
+    for node in of_kind(objects, "Node"):
         labelled, summary = _node_step(node, related_settings)
         nodes.append(labelled)
         summaries += summary
 
-    observed_types = _of_kind(objects, INSTANCE_TYPE)
+    observed_types = of_kind(objects, INSTANCE_TYPE)
     pools = (
         pools_hook.sync(
             {
@@ -192,15 +188,15 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
         ).get("attachments")
         or []
     )
-    flavors = _of_kind(pools, RESOURCE_FLAVOR)
+    flavors = of_kind(pools, RESOURCE_FLAVOR)
 
     types: list[Obj] = []
     cluster_queues: list[Obj] = []
-    for instance_type in _of_kind(pools, INSTANCE_TYPE):
+    for instance_type in of_kind(pools, INSTANCE_TYPE):
         annotated, planned = _queue_step(instance_type, flavors, objects, settings)
         types.append(annotated)
         cluster_queues.append(planned)
-    cards = _pool_cards_step(types, _of_kind(objects, DEVICES_KIND), settings)
+    cards = _pool_cards_step(types, of_kind(objects, DEVICES_KIND), settings)
     related = _object_map(
         STATUS_RELATED,
         [*cards, *flavors, *cluster_queues, settings],
@@ -208,7 +204,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
     types = [_status_step(instance_type, related) for instance_type in types]
 
     local_queues: list[Obj] = []
-    for namespace in _of_kind(objects, "Namespace"):
+    for namespace in of_kind(objects, "Namespace"):
         answer = entrance.sync(
             {
                 "object": namespace,
@@ -245,10 +241,10 @@ def table(objects: list[Obj]) -> str:
             lines.append(("  " + "  ".join(cells)).rstrip())
 
     node_rows = []
-    for node in _of_kind(objects, "Node"):
+    for node in of_kind(objects, "Node"):
         labels = _labels(node)
         node_rows.append((node["metadata"]["name"], labels.get("gpustack.ai/managed", "-")))
-    summaries = {s["metadata"]["name"]: s for s in _of_kind(objects, NODE_FLAVORS)}
+    summaries = {s["metadata"]["name"]: s for s in of_kind(objects, NODE_FLAVORS)}
     section(
         "Nodes",
         ("NODE", "MANAGED", "FLAVORS"),
@@ -273,7 +269,7 @@ def table(objects: list[Obj]) -> str:
         ("FLAVOR", "CAPACITY", "TOPOLOGY"),
         [
             (f["metadata"]["name"], capacity(f), f["spec"].get("topologyName", "-"))
-            for f in _of_kind(objects, RESOURCE_FLAVOR)
+            for f in of_kind(objects, RESOURCE_FLAVOR)
         ],
     )
     section(
@@ -288,20 +284,20 @@ def table(objects: list[Obj]) -> str:
                 t.get("status", {}).get("cpuSummary", "-"),
                 t.get("status", {}).get("phase", "-"),
             )
-            for t in _of_kind(objects, INSTANCE_TYPE)
+            for t in of_kind(objects, INSTANCE_TYPE)
         ],
     )
     section(
         "ClusterQueues",
         ("NAME", "STOP POLICY", "RESOURCE", "NOMINAL", "FLAVORS"),
-        [_queue_row(q) for q in _of_kind(objects, CLUSTER_QUEUE)],
+        [_queue_row(q) for q in of_kind(objects, CLUSTER_QUEUE)],
     )
     section(
         "LocalQueues",
         ("NAMESPACE", "NAME", "CLUSTERQUEUE"),
         [
             (q["metadata"]["namespace"], q["metadata"]["name"], q["spec"]["clusterQueue"])
-            for q in _of_kind(objects, LOCAL_QUEUE)
+            for q in of_kind(objects, LOCAL_QUEUE)
         ],
     )
     return "\n".join(lines).lstrip("\n") + "\n"

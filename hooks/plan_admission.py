@@ -10,7 +10,6 @@ Pods and Workloads, given the pools the planner computed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from chain.apis import CHAIN_API, INSTANCE_TYPE, RESOURCE_FLAVOR, SETTINGS, WORKLOAD
@@ -22,21 +21,17 @@ from hooks.admission.pods import mutate_pods
 from hooks.admission.workloads import mutate_workloads
 from hooks.catalog_file import catalog_settings
 from hooks.instancetype.webhook import desired_labels
-from hooks.shell import Obj
+from hooks.shell import Obj, of_kind
 
 RELATED_KINDS = (RESOURCE_FLAVOR, DEVICES_KIND, "Node", WORKLOAD, "Pod")
 
 
-def _of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
-    return [o for o in objects if o.get("kind") == kind]
-
-
 def catalog(planned: list[Obj]) -> Catalog:
     """The pool catalog the webhooks would read, from the planned InstanceTypes and Settings."""
-    settings = [o for o in _of_kind(planned, SETTINGS) if o.get("apiVersion") == CHAIN_API]
+    settings = [o for o in of_kind(planned, SETTINGS) if o.get("apiVersion") == CHAIN_API]
     aware = catalog_settings({"items": settings}).instance_type_aware_cpu_manufacturer
     items: list[Obj] = []
-    for obj in _of_kind(planned, INSTANCE_TYPE):
+    for obj in of_kind(planned, INSTANCE_TYPE):
         meta = dict(obj["metadata"])
         meta["labels"] = desired_labels(
             meta["name"], obj.get("spec") or {}, meta.get("labels") or {}, aware
@@ -73,11 +68,11 @@ def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable)
     """One result per Pod and Workload of the snapshot, in snapshot order."""
     pools = catalog(planned)
     results: list[Obj] = []
-    for pod in _of_kind(snapshot, "Pod"):
+    for pod in of_kind(snapshot, "Pod"):
         response: dict[str, Any] = mutate_pods(_review(pod), pools, table)["response"]
         results.append(_result(pod, response, "folded"))
-    related = _related([*_of_kind(planned, RESOURCE_FLAVOR), *snapshot])
-    for workload in _of_kind(snapshot, WORKLOAD):
+    related = _related([*of_kind(planned, RESOURCE_FLAVOR), *snapshot])
+    for workload in of_kind(snapshot, WORKLOAD):
         response = mutate_workloads(_review(workload), pools, table)["response"]
         result = _result(workload, response, "pinned")
         if (workload.get("status") or {}).get("admission"):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -405,6 +405,6 @@ def make_app(
     return app
 
 
-def group_key(obj: Obj) -> str:
-    """`<Kind>.<apiVersion>` of an object, the key Metacontroller groups it under."""
-    return _group_key(obj)
+def of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
+    """The objects of one kind, in their order (the planners read snapshots this way)."""
+    return [o for o in objects if o.get("kind") == kind]

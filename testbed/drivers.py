@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
-from chain.feasibility import NODE_DEVICES_CHECK
+from chain.queues import NODE_DEVICES_CHECK
 from hooks.admission.driver import FIELD_MANAGER
 from hooks.admission.lease import LEASE_NAMESPACE
 from testbed.harness import Testbed, free_port, http_ok

@@ -53,7 +53,6 @@ from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
 from chain.devices import Devices
 from chain.feasibility import (
-    NODE_DEVICES_CONTROLLER,
     Holdings,
     Snapshot,
     State,
@@ -69,6 +68,7 @@ from chain.labels import HOSTNAME
 from chain.ledger_merge import busier_ledger
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable, default_manufacturers
+from chain.queues import NODE_DEVICES_CONTROLLER
 from chain.settings import StartupEnv
 from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health

@@ -327,9 +327,6 @@ class MigMaterialization:
             raise self._error("INVALID_ARGUMENT")
         return compute
 
-    def nvmlDeviceIsMigDeviceHandle(self, handle: object, /) -> int:
-        return int(isinstance(handle, MigHandle))
-
     def nvmlDeviceGetGpuInstanceId(self, handle: object, /) -> int:
         if not isinstance(handle, MigHandle):
             raise self._error("INVALID_ARGUMENT")

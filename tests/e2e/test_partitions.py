@@ -18,8 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from chain.feasibility import NODE_DEVICES_CHECK
 from chain.names import local_queue_name
+from chain.queues import NODE_DEVICES_CHECK
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed
 from testbed.install import Installed

@@ -25,8 +25,9 @@ from benchmarks.admission_events import (
     verdict_pace,
 )
 from chain.devices import Devices
-from chain.feasibility import NODE_DEVICES_CHECK, NODE_READY, Snapshot, State, judge
+from chain.feasibility import NODE_READY, Snapshot, State, judge
 from chain.manufacturers import manufacturers
+from chain.queues import NODE_DEVICES_CHECK
 
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 FLAVOR = "gpustack--nvidia-tesla-t4-linux-amd64-8c"

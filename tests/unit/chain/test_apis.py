@@ -13,9 +13,3 @@ def test_versions_are_the_spec_facts() -> None:
         "default",
     )
     assert (apis.NODE_FLAVORS, apis.NODE_FLAVORS_RESOURCE) == ("NodeFlavors", "nodeflavors")
-
-
-def test_group_of() -> None:
-    assert apis.group_of("kueue.x-k8s.io/v1beta2") == "kueue.x-k8s.io"
-    assert apis.group_of("v1") == ""
-    assert apis.group_of("") == ""

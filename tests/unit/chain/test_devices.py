@@ -18,9 +18,6 @@ from chain.devices import (
     PhysicalSliced,
     Placement,
     aggregate_sliced_detail,
-    is_logically_sliceable,
-    is_partitioned,
-    is_whole_accelerator_capable,
 )
 from chain.labels import accelerator_labels
 from chain.ledger import (
@@ -146,10 +143,10 @@ def test_parsed_fields() -> None:
 def test_predicates() -> None:
     group = Devices.parse(OBJECT).spec.groups[0]
     whole, mig = group.accelerators
-    assert is_logically_sliceable(whole) and is_whole_accelerator_capable(whole)
-    assert not is_partitioned(whole)
-    assert is_partitioned(mig) and not is_logically_sliceable(mig)
-    assert not is_whole_accelerator_capable(mig)
+    assert whole.is_logically_sliceable and whole.is_whole_accelerator_capable
+    assert not whole.is_partitioned
+    assert mig.is_partitioned and not mig.is_logically_sliceable
+    assert not mig.is_whole_accelerator_capable
     plain = Accelerator("GPU-c", 2)
     assert not plain.is_logically_sliceable and plain.is_whole_accelerator_capable
     # A card reporting both is partitioned: MIG wins over logical slicing.

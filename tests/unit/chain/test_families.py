@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chain import families
-from chain.families import Family, ResourceClass, classify_resource, resource_family
+from chain.families import Family, ResourceClass, classify_resource
 from chain.manufacturers import ManufacturerTable, manufacturers
 
 TABLE = manufacturers({})
@@ -49,7 +49,7 @@ TABLE = manufacturers({})
     ],
 )
 def test_family(key: str, family: Family) -> None:
-    assert resource_family(key, TABLE) == family
+    assert classify_resource(key, TABLE).family == family
 
 
 def test_classification_details(table: ManufacturerTable) -> None:
@@ -77,8 +77,8 @@ def test_accelerator_families() -> None:
 
 def test_overridden_base_is_classified() -> None:
     table = manufacturers({"GPUSTACK_NVIDIA_ACCELERATABLE_RESOURCE_NAME": "example.com/gpu"})
-    assert resource_family("example.com/gpu.sliced.units", table) == Family.SLICED
-    assert resource_family("nvidia.com/gpu.sliced.units", table) == Family.NONE
+    assert classify_resource("example.com/gpu.sliced.units", table).family == Family.SLICED
+    assert classify_resource("nvidia.com/gpu.sliced.units", table).family == Family.NONE
 
 
 @pytest.mark.parametrize(
@@ -95,7 +95,6 @@ def test_overridden_base_is_classified() -> None:
 )
 def test_credits_resources(name: str, manufacturer: str | None, table: ManufacturerTable) -> None:
     assert families.credits_manufacturer(name, table) == manufacturer
-    assert families.is_credits_resource(name, table) == (manufacturer is not None)
 
 
 def test_key_builders() -> None:

@@ -13,16 +13,9 @@ from typing import Any
 
 import pytest
 
-from chain.feasibility import (
-    NODE_DEVICES_CHECK,
-    NODE_DEVICES_CONTROLLER,
-    POOL_READY,
-    POOL_RETRY,
-    PROMISED,
-    State,
-    Verdict,
-)
+from chain.feasibility import POOL_READY, POOL_RETRY, PROMISED, State, Verdict
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
+from chain.queues import NODE_DEVICES_CHECK, NODE_DEVICES_CONTROLLER
 from chain.units import M
 from hooks.admission.caches import Caches
 from hooks.admission.driver import (
