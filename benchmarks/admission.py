@@ -62,7 +62,7 @@ from chain.labels import capacity_key, count_key
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
 from chain.queues import NODE_DEVICES_CHECK
-from chain.units import M, credits_to_accelerators
+from chain.units import RESOURCE_MAX_UNITS, credits_to_accelerators
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from testbed import build
 from testbed.harness import Testbed, free_port, http_ok
@@ -125,7 +125,10 @@ def devices(node: str, labels: dict[str, str], cards: int) -> Obj:
 
 def free_ledger(node: str, cards: int) -> Obj:
     """The device plugin's ledger with every card free."""
-    rows = [{"id": f"{node}-gpu-{i}", "index": i, "mode": 0, "remaining": M} for i in range(cards)]
+    rows = [
+        {"id": f"{node}-gpu-{i}", "index": i, "mode": 0, "remaining": RESOURCE_MAX_UNITS}
+        for i in range(cards)
+    ]
     return {
         "apiVersion": WORKER,
         "kind": "Devices",

@@ -50,7 +50,7 @@ from chain.families import SLICED_MEMORY_PERCENTAGE, SLICED_UNITS
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import manufacturers
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.running import DevicePlugins
@@ -135,7 +135,7 @@ def sliced_pod(name: str, node: str) -> Obj:
     """One container asking one slice of a tenth of a card, bound to `node`."""
     limits = {
         SLICE: "1",
-        NVIDIA.resource_name + SLICED_UNITS: str(M // 10),
+        NVIDIA.resource_name + SLICED_UNITS: str(RESOURCE_MAX_UNITS // 10),
         NVIDIA.resource_name + SLICED_MEMORY_PERCENTAGE: "10",
     }
     return {

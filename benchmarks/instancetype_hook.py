@@ -49,7 +49,7 @@ from chain.ledger import (
 )
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
-from chain.units import SHARE_UNITS, M
+from chain.units import RESOURCE_MAX_UNITS, SHARE_UNITS
 from hooks.admission.pool_cards import PoolCardsKeeper
 from hooks.instancetype import status
 
@@ -105,7 +105,7 @@ def _row(card: Accelerator) -> AcceleratorAllocation | None:
             card.id,
             card.index,
             Mode.PARTITIONED if used else Mode.NONE,
-            remaining=M,
+            remaining=RESOURCE_MAX_UNITS,
             allocated_profiles=(ProfileCount("1g.10gb", used),) if used else (),
             remaining_profiles=tuple(
                 ProfileCount(name, max(0, count - used)) for name, _, count, _ in MIG
@@ -114,14 +114,14 @@ def _row(card: Accelerator) -> AcceleratorAllocation | None:
     if pick < 0.2:
         return None
     if pick < 0.4:
-        return AcceleratorAllocation(card.id, card.index, Mode.NONE, remaining=M)
+        return AcceleratorAllocation(card.id, card.index, Mode.NONE, remaining=RESOURCE_MAX_UNITS)
     if pick < 0.55:
         return AcceleratorAllocation(card.id, card.index, Mode.EXCLUSIVE)
     if pick < 0.75:
-        left = M - SHARE_UNITS * random.randint(1, 9)
+        left = RESOURCE_MAX_UNITS - SHARE_UNITS * random.randint(1, 9)
         return AcceleratorAllocation(card.id, card.index, Mode.SHARED, remaining=left)
     slices = random.randint(1, 6)
-    left = M - slices * random.choice((80_000, 160_000, 240_000))
+    left = RESOURCE_MAX_UNITS - slices * random.choice((80_000, 160_000, 240_000))
     return AcceleratorAllocation(
         card.id, card.index, Mode.SLICED, remaining=left, allocated_slices=slices
     )
@@ -280,7 +280,10 @@ def request(size: int, nodes: list[Obj]) -> Obj:
         },
         "spec": {"nodeLabels": {own: "true"}, "tolerations": [{"operator": "Exists"}]},
     }
-    quota = {"name": "credits.gpustack.ai/nvidia", "nominalQuota": str(8 * size * M)}
+    quota = {
+        "name": "credits.gpustack.ai/nvidia",
+        "nominalQuota": str(8 * size * RESOURCE_MAX_UNITS),
+    }
     queue = {
         "apiVersion": KUEUE,
         "kind": "ClusterQueue",

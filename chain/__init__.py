@@ -2,7 +2,7 @@
 
 Hooks and the node agent agree on names, keys, labels and units only by computing them here.
 
-- `units`: M and the unit/credit conversions.
+- `units`: `RESOURCE_MAX_UNITS` (M, one whole card) and the unit/credit conversions.
 - `manufacturers`: the manufacturer table and its `GPUSTACK_<MFR>_*` overrides.
 - `families`: resource families, their keys, classification, credits resources.
 - `partitions`: partition profile spelling, per-profile keys, placements on a card.

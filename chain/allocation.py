@@ -32,7 +32,7 @@ from chain.families import PARTITIONED, SHARED, SLICED, visibility_resource
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger_rebuild import AllocationRecord, CardRef, Holder, PodAllocations
 from chain.manufacturers import Manufacturer
-from chain.units import SHARE_UNITS, SHARED_MAX_OWNERS, SLICED_MAX_SIZE, M
+from chain.units import RESOURCE_MAX_UNITS, SHARE_UNITS, SHARED_MAX_OWNERS, SLICED_MAX_SIZE
 
 PREFERRED_ID_ANNOTATION = "device.gpustack.ai/accelerator.preferred-id"
 PREFERRED_INDEX_ANNOTATION = "device.gpustack.ai/accelerator.preferred-index"
@@ -172,8 +172,8 @@ def grant_units(mode: Mode, per_token: int, tokens: int) -> int:
     if mode == Mode.SHARED:
         return SHARE_UNITS
     if mode in (Mode.SLICED, Mode.PARTITIONED):
-        return min(per_token * tokens, M)
-    return M
+        return min(per_token * tokens, RESOURCE_MAX_UNITS)
+    return RESOURCE_MAX_UNITS
 
 
 # --- Who holds a card ---------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def sliced_occupancy(
 def sliced_room(occupancy: Mapping[CardRef, Mapping[Holder, int]], ref: CardRef, me: Holder) -> int:
     """Units of a card not held by another container's slice (my own retry does not count)."""
     others = sum(units for holder, units in occupancy.get(ref, {}).items() if holder != me)
-    return max(M - others, 0)
+    return max(RESOURCE_MAX_UNITS - others, 0)
 
 
 def _check_sliced_gate(
@@ -222,7 +222,7 @@ def _check_sliced_gate(
     me: Holder,
 ) -> None:
     for ref, card, tokens in cards:
-        need = min(min(per_token, M) * tokens, M)
+        need = min(min(per_token, RESOURCE_MAX_UNITS) * tokens, RESOURCE_MAX_UNITS)
         others = [holder for holder in occupancy.get(ref, {}) if holder != me]
         slots = card.status.logical_sliced.count
         if card.is_logically_sliceable and len(others) >= slots:
@@ -234,7 +234,8 @@ def _check_sliced_gate(
         if free < need:
             raise Refusal(
                 Code.FAILED_PRECONDITION,
-                f"card {card.id} has {free} of {M} units free and the slice needs {need}",
+                f"card {card.id} has {free} of {RESOURCE_MAX_UNITS} units free"
+                f" and the slice needs {need}",
             )
 
 

@@ -54,7 +54,7 @@ from chain.manufacturers import Manufacturer, ManufacturerTable
 from chain.memory import memory_mib
 from chain.partitions import partitioned_profile_key, publish_profile_name
 from chain.quantity import parse_quantity
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 COUNTING_SUFFIXES = (
     SLICED_UNITS,
@@ -137,7 +137,7 @@ def _sliced_counts(maker: Manufacturer, group: DevicesGroup, card_mib: int) -> d
     base = maker.resource_name
     cores = detail.count if detail.cores_percentage_overcommit else len(logical)
     return {
-        base + SLICED_UNITS: len(logical) * M,
+        base + SLICED_UNITS: len(logical) * RESOURCE_MAX_UNITS,
         base + SLICED_CORES_PERCENTAGE: cores * 100,
         base + SLICED_MEMORY_PERCENTAGE: len(logical) * 100,
         base + SLICED_MEMORY_MIB: len(logical) * card_mib,
@@ -150,7 +150,7 @@ def _partitioned_counts(
     cards = [card for card in group.accelerators if card.is_partitioned]
     if not cards:
         return {}
-    counts = {maker.resource_name + PARTITIONED_UNITS: len(cards) * M}
+    counts = {maker.resource_name + PARTITIONED_UNITS: len(cards) * RESOURCE_MAX_UNITS}
     for card in cards:
         row = status.row(group.manufacturer, group.id, card.id)
         ready = row is not None and row.partition_ledger_ready

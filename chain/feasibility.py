@@ -42,7 +42,7 @@ from chain.manufacturers import ManufacturerTable
 from chain.partitions import vendor_profile_name
 from chain.queues import NODE_DEVICES_CHECK
 from chain.requests import INT32_MAX, PodDemand, pod_demands, read_containers
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 POOL_READY = "the assigned flavor pool has enough free cards to place the request"
 NODE_READY = 'the node "{node}" Kueue assigned has enough free cards to place the request'
@@ -403,7 +403,7 @@ def _exclusive(cards: Sequence[Card], demand: Demand) -> Miss | None:
         if c.untouched
         and c.covers(demand)
         and not c.accelerator.is_partitioned
-        and remaining(c.row) >= M
+        and remaining(c.row) >= RESOURCE_MAX_UNITS
     ]
     for card in free[: demand.cards]:
         card.whole += 1

@@ -21,7 +21,7 @@ from chain.devices import Devices
 from chain.keys import accelerator_key
 from chain.labels import is_fit_label_key, shared_fit_key, sliced_fit_key
 from chain.ledger import AcceleratorAllocation, Mode
-from chain.units import M, units_to_shares
+from chain.units import RESOURCE_MAX_UNITS, units_to_shares
 
 _SLICEABLE_MODES = (Mode.NONE, Mode.SLICED)
 _SHAREABLE_MODES = (Mode.NONE, Mode.SHARED)
@@ -33,7 +33,7 @@ def _mode(row: AcceleratorAllocation | None) -> Mode:
 
 def remaining(row: AcceleratorAllocation | None) -> int:
     """Units free on a card (M for a card the ledger has not listed)."""
-    return M if row is None else row.remaining
+    return RESOURCE_MAX_UNITS if row is None else row.remaining
 
 
 def free_slots(card: Accelerator, row: AcceleratorAllocation | None) -> int:

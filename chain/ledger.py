@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from chain import fields as f
 from chain.partitions import Placement, parse_placements
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 Obj = dict[str, object]
 
@@ -204,7 +204,7 @@ class DevicesStatus:
         """Units free on a card: a missing row is an untouched card (M), a row without
         `remaining` a fully used one (0)."""
         row = self.row(manufacturer, group_id, card_id)
-        return M if row is None else row.remaining
+        return RESOURCE_MAX_UNITS if row is None else row.remaining
 
     @classmethod
     def parse(cls, obj: f.Obj, path: str = "status") -> DevicesStatus:

@@ -30,11 +30,11 @@ from chain.ledger import (
     Mode,
     ProfileCount,
 )
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 
 def _untouched(like: AcceleratorAllocation) -> AcceleratorAllocation:
-    return AcceleratorAllocation(id=like.id, index=like.index, remaining=M)
+    return AcceleratorAllocation(id=like.id, index=like.index, remaining=RESOURCE_MAX_UNITS)
 
 
 def _counts(

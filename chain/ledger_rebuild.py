@@ -47,7 +47,7 @@ from chain.ledger import (
     ProfileCount,
 )
 from chain.partitions import Placement
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 ALLOCATED_ANNOTATION = "device.gpustack.ai/accelerator.allocated"
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -240,7 +240,7 @@ class _Card:
 
     card: Accelerator
     mode: Mode = Mode.NONE
-    remaining: int = M
+    remaining: int = RESOURCE_MAX_UNITS
     slices: int = 0
     profiles: list[str] = field(default_factory=list)
     occupied: list[Placement] = field(default_factory=list)

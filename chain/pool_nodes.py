@@ -24,7 +24,7 @@ from chain.accelerators import AcceleratorStatus, LogicalSliced, PartitionProfil
 from chain.keys import accelerator_key
 from chain.labels import ACCELERATABLE_PREFIX, ARCH, GENERAL_PREFIX, MANAGED, OS, TRUE
 from chain.ledger import AcceleratorAllocation, Mode, ProfileCount
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 
 def pool_devices_selector(schedule_labels: Mapping[str, str]) -> dict[str, str] | None:
@@ -68,7 +68,7 @@ class PoolCard:
     @property
     def remaining(self) -> int:
         """Units still free on the card."""
-        return M if self.row is None else self.row.remaining
+        return RESOURCE_MAX_UNITS if self.row is None else self.row.remaining
 
     @property
     def mode(self) -> Mode:

@@ -1,8 +1,10 @@
 """Units and credits: the one scale every gate of the chain agrees on.
 
-A whole card is M units on the node (the `Devices` ledger) and M credits in Kueue. M = 2^9 * 5^5
-is divisible by 10 (shares) and by 100 (percent), so a share and one percent of VRAM are whole
-numbers of units and the conversions below never round a share or a percentage.
+A whole card is `RESOURCE_MAX_UNITS` (upstream's `ResourceMaxUnits`, "M" in the specs and in the
+prose of this repository) units on the node (the `Devices` ledger) and as many credits in Kueue.
+M = 1,600,000 = 2^9 * 5^5 is divisible by 10 (shares) and by 100 (percent), so a share and one
+percent of VRAM are whole numbers of units and the conversions below never round either. (Not
+`M` in code: that is also the SI suffix `chain.quantity` reads.)
 """
 
 from __future__ import annotations
@@ -10,19 +12,19 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-M = 1_600_000
-"""`ResourceMaxUnits`: units (and credits) of one whole card."""
+RESOURCE_MAX_UNITS = 1_600_000
+"""`ResourceMaxUnits` (M): units (and credits) of one whole card."""
 
-CREDITS_PER_ACCELERATOR = M
+CREDITS_PER_ACCELERATOR = RESOURCE_MAX_UNITS
 """Credits per whole card; equal to M so `.sliced.units` turn into credits one to one."""
 
 SHARED_MAX_OWNERS = 10
 """`SharedResourceMaxSize`: owners one card can be shared between."""
 
-SHARE_UNITS = M // SHARED_MAX_OWNERS
+SHARE_UNITS = RESOURCE_MAX_UNITS // SHARED_MAX_OWNERS
 """Units one share costs (160,000)."""
 
-PERCENT_UNITS = M // 100
+PERCENT_UNITS = RESOURCE_MAX_UNITS // 100
 """Units of one percent of a card's VRAM (16,000)."""
 
 SLICED_MAX_SIZE = 512
@@ -59,7 +61,7 @@ def memory_mib_to_units(mib: int, card_mib: int) -> int:
     """Units that `mib` of VRAM cost on a card of `card_mib`; 0 when the card size is unknown."""
     if card_mib <= 0:
         return 0
-    return mib * M // card_mib
+    return mib * RESOURCE_MAX_UNITS // card_mib
 
 
 def memory_percentage_to_units(percent: int) -> int:

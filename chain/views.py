@@ -26,7 +26,7 @@ from chain.ledger import Mode, ProfileCount
 from chain.partitions import publish_profile_name
 from chain.pool_nodes import PoolCard, PoolNode
 from chain.quantity import format_quantity, parse_quantity
-from chain.units import SHARED_MAX_OWNERS, M, units_to_percent, units_to_shares
+from chain.units import RESOURCE_MAX_UNITS, SHARED_MAX_OWNERS, units_to_percent, units_to_shares
 
 Obj = dict[str, object]
 
@@ -203,7 +203,7 @@ def accelerator_views(nodes: Iterable[PoolNode]) -> AcceleratorViews:
                 partitions.add(card, node.manufacturer)
                 continue
             units, mode = card.remaining, card.mode
-            free = units >= M
+            free = units >= RESOURCE_MAX_UNITS
             exclusive.capacity += 1
             shared.capacity += SHARED_MAX_OWNERS
             if free:

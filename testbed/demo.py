@@ -199,7 +199,7 @@ T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 CHECK = "gpustack-node-devices"
-M = 1_600_000
+RESOURCE_MAX_UNITS = 1_600_000
 
 
 def _ledger(bed: Testbed, node: str, held: int) -> None:
@@ -211,7 +211,7 @@ def _ledger(bed: Testbed, node: str, held: int) -> None:
     rows: list[Obj] = [
         {"id": c["id"], "index": c["index"], "mode": 1}
         if c["index"] < held
-        else {"id": c["id"], "index": c["index"], "mode": 0, "remaining": M}
+        else {"id": c["id"], "index": c["index"], "mode": 0, "remaining": RESOURCE_MAX_UNITS}
         for c in group["accelerators"]
     ]
     status = {
@@ -441,7 +441,7 @@ def _slicing_scene(bed: Testbed) -> None:
         print(f"the Pods ended and kubelet deleted {', '.join(n for n, *_ in SLICES)}:")
         for card in held:
             row = _ledger_reaches(bed, card, Mode.NONE, 0, f"the ledger to free {label[card]}")
-            if row.remaining != units.M:
+            if row.remaining != units.RESOURCE_MAX_UNITS:
                 raise RuntimeError(f"{label[card]} freed with {row.remaining:,} units left")
             print(f"  Devices {SLICE_NODE} status, {label[card]}: {_shown(row)} (free again)")
         print(f"slicing scene: {time.monotonic() - started:.0f}s, agent restart included")

@@ -56,7 +56,7 @@ from chain.ledger_rebuild import (
     render_allocated,
 )
 from chain.manufacturers import Manufacturer
-from chain.units import M, memory_mib_to_units, memory_percentage_to_units
+from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percentage_to_units
 from nodeagent.plugin import nvidia
 from nodeagent.plugin.identify import (
     Candidate,
@@ -253,7 +253,7 @@ class Allocator:
         spec, status, occupancy, found = self.node.identified(read)
         units, wanted, room = 0, frozenset[str](), dict[CardRef, int]()
         if found is not None:
-            units = min(self._units(found), M)
+            units = min(self._units(found), RESOURCE_MAX_UNITS)
             wanted = preferred_cards(_annotations(found.pod), spec, self.maker.name)
             if self.node.sliced_gate:
                 room = {
@@ -354,7 +354,7 @@ class Allocator:
         served = self._served_test()
 
         def feasible(candidate: Candidate) -> bool:
-            units = min(self._units(candidate, card_mib), M)
+            units = min(self._units(candidate, card_mib), RESOURCE_MAX_UNITS)
             return all(
                 sliced_room(occupancy, CardRef(self.maker.name, card), candidate.holder) >= units
                 for card in offered
@@ -376,7 +376,11 @@ class Allocator:
             if found.allocations.problem:
                 raise Refusal(Code.INTERNAL, found.allocations.problem)
             sliced = self.mode == Mode.SLICED
-            per_token = units_per_token(min(self._units(found, card_mib), M)) if sliced else 1
+            per_token = (
+                units_per_token(min(self._units(found, card_mib), RESOURCE_MAX_UNITS))
+                if sliced
+                else 1
+            )
             request = GrantRequest(
                 self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
             )

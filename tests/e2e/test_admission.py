@@ -31,7 +31,7 @@ from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, n
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"
-M = 1_600_000
+RESOURCE_MAX_UNITS = 1_600_000
 HELD = (0, 1)  # cards held half sliced on every node
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 
@@ -70,9 +70,9 @@ def _devices(node: str, labels: dict[str, str]) -> Obj:
 
 def _ledger(node: str, held: tuple[int, ...]) -> Obj:
     rows = [
-        {"id": f"{node}-gpu-{i}", "index": i, "mode": 3, "remaining": M // 2}
+        {"id": f"{node}-gpu-{i}", "index": i, "mode": 3, "remaining": RESOURCE_MAX_UNITS // 2}
         if i in held
-        else {"id": f"{node}-gpu-{i}", "index": i, "mode": 0, "remaining": M}
+        else {"id": f"{node}-gpu-{i}", "index": i, "mode": 0, "remaining": RESOURCE_MAX_UNITS}
         for i in range(4)
     ]
     return {

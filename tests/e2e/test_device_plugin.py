@@ -27,7 +27,7 @@ from chain.keys import accelerator_key
 from chain.labels import shared_fit_key
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from testbed.drivers import run_agent
 from testbed.harness import Testbed, pid_alive
 from testbed.install import Installed
@@ -164,7 +164,9 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
 
     annotation = wait_for(recorded, 10, "the grant's annotation")
     rows = [claim.row for claim in parse_allocated(annotation)["main"].claims()]
-    assert [(row.id, row.mode, row.allocated) for row in rows] == [(card, Mode.EXCLUSIVE, M)]
+    assert [(row.id, row.mode, row.allocated) for row in rows] == [
+        (card, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
+    ]
 
     wait_for(
         lambda: _row_mode(testbed, plugin_node.name, card) == Mode.EXCLUSIVE,

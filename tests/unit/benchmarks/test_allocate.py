@@ -17,7 +17,7 @@ from benchmarks.allocate import (
 )
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, PodAllocations
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin.identify import candidates, container_limit
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, rig
@@ -57,7 +57,7 @@ def test_the_benchmark_pod_is_one_the_plugin_identifies() -> None:
     pod = stored_pod(sliced_pod("slice-0", "node-a"))
     [found] = candidates([pod], SLICE, 1)
     assert found.allocations.phase == "Pending" and found.allocations.uid
-    assert container_limit(found.container, SLICE + ".units") == M // 10
+    assert container_limit(found.container, SLICE + ".units") == RESOURCE_MAX_UNITS // 10
     assert pod["spec"]["nodeName"] == "node-a"
 
 

@@ -40,7 +40,7 @@ from chain.ledger_rebuild import (
     rebuild_status,
 )
 from chain.manufacturers import ManufacturerTable
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 NV = "nvidia"
 MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED, Mode.VISIBILITY)
@@ -84,7 +84,7 @@ def ledger(rows: dict[int, tuple[Mode, int]], cards: int = 8) -> DevicesStatus:
     built = tuple(
         AcceleratorAllocation(f"dev-{n}", n, mode=mode, remaining=left)
         for n in range(cards)
-        for mode, left in [rows.get(n, (Mode.NONE, M))]
+        for mode, left in [rows.get(n, (Mode.NONE, RESOURCE_MAX_UNITS))]
     )
     return DevicesStatus((DevicesAllocationGroup("a10g", NV, built),))
 
@@ -166,7 +166,7 @@ def test_ledger_cost_per_grant() -> None:
     assert grant_units(Mode.SHARED, 1, 1) == 160000
     assert grant_units(Mode.SLICED, units_per_token(400000), 1) == 400000
     assert grant_units(Mode.SLICED, units_per_token(0), 1) == 1
-    assert grant_units(Mode.SLICED, 1000000, 2) == M
+    assert grant_units(Mode.SLICED, 1000000, 2) == RESOURCE_MAX_UNITS
 
 
 def test_grant_record_shape() -> None:
@@ -232,7 +232,7 @@ def test_exclusive_and_shared_on_one_card_exactly_one_wins(order: tuple[Mode, Mo
 
 def test_sliced_onto_sliced_is_fine() -> None:
     first = decide_grant(spec(), ledger({}), {}, grant(Mode.SLICED, token(0), pod="a"), {})
-    status = ledger({0: (Mode.SLICED, M - 1)})
+    status = ledger({0: (Mode.SLICED, RESOURCE_MAX_UNITS - 1)})
     decide_grant(
         spec(), status, {Holder("a", "c"): first}, grant(Mode.SLICED, token(0, 1), pod="b"), {}
     )
@@ -309,7 +309,7 @@ def gate(
 
 
 def pct(percent: int) -> int:
-    return percent * M // 100
+    return percent * RESOURCE_MAX_UNITS // 100
 
 
 def test_gate_refuses_a_slice_past_the_card() -> None:
@@ -355,8 +355,8 @@ def test_gate_counts_slice_slots() -> None:
 def test_gate_does_not_count_the_retrying_container_itself() -> None:
     mine = holding(pct(60), uid="new")
     occupancy = sliced_occupancy(node_holdings([mine], {}, True))
-    assert sliced_room(occupancy, ref(0), Holder("new", "c")) == M
-    assert sliced_room(occupancy, ref(0), Holder("other", "c")) == M - pct(60)
+    assert sliced_room(occupancy, ref(0), Holder("new", "c")) == RESOURCE_MAX_UNITS
+    assert sliced_room(occupancy, ref(0), Holder("other", "c")) == RESOURCE_MAX_UNITS - pct(60)
 
 
 # --- Packing hint -------------------------------------------------------------------------------
@@ -382,10 +382,23 @@ def hint(
 @pytest.mark.parametrize(
     ("remaining", "units", "card"),
     [
-        ([M, M, M, M, 800000, M, 1280000, M], 800000, 4),
-        ([M, M], 320000, 0),
-        ([1280000, M], 800000, 0),
-        ([200000, M, M], 800000, 1),
+        (
+            [
+                RESOURCE_MAX_UNITS,
+                RESOURCE_MAX_UNITS,
+                RESOURCE_MAX_UNITS,
+                RESOURCE_MAX_UNITS,
+                800000,
+                RESOURCE_MAX_UNITS,
+                1280000,
+                RESOURCE_MAX_UNITS,
+            ],
+            800000,
+            4,
+        ),
+        ([RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS], 320000, 0),
+        ([1280000, RESOURCE_MAX_UNITS], 800000, 0),
+        ([200000, RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS], 800000, 1),
     ],
 )
 def test_hint_packs_onto_the_fullest_card_that_fits(
@@ -401,24 +414,31 @@ def test_hint_falls_back_to_the_ledger_remaining() -> None:
 
 def test_hint_skips_cards_held_in_another_mode() -> None:
     status = ledger({0: (Mode.EXCLUSIVE, 0)}, 2)
-    assert hint([M, M], units=0, mode=Mode.SHARED, status=status) == (token(1),)
+    assert hint(
+        [RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS], units=0, mode=Mode.SHARED, status=status
+    ) == (token(1),)
 
 
 def test_hint_keeps_must_include_tokens_first() -> None:
-    assert hint([M, 900000, M], size=2, must=(token(2),)) == (token(2), token(1))
+    assert hint([RESOURCE_MAX_UNITS, 900000, RESOURCE_MAX_UNITS], size=2, must=(token(2),)) == (
+        token(2),
+        token(1),
+    )
 
 
 def test_hint_honours_preferred_cards() -> None:
-    assert hint([M, 900000, M], preferred=frozenset({"dev-2"})) == (token(2),)
+    assert hint(
+        [RESOURCE_MAX_UNITS, 900000, RESOURCE_MAX_UNITS], preferred=frozenset({"dev-2"})
+    ) == (token(2),)
     # A preferred card that is not offered: the size is filled from the deferred cards,
     # which were deferred in packing order.
-    assert hint([M, 900000], preferred=frozenset({"dev-9"})) == (token(1),)
+    assert hint([RESOURCE_MAX_UNITS, 900000], preferred=frozenset({"dev-9"})) == (token(1),)
 
 
 def test_hint_gives_nothing_when_short() -> None:
-    assert hint([M, M], size=3) == ()
-    assert hint([M], mode=Mode.PARTITIONED) == ()
-    assert hint([M], mode=Mode.VISIBILITY) == ()
+    assert hint([RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS], size=3) == ()
+    assert hint([RESOURCE_MAX_UNITS], mode=Mode.PARTITIONED) == ()
+    assert hint([RESOURCE_MAX_UNITS], mode=Mode.VISIBILITY) == ()
 
 
 def test_misfit_cards_fill_the_size_emptiest_first() -> None:

@@ -20,7 +20,7 @@ from chain.ledger import (
     ProfileCount,
 )
 from chain.manufacturers import ManufacturerTable
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 A = "acceleratable.feature.gpustack.ai/"
 MANAGED = {"gpustack.ai/managed": "true"}
@@ -63,7 +63,7 @@ def test_vector_eight_mthreads_without_overcommit(table: ManufacturerTable) -> N
     labels = node_labels("mthreads-s4000", "48Gi")
     keys = desired_counting_keys(labels, {"mthreads.com/gpu.sliced": "128"}, devices, table)
     assert keys["mthreads.com/gpu.sliced.cores-percentage"] == "800"
-    assert keys["mthreads.com/gpu.sliced.units"] == str(8 * M)
+    assert keys["mthreads.com/gpu.sliced.units"] == str(8 * RESOURCE_MAX_UNITS)
     assert keys["mthreads.com/gpu.sliced.memory-mib"] == str(8 * 49152)
 
 
@@ -84,7 +84,7 @@ def test_models_are_joined_by_accelerator_key(table: ManufacturerTable) -> None:
     # The L4 group has no node label (not published yet): it does not count.
     labels = {**node_labels("nvidia-a10g", "24Gi"), A + "nvidia-tesla-t4": "true"}
     keys = desired_counting_keys(labels, {"nvidia.com/gpu.sliced": "384"}, devices, table)
-    assert keys["nvidia.com/gpu.sliced.units"] == str(3 * M)
+    assert keys["nvidia.com/gpu.sliced.units"] == str(3 * RESOURCE_MAX_UNITS)
     # The T4 has no `.memory` label: its Devices memory stands in.
     assert keys["nvidia.com/gpu.sliced.memory-mib"] == str(2 * 24576 + 16384)
 
@@ -112,7 +112,7 @@ def test_partitioned_keys_from_static_ceilings(table: ManufacturerTable) -> None
     assert desired_counting_keys(labels, capacity, mig_devices(DevicesStatus()), table) == {
         "nvidia.com/gpu.partitioned.mig-1g.5gb": "14",
         "nvidia.com/gpu.partitioned.mig-3g.20gb": "4",
-        "nvidia.com/gpu.partitioned.units": str(2 * M),
+        "nvidia.com/gpu.partitioned.units": str(2 * RESOURCE_MAX_UNITS),
     }
 
 
@@ -161,13 +161,13 @@ def test_patch_sets_changes_and_nulls_stale_keys(table: ManufacturerTable) -> No
         "cpu": "8",
         "nvidia.com/gpu": "1",
         "nvidia.com/gpu.sliced": "128",
-        "nvidia.com/gpu.sliced.units": str(M),  # already right: not repeated
+        "nvidia.com/gpu.sliced.units": str(RESOURCE_MAX_UNITS),  # already right: not repeated
         "nvidia.com/gpu.partitioned.units": "1600000",  # no partitioned token any more
         "nvidia.com/gpu.partitioned.mig-1g.5gb": "7",
         "example.com/foo.sliced.units": "5",  # not a known base: not ours
     }
     patch = node_capacity_patch(labels, capacity, devices, table)
-    assert patch.desired["nvidia.com/gpu.sliced.units"] == str(M)
+    assert patch.desired["nvidia.com/gpu.sliced.units"] == str(RESOURCE_MAX_UNITS)
     assert patch.changed == {
         "nvidia.com/gpu.sliced.cores-percentage": "12800",
         "nvidia.com/gpu.sliced.memory-mib": "24576",
@@ -184,7 +184,10 @@ def test_patch_sets_changes_and_nulls_stale_keys(table: ManufacturerTable) -> No
 
 def test_unmanaged_or_unknown_nodes_want_nothing(table: ManufacturerTable) -> None:
     devices = Devices("n", DevicesSpec((logical_group("nvidia", "a10g", 1, 128, True, 24576),)))
-    capacity = {"nvidia.com/gpu.sliced": "128", "nvidia.com/gpu.sliced.units": str(M)}
+    capacity = {
+        "nvidia.com/gpu.sliced": "128",
+        "nvidia.com/gpu.sliced.units": str(RESOURCE_MAX_UNITS),
+    }
     labels = node_labels("nvidia-a10g", "24Gi")
     unmanaged = {**labels, "gpustack.ai/managed": "false"}
     assert node_capacity_patch(unmanaged, capacity, devices, table).stale == (

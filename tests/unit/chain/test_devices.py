@@ -27,7 +27,7 @@ from chain.ledger import (
     Mode,
     ProfileCount,
 )
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 MIG_CARD: dict[str, Any] = {
     "id": "GPU-b",
@@ -180,7 +180,7 @@ def test_remaining_is_omitempty() -> None:
         {"groups": [{"id": "g", "manufacturer": "nvidia", "accelerators": [row.render()]}]}
     )
     assert status.remaining_of("nvidia", "g", "GPU-a") == 0
-    assert status.remaining_of("nvidia", "g", "GPU-z") == M
+    assert status.remaining_of("nvidia", "g", "GPU-z") == RESOURCE_MAX_UNITS
 
 
 def test_empty_status_renders_empty() -> None:
@@ -311,8 +311,8 @@ _rows = st.builds(
     _names,
     st.integers(0, 64),
     st.sampled_from(list(Mode)),
-    st.integers(0, M),
-    st.integers(0, M),
+    st.integers(0, RESOURCE_MAX_UNITS),
+    st.integers(0, RESOURCE_MAX_UNITS),
     st.integers(0, 128),
     st.lists(st.builds(ProfileCount, _names, st.integers(0, 7)), max_size=2).map(tuple),
 )
@@ -342,9 +342,13 @@ def test_the_summary_counts_cards_free_held_per_mode_and_slices() -> None:
                 (
                     AcceleratorAllocation(ids[0], 0, Mode.EXCLUSIVE),
                     AcceleratorAllocation(
-                        ids[1], 1, Mode.SLICED, remaining=M // 2, allocated_slices=3
+                        ids[1],
+                        1,
+                        Mode.SLICED,
+                        remaining=RESOURCE_MAX_UNITS // 2,
+                        allocated_slices=3,
                     ),
-                    AcceleratorAllocation(ids[2], 2, Mode.NONE, remaining=M),
+                    AcceleratorAllocation(ids[2], 2, Mode.NONE, remaining=RESOURCE_MAX_UNITS),
                 ),
             ),
         )

@@ -45,7 +45,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import PodAllocations
 from chain.manufacturers import ManufacturerTable, manufacturers
 from chain.requests import PodDemand
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 TABLE = manufacturers({})
 GPU = "nvidia.com/gpu"
@@ -64,7 +64,7 @@ class C:
     """A card: its ledger row and what it can be cut into."""
 
     mode: Mode = Mode.NONE
-    left: int = M
+    left: int = RESOURCE_MAX_UNITS
     slices: int = 10
     held: int = 0
     partitions: int = 0
@@ -325,7 +325,7 @@ def test_pods_spread_over_two_nodes_are_each_judged_on_their_node() -> None:
 
 def test_roles_are_named_on_multi_podset_workloads() -> None:
     # The slice is fitted first (more units per card) and takes the only card.
-    wl = workload(exclusive(1, "a"), slices(1, M, "c"))
+    wl = workload(exclusive(1, "a"), slices(1, RESOURCE_MAX_UNITS, "c"))
     assert verdict(wl, [node("n", [FREE])]) == retry(' for role "a"')
     merged = demands(
         [
@@ -611,7 +611,7 @@ def a_card(draw: st.DrawFn) -> C:
     second=st.lists(a_card(), max_size=3),
     family=st.sampled_from([Family.EXCLUSIVE, Family.SLICED]),
     count=st.integers(1, 4),
-    units=st.sampled_from([0, 160000, 320000, 800000, 1200000, M]),
+    units=st.sampled_from([0, 160000, 320000, 800000, 1200000, RESOURCE_MAX_UNITS]),
     pinned=st.booleans(),
 )
 @settings(max_examples=300, deadline=None)
@@ -632,7 +632,7 @@ def test_verdict_matches_brute_force(
 
 def test_brute_force_itself() -> None:
     assert brute_force([FREE, FREE], Family.EXCLUSIVE, 2, 0)
-    assert not brute_force([FREE, sliced(M - 1)], Family.EXCLUSIVE, 2, 0)
+    assert not brute_force([FREE, sliced(RESOURCE_MAX_UNITS - 1)], Family.EXCLUSIVE, 2, 0)
     assert brute_force([sliced(800000), sliced(800000)], Family.SLICED, 2, 800000)
     assert not brute_force([sliced(800000, held=10)], Family.SLICED, 1, 1)
 
@@ -652,9 +652,9 @@ def test_mixed_slice_sizes_are_placed_together() -> None:
     """The case that broke the greedy order: card A has 20 % and two free slots, card B 30 %
     and one. "big" (1 x 20 %) best-fitted onto A leaves no room for "small" (2 x 10 %); big on B
     and both smalls on A fits, and the verdict must say so."""
-    fifth, tenth = M // 5, M // 10
+    fifth, tenth = RESOURCE_MAX_UNITS // 5, RESOURCE_MAX_UNITS // 10
     a = C(Mode.SLICED, fifth, slices=3, held=1)
-    b = C(Mode.SLICED, M * 3 // 10, slices=2, held=1)
+    b = C(Mode.SLICED, RESOURCE_MAX_UNITS * 3 // 10, slices=2, held=1)
     found = verdict(
         workload(slices(1, fifth, "big"), slices(2, tenth, "small")), [node("a", [a, b])]
     )
@@ -700,7 +700,9 @@ def a_slot_card(draw: st.DrawFn) -> C:
 @given(
     cards=st.lists(a_card() | a_slot_card(), min_size=1, max_size=3),
     podsets=st.lists(
-        st.tuples(st.integers(1, 2), st.sampled_from([160000, 320000, 480000, 800000, M])),
+        st.tuples(
+            st.integers(1, 2), st.sampled_from([160000, 320000, 480000, 800000, RESOURCE_MAX_UNITS])
+        ),
         min_size=1,
         max_size=3,
     ),

@@ -10,7 +10,7 @@ from chain.accelerators import Accelerator, AcceleratorStatus, LogicalSliced, Ph
 from chain.devices import Devices
 from chain.fit import fit_label_patch, fit_labels, free_shares, free_slice_units, free_slots
 from chain.ledger import AcceleratorAllocation, Mode
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 SLICED = "sliced-max-free-units.fit.gpustack.ai/nvidia-t4"
 SHARED = "shared-free-cards.fit.gpustack.ai/nvidia-t4"
@@ -64,7 +64,10 @@ def devices(rows: list[tuple[Mode, int]], slices: int = 10, partitions: int = 0)
 @pytest.mark.parametrize(
     ("rows", "expected"),
     [
-        ([(NONE, 640000), (NONE, 640000), (NONE, M)], {SLICED: "1600000", SHARED: "3"}),
+        (
+            [(NONE, 640000), (NONE, 640000), (NONE, RESOURCE_MAX_UNITS)],
+            {SLICED: "1600000", SHARED: "3"},
+        ),
         ([(NONE, 640000)] * 4, {SLICED: "640000", SHARED: "4"}),
         ([(EXCLUSIVE, 0), (SLICE, 800000), (SHARE, 480000)], {SLICED: "800000", SHARED: "1"}),
         ([(EXCLUSIVE, 0), (SHARE, 0)], {SLICED: "0", SHARED: "0"}),
@@ -75,20 +78,22 @@ def test_fit_label_vectors(rows: list[tuple[Mode, int]], expected: dict[str, str
 
 
 def test_non_sliceable_card_gets_only_the_shared_label() -> None:
-    assert fit_labels(devices([(NONE, M)], slices=0), managed=True) == {SHARED: "1"}
+    assert fit_labels(devices([(NONE, RESOURCE_MAX_UNITS)], slices=0), managed=True) == {
+        SHARED: "1"
+    }
 
 
 def test_partitioned_card_gets_no_labels() -> None:
-    assert fit_labels(devices([(NONE, M)], partitions=7), managed=True) == {}
+    assert fit_labels(devices([(NONE, RESOURCE_MAX_UNITS)], partitions=7), managed=True) == {}
 
 
 def test_unmanaged_or_missing_devices_get_no_labels() -> None:
-    assert fit_labels(devices([(NONE, M)]), managed=False) == {}
+    assert fit_labels(devices([(NONE, RESOURCE_MAX_UNITS)]), managed=False) == {}
     assert fit_labels(None, managed=True) == {}
 
 
 def test_rows_without_a_spec_card_are_skipped() -> None:
-    obj = devices([(NONE, M)]).render()
+    obj = devices([(NONE, RESOURCE_MAX_UNITS)]).render()
     obj["status"]["groups"][0]["accelerators"].append({"id": "GPU-x", "index": 9, "mode": 0})
     assert fit_labels(Devices.parse(obj), managed=True) == {SLICED: "1600000", SHARED: "1"}
 
@@ -108,14 +113,14 @@ def test_card_helpers() -> None:
     card = _card()
     assert (free_slots(card, None), free_slice_units(card, None), free_shares(card, None)) == (
         10,
-        M,
+        RESOURCE_MAX_UNITS,
         10,
     )
     assert free_slice_units(card, _row(SLICE, 800000, slices=10)) == -1
     assert free_slice_units(card, _row(SLICE, 800000, slices=9)) == 800000
     assert free_slice_units(card, _row(SHARE, 800000)) == -1
     assert free_shares(card, _row(SHARE, 479999)) == 2
-    assert free_shares(card, _row(SLICE, M)) == 0
+    assert free_shares(card, _row(SLICE, RESOURCE_MAX_UNITS)) == 0
     assert free_shares(_card(partitions=7), None) == 0
     assert free_slice_units(_card(slices=0), None) == -1
 

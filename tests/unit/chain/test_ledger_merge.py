@@ -11,7 +11,7 @@ from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesS
 from chain.ledger import ProfileCount as PC
 from chain.ledger_merge import busier_ledger, busier_row
 from chain.ledger_rebuild import rebuild_status
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from tests.unit.chain.test_ledger_rebuild import A100_PROFILES, card, claim, pod, record, row, spec
 
 PROFILES = tuple(p.name for p in A100_PROFILES)
@@ -51,7 +51,7 @@ ROWS = st.none() | st.builds(
     id=st.just("dev-0"),
     index=st.just(0),
     mode=st.sampled_from(HELD_MODES),
-    remaining=st.integers(0, M),
+    remaining=st.integers(0, RESOURCE_MAX_UNITS),
     allocated_slices=st.integers(0, 5),
     allocated_profiles=_profile_counts(7),
     remaining_profiles=_profile_counts(7),
@@ -75,18 +75,22 @@ def test_merged_row_never_offers_more_than_either_reading(
 def test_a_card_granted_in_an_annotation_is_busy_before_the_agent_writes_it() -> None:
     node = spec(2)
     published = DevicesStatus()  # the agent has not written the grant yet
-    rebuilt = rebuild_status(node, [pod("p", {"c": record(claim(1, Mode.EXCLUSIVE, M))})]).status
+    rebuilt = rebuild_status(
+        node, [pod("p", {"c": record(claim(1, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS))})]
+    ).status
     merged = busier_ledger(node, published, rebuilt)
     assert remaining(row(merged, 1)) == 0 and row(merged, 1).mode == Mode.EXCLUSIVE
-    assert remaining(row(merged, 0)) == M
+    assert remaining(row(merged, 0)) == RESOURCE_MAX_UNITS
 
 
 def test_a_ledger_written_without_annotations_passes_unchanged() -> None:
     # The demo's admission scene: status written by hand, no Pod carries an annotation.
     node = spec(2)
     rows = (
-        AcceleratorAllocation("dev-0", 0, Mode.SLICED, remaining=M // 2, allocated_slices=1),
-        AcceleratorAllocation("dev-1", 1, Mode.NONE, remaining=M),
+        AcceleratorAllocation(
+            "dev-0", 0, Mode.SLICED, remaining=RESOURCE_MAX_UNITS // 2, allocated_slices=1
+        ),
+        AcceleratorAllocation("dev-1", 1, Mode.NONE, remaining=RESOURCE_MAX_UNITS),
     )
     published = DevicesStatus((DevicesAllocationGroup("a10g", "nvidia", rows),))
     assert busier_ledger(node, published, rebuild_status(node, []).status) == published
@@ -94,16 +98,28 @@ def test_a_ledger_written_without_annotations_passes_unchanged() -> None:
 
 def test_the_agents_later_write_wins_where_it_is_busier() -> None:
     node = spec(2)
-    rebuilt = rebuild_status(node, [pod("p", {"c": record(claim(0, Mode.SLICED, M // 4))})]).status
-    rows = (AcceleratorAllocation("dev-0", 0, Mode.SLICED, remaining=M // 2, allocated_slices=2),)
+    rebuilt = rebuild_status(
+        node, [pod("p", {"c": record(claim(0, Mode.SLICED, RESOURCE_MAX_UNITS // 4))})]
+    ).status
+    rows = (
+        AcceleratorAllocation(
+            "dev-0", 0, Mode.SLICED, remaining=RESOURCE_MAX_UNITS // 2, allocated_slices=2
+        ),
+    )
     published = DevicesStatus((DevicesAllocationGroup("a10g", "nvidia", rows),))
     merged = row(busier_ledger(node, published, rebuilt), 0)
-    assert (merged.mode, merged.remaining, merged.allocated_slices) == (Mode.SLICED, M // 2, 2)
+    assert (merged.mode, merged.remaining, merged.allocated_slices) == (
+        Mode.SLICED,
+        RESOURCE_MAX_UNITS // 2,
+        2,
+    )
 
 
 def test_two_held_modes_leave_the_card_offering_nothing() -> None:
-    a = AcceleratorAllocation("dev-0", 0, Mode.SHARED, remaining=M // 2)
-    b = AcceleratorAllocation("dev-0", 0, Mode.SLICED, remaining=M // 2, allocated_slices=1)
+    a = AcceleratorAllocation("dev-0", 0, Mode.SHARED, remaining=RESOURCE_MAX_UNITS // 2)
+    b = AcceleratorAllocation(
+        "dev-0", 0, Mode.SLICED, remaining=RESOURCE_MAX_UNITS // 2, allocated_slices=1
+    )
     merged = busier_row(a, b)
     assert merged is not None and merged.remaining == 0
     assert free_shares(card(0), merged) == 0 and free_slice_units(card(0), merged) == -1

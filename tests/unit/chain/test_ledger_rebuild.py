@@ -35,7 +35,7 @@ from chain.ledger_rebuild import (
     render_allocated,
 )
 from chain.partitions import Placement
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 P = Placement
 A100_PROFILES = (
@@ -102,7 +102,7 @@ def row(status: DevicesStatus, index: int) -> AcceleratorAllocation:
 def test_annotation_round_trips_and_renders_sorted() -> None:
     records = {
         "worker": record(claim(0, Mode.SLICED, 800000)),
-        "main": record(claim(1, Mode.EXCLUSIVE, M)),
+        "main": record(claim(1, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)),
     }
     text = render_allocated(records)
     assert text.index('"main"') < text.index('"worker"')
@@ -167,7 +167,7 @@ def test_pod_view_reads_identity_phase_and_records() -> None:
 
 def test_finished_pod_releases_whole_shared_and_sliced_but_not_partitions() -> None:
     kept = record(
-        claim(0, Mode.EXCLUSIVE, M),
+        claim(0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS),
         claim(1, Mode.SHARED, 160000),
         claim(2, Mode.SLICED, 1),
         claim(3, Mode.PARTITIONED, 320000, profile="1g.10gb"),
@@ -204,8 +204,8 @@ def test_free_node_has_every_card_free() -> None:
                 "id": "a10g",
                 "manufacturer": "nvidia",
                 "accelerators": [
-                    {"id": "dev-0", "index": 0, "mode": 0, "remaining": M},
-                    {"id": "dev-1", "index": 1, "mode": 0, "remaining": M},
+                    {"id": "dev-0", "index": 0, "mode": 0, "remaining": RESOURCE_MAX_UNITS},
+                    {"id": "dev-1", "index": 1, "mode": 0, "remaining": RESOURCE_MAX_UNITS},
                 ],
             }
         ]
@@ -218,11 +218,11 @@ def test_claims_charge_their_cards_and_count_slices() -> None:
             "u1",
             {"a": record(claim(0, Mode.SLICED, 400000)), "b": record(claim(0, Mode.SLICED, 1))},
         ),
-        pod("u2", {"main": record(claim(1, Mode.EXCLUSIVE, M))}),
+        pod("u2", {"main": record(claim(1, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS))}),
     ]
     status = rebuild_status(spec(2), pods).status
     assert row(status, 0) == AcceleratorAllocation(
-        "dev-0", 0, Mode.SLICED, remaining=M - 400001, allocated_slices=2
+        "dev-0", 0, Mode.SLICED, remaining=RESOURCE_MAX_UNITS - 400001, allocated_slices=2
     )
     # A fully used card has no `remaining` key (omitempty).
     assert row(status, 1).render() == {"id": "dev-1", "index": 1, "mode": 1}
@@ -234,7 +234,9 @@ def test_remaining_never_goes_below_zero() -> None:
 
 
 def test_finished_pods_release_with_the_switch_on_only() -> None:
-    pods = [pod("u1", {"c": record(claim(0, Mode.EXCLUSIVE, M))}, phase="Succeeded")]
+    pods = [
+        pod("u1", {"c": record(claim(0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS))}, phase="Succeeded")
+    ]
     assert row(rebuild_status(spec(1), pods).status, 0).mode == Mode.NONE
     off = rebuild_status(spec(1), pods, release_terminated=False).status
     assert row(off, 0).mode == Mode.EXCLUSIVE
@@ -242,7 +244,7 @@ def test_finished_pods_release_with_the_switch_on_only() -> None:
 
 
 def test_conflicting_claim_is_skipped_and_reported() -> None:
-    first = pod("u1", {"c": record(claim(0, Mode.EXCLUSIVE, M))}, created="1")
+    first = pod("u1", {"c": record(claim(0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS))}, created="1")
     second = pod(
         "u2",
         {"c": record(claim(0, Mode.SHARED, 160000), claim(1, Mode.SHARED, 160000))},
@@ -250,7 +252,7 @@ def test_conflicting_claim_is_skipped_and_reported() -> None:
     )
     rebuilt = rebuild_status(spec(2), [second, first])
     assert row(rebuilt.status, 0).mode == Mode.EXCLUSIVE
-    assert row(rebuilt.status, 1).remaining == M - 160000
+    assert row(rebuilt.status, 1).remaining == RESOURCE_MAX_UNITS - 160000
     assert len(rebuilt.problems) == 1 and "held in Exclusive mode" in rebuilt.problems[0]
 
 
@@ -263,9 +265,19 @@ def test_unreadable_pod_is_skipped_but_live() -> None:
 
 
 def test_claims_on_unknown_cards_and_without_mode_charge_nothing() -> None:
-    pods = [pod("u1", {"c": record(claim(7, Mode.EXCLUSIVE, M), claim(0, Mode.NONE, M))})]
+    pods = [
+        pod(
+            "u1",
+            {
+                "c": record(
+                    claim(7, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS),
+                    claim(0, Mode.NONE, RESOURCE_MAX_UNITS),
+                )
+            },
+        )
+    ]
     rebuilt = rebuild_status(spec(1), pods)
-    assert row(rebuilt.status, 0) == AcceleratorAllocation("dev-0", 0, remaining=M)
+    assert row(rebuilt.status, 0) == AcceleratorAllocation("dev-0", 0, remaining=RESOURCE_MAX_UNITS)
     assert rebuilt.problems == ()
 
 

@@ -28,7 +28,7 @@ from chain.partition_grant import (
     with_partition_id,
 )
 from chain.partitions import Placement
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 P = Placement
 NVIDIA = manufacturers({})["nvidia"]
@@ -171,7 +171,7 @@ def test_grant_records_profile_slot_and_memory_units() -> None:
     grant = decide_partition(spec(2), DevicesStatus(), {}, {}, None, request("3g.20gb"))
     (claim,) = list(grant.record.claims())
     assert claim.row.mode == Mode.PARTITIONED
-    assert claim.row.allocated == 19968 * M // 40960
+    assert claim.row.allocated == 19968 * RESOURCE_MAX_UNITS // 40960
     assert claim.row.allocated_physical_profile == "3g.20gb"
     assert claim.row.allocated_physical_placements == (P(0, 4),)
     assert grant.record.device_ids == ("a100:dev-0:0003",)
@@ -185,7 +185,7 @@ def test_partitioned_units_limit_wins_over_memory() -> None:
 
 
 def test_cross_mode_is_refused_with_the_vector_message() -> None:
-    whole = AcceleratorAllocation("dev-0", 0, Mode.EXCLUSIVE, M)
+    whole = AcceleratorAllocation("dev-0", 0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
     held = DevicesStatus((DevicesAllocationGroup("a100", "nvidia", (whole,)),))
     with pytest.raises(Refusal) as caught:
         decide_partition(spec(1), held, {}, {}, None, request("1g.5gb"))
@@ -238,7 +238,7 @@ def test_ledger_counts_a_granted_partition() -> None:
     assert row(status, 0).allocated_profiles == (ProfileCount("3g.20gb", 1),)
     assert row(status, 0).remaining_of("3g.20gb") == 1
     assert row(status, 0).remaining_of("1g.5gb") == 3
-    assert row(status, 0).remaining == M - 19968 * M // 40960
+    assert row(status, 0).remaining == RESOURCE_MAX_UNITS - 19968 * RESOURCE_MAX_UNITS // 40960
 
 
 def test_room_is_held_plus_the_most_of_one_profile_still_fitting() -> None:

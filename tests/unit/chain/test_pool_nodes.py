@@ -28,7 +28,7 @@ from chain.ledger import (
 )
 from chain.pool_nodes import PoolCard, PoolNode, pool_devices_selector, pool_node
 from chain.quantity import format_quantity
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 A = "acceleratable.feature.gpustack.ai/"
 G = "general.feature.gpustack.ai/"
@@ -105,7 +105,7 @@ def _devices(draw: st.DrawFn) -> Devices:
             ident,
             index,
             draw(st.sampled_from([m for m in Mode if m != Mode.VISIBILITY])),
-            remaining=draw(st.integers(0, M)),
+            remaining=draw(st.integers(0, RESOURCE_MAX_UNITS)),
             allocated_slices=draw(st.integers(0, 8)),
             allocated_profiles=draw(_counts),
             remaining_profiles=draw(_counts),
@@ -184,7 +184,11 @@ def _one_card(status: dict[str, Any] | None = None, rows: list[Any] | None = Non
 def test_ledger_wire_rules() -> None:
     # No row: untouched (M); a row without `remaining`: fully used (0).
     node = pool_node(_one_card(), "nvidia-a10g")
-    assert node is not None and node.cards[0].remaining == M and node.cards[0].row is None
+    assert (
+        node is not None
+        and node.cards[0].remaining == RESOURCE_MAX_UNITS
+        and node.cards[0].row is None
+    )
     used = pool_node(_one_card(rows=[{"id": "GPU-0", "index": 0, "mode": 1}]), "nvidia-a10g")
     assert used is not None and used.cards[0].remaining == 0
     assert used.cards[0].mode == Mode.EXCLUSIVE

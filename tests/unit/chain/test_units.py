@@ -9,8 +9,8 @@ from chain import units
 
 
 def test_constants() -> None:
-    assert units.M == 1_600_000 == 2**9 * 5**5
-    assert units.CREDITS_PER_ACCELERATOR == units.M
+    assert units.RESOURCE_MAX_UNITS == 1_600_000 == 2**9 * 5**5
+    assert units.CREDITS_PER_ACCELERATOR == units.RESOURCE_MAX_UNITS
     assert units.SHARE_UNITS == 160_000
     assert units.PERCENT_UNITS == 16_000
     assert units.SHARED_MAX_OWNERS == 10
@@ -43,7 +43,7 @@ def test_pod_fold_vectors() -> None:
     assert units.memory_percentage_to_units(20) == 320_000
     assert units.memory_mib_to_units(4096, 40960) == 160_000
     # A 96 GiB profile on a 96 GiB card is one whole card.
-    assert units.memory_mib_to_units(96 * 1024, 96 * 1024) == units.M
+    assert units.memory_mib_to_units(96 * 1024, 96 * 1024) == units.RESOURCE_MAX_UNITS
 
 
 def test_memory_mib_to_units_edges() -> None:
@@ -54,10 +54,10 @@ def test_memory_mib_to_units_edges() -> None:
 
 
 def test_views_counts() -> None:
-    assert units.units_to_shares(units.M) == 10
+    assert units.units_to_shares(units.RESOURCE_MAX_UNITS) == 10
     assert units.units_to_shares(480_000) == 3
     assert units.units_to_shares(159_999) == 0
-    assert units.units_to_percent(units.M) == 100
+    assert units.units_to_percent(units.RESOURCE_MAX_UNITS) == 100
     assert units.units_to_percent(1_280_000) == 80
 
 
@@ -69,4 +69,4 @@ def test_percent_round_trip(percent: int) -> None:
 @given(st.integers(min_value=0, max_value=10_000_000), st.integers(min_value=1, max_value=10**6))
 def test_memory_units_never_exceed_share_of_card(mib: int, card: int) -> None:
     got = units.memory_mib_to_units(mib, card)
-    assert got * card <= mib * units.M < (got + 1) * card
+    assert got * card <= mib * units.RESOURCE_MAX_UNITS < (got + 1) * card

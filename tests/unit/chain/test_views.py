@@ -11,7 +11,7 @@ from chain.accelerators import AcceleratorStatus, LogicalSliced, PartitionProfil
 from chain.ledger import AcceleratorAllocation, Mode, ProfileCount
 from chain.pool_cards import runtime_versions
 from chain.pool_nodes import PoolCard, PoolNode
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from chain.views import View, accelerator_views, cpu_view
 
 PROFILES = ("1g.10gb", "3g.40gb")
@@ -35,7 +35,7 @@ _rows = st.one_of(
             "x", 0, mode, remaining=left, allocated_profiles=allocated, remaining_profiles=free
         ),
         st.sampled_from([m for m in Mode if m != Mode.VISIBILITY]),
-        st.integers(0, M),
+        st.integers(0, RESOURCE_MAX_UNITS),
         _counts,
         _counts,
     ),

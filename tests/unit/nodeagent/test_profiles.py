@@ -9,7 +9,7 @@ import pytest
 from chain.capacity import desired_counting_keys
 from chain.devices import Devices, DevicesSpec, Placement
 from chain.manufacturers import ManufacturerTable
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.report import node_feature_labels
 from nodeagent.simulate import shipped_profiles
 from tests.unit.nodeagent.helpers import detect
@@ -169,7 +169,7 @@ def test_detected_mig_node_capacity(table: ManufacturerTable) -> None:
         "nvidia.com/gpu.partitioned.mig-3g.40gb": "16",
         "nvidia.com/gpu.partitioned.mig-4g.40gb": "8",
         "nvidia.com/gpu.partitioned.mig-7g.80gb": "8",
-        "nvidia.com/gpu.partitioned.units": str(8 * M),
+        "nvidia.com/gpu.partitioned.units": str(8 * RESOURCE_MAX_UNITS),
     }
 
 
@@ -182,5 +182,5 @@ def test_detected_sliced_node_capacity(table: ManufacturerTable) -> None:
         "nvidia.com/gpu.sliced.cores-percentage": str(4 * 128 * 100),
         "nvidia.com/gpu.sliced.memory-mib": str(4 * 16384),
         "nvidia.com/gpu.sliced.memory-percentage": "400",
-        "nvidia.com/gpu.sliced.units": str(4 * M),
+        "nvidia.com/gpu.sliced.units": str(4 * RESOURCE_MAX_UNITS),
     }

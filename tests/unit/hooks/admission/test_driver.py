@@ -16,7 +16,7 @@ import pytest
 from chain.feasibility import POOL_READY, POOL_RETRY, PROMISED, State, Verdict
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.queues import NODE_DEVICES_CHECK, NODE_DEVICES_CONTROLLER
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from hooks.admission.caches import Caches
 from hooks.admission.driver import (
     FIELD_MANAGER,
@@ -399,7 +399,10 @@ def _pod(name: str, claims: dict[int, int] | None) -> Obj:
 @pytest.mark.parametrize(
     ("claims", "state"),
     [
-        ({0: M}, "Retry"),  # granted by the device plugin, not in the published ledger yet
+        (
+            {0: RESOURCE_MAX_UNITS},
+            "Retry",
+        ),  # granted by the device plugin, not in the published ledger yet
         (None, "Ready"),  # no device plugin on the node: the published ledger stands
     ],
 )

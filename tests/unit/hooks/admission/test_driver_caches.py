@@ -28,7 +28,7 @@ from chain.feasibility import (
 from chain.labels import KUEUE_PODSET, KUEUE_WORKLOAD
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import default_manufacturers
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from hooks.admission.caches import Indexed, nodes_by_hostname, pods_by_node
 from hooks.admission.driver import Driver, as_written, verdict_patch
 from hooks.admission.health import Heartbeat
@@ -98,7 +98,14 @@ def test_holdings_index_node_pinned_shares_of_card_holders() -> None:
 def test_a_verdict_with_holdings_equals_one_that_scans_the_workloads(asked: int) -> None:
     others = [_ready(workload(1, "n1", name="a")), workload(1, "n1", name="b", admitted=True)]
     own = workload(asked, "n1", name="own")
-    ledgers = [Devices.parse(devices("n1", [M, M, M, M]))]
+    ledgers = [
+        Devices.parse(
+            devices(
+                "n1",
+                [RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS],
+            )
+        )
+    ]
     flavor = rf()
     flavor["spec"]["nodeLabels"]["acceleratable.feature.gpustack.ai/nvidia-t4.count"] = "4"
     flavors = {flavor["metadata"]["name"]: flavor}
@@ -133,7 +140,10 @@ def test_a_burst_is_judged_in_linear_time_without_reading_the_api(
 def _allocated_pod(workload_name: str, cards: int) -> Obj:
     """w1's Pod on n1, its allocation record naming `cards` whole cards (as the device plugin
     writes it once granted)."""
-    rows = [{"id": f"n1-{i}", "index": i, "mode": 1, "allocated": M} for i in range(cards)]
+    rows = [
+        {"id": f"n1-{i}", "index": i, "mode": 1, "allocated": RESOURCE_MAX_UNITS}
+        for i in range(cards)
+    ]
     group = {"id": "t4", "manufacturer": "nvidia", "accelerators": rows}
     record = {"main": {"devices": {"groups": [group]}, "deviceIDs": []}}
     gpus = {GPU: str(cards)}
@@ -185,13 +195,13 @@ def test_a_ledger_is_judged_again_once_the_devices_change() -> None:
     kube = _world(pending(workload(1, "n1", name="w1")))
     dev = copy.deepcopy(kube.objects[("Devices", "", "n1")])
     for row in dev["status"]["groups"][0]["accelerators"]:
-        row.update({"mode": 3, "remaining": M // 2})  # both cards half sliced
+        row.update({"mode": 3, "remaining": RESOURCE_MAX_UNITS // 2})  # both cards half sliced
     kube.put(dev)
     driver = _driver(kube)
     driver.step()
     assert _state(kube, "w1")["state"] == "Retry"
     for row in dev["status"]["groups"][0]["accelerators"]:
-        row.update({"mode": 0, "remaining": M})  # their Pods ended
+        row.update({"mode": 0, "remaining": RESOURCE_MAX_UNITS})  # their Pods ended
     kube.put(dev)
     driver.step()
     assert _state(kube, "w1")["state"] == "Ready"

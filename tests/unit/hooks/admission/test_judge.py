@@ -12,7 +12,7 @@ from tests.unit.hooks.admission.helpers import GPU, client, post
 
 FLAVOR = "gpustack--generic--nvidia-t4-linux-amd64-2d"
 KUEUE = "kueue.x-k8s.io/v1beta2"
-M = 1_600_000
+RESOURCE_MAX_UNITS = 1_600_000
 
 
 def rf() -> dict[str, Any]:
@@ -35,7 +35,12 @@ def devices(name: str, remaining: list[int]) -> dict[str, Any]:
         for i in range(len(remaining))
     ]
     rows = [
-        {"id": f"{name}-{i}", "index": i, "mode": 0 if left == M else 3, "remaining": left}
+        {
+            "id": f"{name}-{i}",
+            "index": i,
+            "mode": 0 if left == RESOURCE_MAX_UNITS else 3,
+            "remaining": left,
+        }
         for i, left in enumerate(remaining)
     ]
     return {
@@ -122,8 +127,8 @@ def related(*objects: dict[str, Any]) -> dict[str, Any]:
 
 CLUSTER = (
     rf(),
-    devices("node-a", [M, 800000]),
-    devices("node-b", [M, M]),
+    devices("node-a", [RESOURCE_MAX_UNITS, 800000]),
+    devices("node-b", [RESOURCE_MAX_UNITS, RESOURCE_MAX_UNITS]),
     node("node-a"),
     node("node-b"),
 )

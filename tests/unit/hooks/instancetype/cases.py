@@ -13,7 +13,7 @@ from typing import Any
 from chain.ledger import Mode
 from tests.unit.hooks.instancetype.world import (
     POOL_CARDS_GROUP,
-    M,
+    RESOURCE_MAX_UNITS,
     N,
     Obj,
     card,
@@ -268,7 +268,7 @@ def _modes() -> dict[str, Case]:
         lambda c: row(c, Mode.EXCLUSIVE),
         lambda c: row(c, Mode.SHARED, remaining=1_120_000),
         lambda c: row(c, Mode.SLICED, remaining=560_000, slices=3),
-        lambda c: row(c, Mode.NONE, remaining=M),
+        lambda c: row(c, Mode.NONE, remaining=RESOURCE_MAX_UNITS),
     )
     nodes = [
         t4_node("t4-1", "12.4", None, lambda c: row(c, Mode.SHARED, remaining=480_000)),
@@ -346,18 +346,20 @@ def _partitions() -> dict[str, Case]:
         lambda c: row(
             c,
             Mode.PARTITIONED,
-            remaining=M,
+            remaining=RESOURCE_MAX_UNITS,
             allocated=[("1g.10gb", 2), ("2g.20gb", 1)],
             left=[("1g.10gb", 3), ("2g.20gb", 1), ("3g.40gb", 0), ("7g.80gb", 0)],
         ),
         None,
-        lambda c: row(c, Mode.NONE, remaining=M),
+        lambda c: row(c, Mode.NONE, remaining=RESOURCE_MAX_UNITS),
     )
     full = [("1g.10gb", 0), ("2g.20gb", 0), ("3g.40gb", 0), ("7g.80gb", 0)]
     a100_2 = _a100(
         "a100-2",
         ["mig"],
-        lambda c: row(c, Mode.PARTITIONED, remaining=M, allocated=[("7g.80gb", 1)], left=full),
+        lambda c: row(
+            c, Mode.PARTITIONED, remaining=RESOURCE_MAX_UNITS, allocated=[("7g.80gb", 1)], left=full
+        ),
     )
     return {
         "partitioned-cards": _sync(

@@ -55,7 +55,7 @@ POOL_CARDS_GROUP = f"{POOL_CARDS}.{POOL_CARDS_API}"
 RF_GROUP = f"ResourceFlavor.{KUEUE}"
 CQ_GROUP = f"ClusterQueue.{KUEUE}"
 SETTINGS_GROUP = "Settings.gpustack.ai/v1alpha1"
-M = 1_600_000
+RESOURCE_MAX_UNITS = 1_600_000
 
 
 def uid(seed: str) -> str:

@@ -8,7 +8,7 @@ from chain.accelerators import Accelerator
 from chain.devices import DevicesGroup, DevicesSpec
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger_rebuild import AllocationRecord
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin.injection import Channel, NodeFacts, Strategy
 from nodeagent.plugin.nvidia import (
     GrantedCard,
@@ -158,7 +158,10 @@ def test_cuda_major() -> None:
 
 
 def record(*cards: tuple[str, int], maker: str = "nvidia") -> AllocationRecord:
-    rows = tuple(AcceleratorAllocation(uuid, index, Mode.EXCLUSIVE, M) for uuid, index in cards)
+    rows = tuple(
+        AcceleratorAllocation(uuid, index, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
+        for uuid, index in cards
+    )
     return AllocationRecord(DevicesStatus((DevicesAllocationGroup("a10g", maker, rows),)))
 
 

@@ -30,7 +30,7 @@ from chain.ledger_rebuild import (
 )
 from chain.manufacturers import manufacturers
 from chain.partitions import Placement
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import Attempt, Late
 from nodeagent.plugin.identify import PodResourcesClient
@@ -112,7 +112,7 @@ def test_grant_shows_only_the_mig_device_and_records_the_partition(node: Node) -
     assert view.mig_uuids == (mig,) and (view.card, view.start) == (CARDS[0], 0)
     row = node.row("p1")
     assert (row.id, row.mode) == (CARDS[0], Mode.PARTITIONED)
-    assert row.allocated == 4864 * M // 40960
+    assert row.allocated == 4864 * RESOURCE_MAX_UNITS // 40960
     assert row.allocated_physical_profile == "1g.5gb"
     assert row.allocated_physical_placements == (Placement(0, 1),)
     assert row.allocated_physical_id == mig
@@ -144,7 +144,7 @@ def test_a_retry_reuses_the_recorded_partition(node: Node) -> None:
 
 def test_a_card_held_in_another_mode_is_refused(node: Node) -> None:
     node.cluster.add("whole", ("main", {"nvidia.com/gpu": "1"}))
-    whole = AcceleratorAllocation(CARDS[0], 0, Mode.EXCLUSIVE, M)
+    whole = AcceleratorAllocation(CARDS[0], 0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
     record = AllocationRecord(DevicesStatus((DevicesAllocationGroup(GROUP, "nvidia", (whole,)),)))
     annotations = node.cluster.by_key[("default", "whole")]["metadata"]["annotations"]
     annotations[ALLOCATED_ANNOTATION] = render_allocated({"main": record})

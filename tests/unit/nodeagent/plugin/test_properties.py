@@ -41,10 +41,10 @@ from chain.ledger_rebuild import (
     node_holdings,
     rebuild_status,
 )
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 
 NV = "nvidia"
-UNITS = (0, 1, 160000, 400000, 800000, 1200000, M)
+UNITS = (0, 1, 160000, 400000, 800000, 1200000, RESOURCE_MAX_UNITS)
 
 
 class Node(RuleBasedStateMachine):
@@ -119,7 +119,9 @@ class Node(RuleBasedStateMachine):
                 CardRef(NV, card.id): sliced_room(occupancy, CardRef(NV, card.id), holder)
                 for _, card in self.spec.cards()
             }
-            request = PreferenceRequest(NV, mode, tuple(free), (), count, min(units, M))
+            request = PreferenceRequest(
+                NV, mode, tuple(free), (), count, min(units, RESOURCE_MAX_UNITS)
+            )
             chosen = preferred_allocation(self.spec, status, request, room)
         if not chosen:
             chosen = tuple(data.draw(st.permutations(free))[:count])
@@ -164,7 +166,7 @@ class Node(RuleBasedStateMachine):
             for claim in record.claims():
                 units[claim.row.id] = units.get(claim.row.id, 0) + claim.row.allocated
                 modes.setdefault(claim.row.id, set()).add(claim.row.mode)
-        assert all(total <= M for total in units.values()), units
+        assert all(total <= RESOURCE_MAX_UNITS for total in units.values()), units
         assert all(len(held) == 1 for held in modes.values()), modes
 
     @invariant()
@@ -194,7 +196,7 @@ class Node(RuleBasedStateMachine):
             mode, used, slices = expected.get(row.id, (Mode.NONE, 0, 0))
             assert (row.mode, row.remaining, row.allocated_slices) == (
                 mode,
-                max(M - used, 0),
+                max(RESOURCE_MAX_UNITS - used, 0),
                 slices,
             )
 

@@ -19,7 +19,7 @@ import pytest
 
 from chain.ledger import Mode
 from chain.ledger_rebuild import AllocationRecord, PodAllocations, node_holdings, render_allocated
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
 from nodeagent.plugin.identify import identify
 from nodeagent.plugin.node import NodeState
@@ -142,7 +142,8 @@ def test_a_restarted_agent_sees_what_the_old_one_granted() -> None:
                 allocate(kubelet, SLICED, [f"{GROUP}:{CARDS[2]}:0005"])
             assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert caught.value.details() == (
-                f"card {CARDS[2]} has 0 of {M} units free and the slice needs 800000"
+                f"card {CARDS[2]} has 0 of {RESOURCE_MAX_UNITS} units free"
+                " and the slice needs 800000"
             )
             cluster.add("share-whole", ("main", {SHARED: "1"}))
             with pytest.raises(grpc.RpcError) as caught:
@@ -158,7 +159,10 @@ def test_a_restarted_agent_sees_what_the_old_one_granted() -> None:
             kubelet.admit(cluster.add("share-2", ("main", {SHARED: "1"})))
             assert kubelet.responses[-1][2].envs[VISIBLE] == CARDS[1]  # beside the old share
             share_row = new.ledger().row("nvidia", GROUP, CARDS[1])
-            assert share_row is not None and share_row.remaining == M - 2 * M // 10
+            assert (
+                share_row is not None
+                and share_row.remaining == RESOURCE_MAX_UNITS - 2 * RESOURCE_MAX_UNITS // 10
+            )
             assert new.ledger().row("nvidia", GROUP, CARDS[2]) == row
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, SLICED, Rig, rig, t4_spec
@@ -98,7 +98,9 @@ def test_exclusive_grant_marks_the_card_unhealthy_in_other_modes() -> None:
         assert card in CARDS
         record = parse_allocated(r.cluster.annotation("train"))["main"]
         rows = [claim.row for claim in record.claims()]
-        assert [(row.id, row.mode, row.allocated) for row in rows] == [(card, Mode.EXCLUSIVE, M)]
+        assert [(row.id, row.mode, row.allocated) for row in rows] == [
+            (card, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
+        ]
         shared = r.kubelet.wait_devices(SHARED, lambda d: len(healthy(d)) == 30)
         assert {card_of(t) for t in set(shared) - healthy(shared)} == {card}
         assert len(shared) == 40  # tokens are never removed for holds
@@ -114,7 +116,10 @@ def test_shared_grants_pack_onto_one_card() -> None:
         seen = [response.envs["NVIDIA_VISIBLE_DEVICES"] for _, _, response in r.kubelet.responses]
         assert seen == [CARDS[0], CARDS[0]]
         ledger = r.node.ledger()
-        assert ledger.rows().__next__()[1].remaining == M - 2 * M // 10
+        assert (
+            ledger.rows().__next__()[1].remaining
+            == RESOURCE_MAX_UNITS - 2 * RESOURCE_MAX_UNITS // 10
+        )
 
 
 def test_two_shares_of_one_card_in_one_request_are_refused() -> None:
@@ -146,7 +151,11 @@ def test_sliced_grant_answers_hami_core_environment() -> None:
 def test_sliced_gate_refuses_a_slice_that_does_not_fit() -> None:
     with rig(modes=(Mode.SLICED,)) as r:
         r.kubelet.wait_devices(SLICED, lambda d: len(d) == 512)
-        big = {SLICED: "1", SLICED + ".units": str(M), SLICED + ".memory-mib": "1024"}
+        big = {
+            SLICED: "1",
+            SLICED + ".units": str(RESOURCE_MAX_UNITS),
+            SLICED + ".memory-mib": "1024",
+        }
         r.cluster.add("big", ("main", big))
         allocate(r, Mode.SLICED, [f"tesla-t4:{CARDS[0]}:0000"])
         r.cluster.add("more", ("main", {**big, SLICED + ".units": "1"}))

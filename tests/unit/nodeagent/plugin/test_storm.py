@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from chain.devices import DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import PodAllocations, rebuild_status
-from chain.units import M
+from chain.units import RESOURCE_MAX_UNITS
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, SLICED, Rig, rig, t4_spec
 
@@ -48,12 +48,12 @@ def check(r: Rig, spec: DevicesSpec) -> int:
     rebuilt = rebuild_status(spec, pods)
     assert rebuilt.problems == ()
     for group, card in spec.cards():
-        assert units[card.id] <= M, f"{card.id} over-promised: {units[card.id]}"
+        assert units[card.id] <= RESOURCE_MAX_UNITS, f"{card.id} over-promised: {units[card.id]}"
         assert len(modes[card.id]) <= 1, f"{card.id} held in {modes[card.id]}"
         assert slices[card.id] <= card.status.logical_sliced.count
         row = rebuilt.status.row(group.manufacturer, group.id, card.id)
         assert row is not None
-        assert row.remaining == M - units[card.id]
+        assert row.remaining == RESOURCE_MAX_UNITS - units[card.id]
         assert row.mode == next(iter(modes[card.id]), Mode.NONE)
     live = {pod.uid: pod for pod in pods}
     for holder, reserved in dict(r.node.reservations).items():
