@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chain import fields as f
+from chain import fields
 from chain.partitions import Placement, parse_placements
 
 Obj = dict[str, object]
@@ -36,13 +36,13 @@ class PartitionProfile:
     placements: tuple[Placement, ...] = ()
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> PartitionProfile:
+    def parse(cls, obj: fields.Obj, path: str) -> PartitionProfile:
         return cls(
-            name=f.string(obj, "name", path, required=True),
-            memory_mib=f.integer(obj, "memoryMib", path),
-            count=f.integer(obj, "count", path),
-            compute_slices=f.integer(obj, "computeSlices", path),
-            memory_slices=f.integer(obj, "memorySlices", path),
+            name=fields.string(obj, "name", path, required=True),
+            memory_mib=fields.integer(obj, "memoryMib", path),
+            count=fields.integer(obj, "count", path),
+            compute_slices=fields.integer(obj, "computeSlices", path),
+            memory_slices=fields.integer(obj, "memorySlices", path),
             placements=parse_placements(obj, "placements", path),
         )
 
@@ -70,10 +70,10 @@ class LogicalSliced:
         return bool(self.count or self.cores_percentage_overcommit)
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> LogicalSliced:
+    def parse(cls, obj: fields.Obj, path: str) -> LogicalSliced:
         return cls(
-            count=f.integer(obj, "count", path),
-            cores_percentage_overcommit=f.boolean(obj, "coresPercentageOvercommit", path),
+            count=fields.integer(obj, "count", path),
+            cores_percentage_overcommit=fields.boolean(obj, "coresPercentageOvercommit", path),
         )
 
     def render(self) -> Obj:
@@ -97,12 +97,12 @@ class PhysicalSliced:
         return next((entry for entry in self.profiles if entry.name == name), None)
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> PhysicalSliced:
+    def parse(cls, obj: fields.Obj, path: str) -> PhysicalSliced:
         return cls(
-            count=f.integer(obj, "count", path),
+            count=fields.integer(obj, "count", path),
             profiles=tuple(
                 PartitionProfile.parse(item, where)
-                for item, where in f.items(obj, "profiles", path)
+                for item, where in fields.items(obj, "profiles", path)
             ),
         )
 
@@ -130,14 +130,14 @@ class AcceleratorStatus:
         return self.logical_sliced.count > 0 and not self.partitioned
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> AcceleratorStatus:
+    def parse(cls, obj: fields.Obj, path: str) -> AcceleratorStatus:
         return cls(
-            unhealthy=f.boolean(obj, "unhealthy", path),
+            unhealthy=fields.boolean(obj, "unhealthy", path),
             logical_sliced=LogicalSliced.parse(
-                f.child(obj, "logicalSliced", path), f.at(path, "logicalSliced")
+                fields.child(obj, "logicalSliced", path), fields.at(path, "logicalSliced")
             ),
             physical_sliced=PhysicalSliced.parse(
-                f.child(obj, "physicalSliced", path), f.at(path, "physicalSliced")
+                fields.child(obj, "physicalSliced", path), fields.at(path, "physicalSliced")
             ),
         )
 
@@ -159,11 +159,11 @@ class Roce:
     gateway: str = ""
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> Roce:
+    def parse(cls, obj: fields.Obj, path: str) -> Roce:
         return cls(
-            f.string(obj, "ip", path),
-            f.string(obj, "subnetMask", path),
-            f.string(obj, "gateway", path),
+            fields.string(obj, "ip", path),
+            fields.string(obj, "subnetMask", path),
+            fields.string(obj, "gateway", path),
         )
 
     def render(self) -> Obj:
@@ -192,11 +192,11 @@ class DeviceTopology:
     )
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> DeviceTopology:
-        values = {name: f.string(obj, key, path) for key, name in cls._FIELDS}
+    def parse(cls, obj: fields.Obj, path: str) -> DeviceTopology:
+        values = {name: fields.string(obj, key, path) for key, name in cls._FIELDS}
         roce = None
         if obj.get("roce") is not None:
-            roce = Roce.parse(f.child(obj, "roce", path), f.at(path, "roce"))
+            roce = Roce.parse(fields.child(obj, "roce", path), fields.at(path, "roce"))
         return cls(**values, roce=roce)
 
     def render(self) -> Obj:
@@ -235,13 +235,17 @@ class Accelerator:
         return not self.is_partitioned
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> Accelerator:
+    def parse(cls, obj: fields.Obj, path: str) -> Accelerator:
         return cls(
-            id=f.string(obj, "id", path, required=True),
-            index=f.integer(obj, "index", path, required=True),
-            physical_indexes=f.integers(obj, "physicalIndexes", path),
-            topology=DeviceTopology.parse(f.child(obj, "topology", path), f.at(path, "topology")),
-            status=AcceleratorStatus.parse(f.child(obj, "status", path), f.at(path, "status")),
+            id=fields.string(obj, "id", path, required=True),
+            index=fields.integer(obj, "index", path, required=True),
+            physical_indexes=fields.integers(obj, "physicalIndexes", path),
+            topology=DeviceTopology.parse(
+                fields.child(obj, "topology", path), fields.at(path, "topology")
+            ),
+            status=AcceleratorStatus.parse(
+                fields.child(obj, "status", path), fields.at(path, "status")
+            ),
         )
 
     def render(self) -> Obj:

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from chain import fields as f
+from chain import fields
 from chain.accelerators import (
     Accelerator,
     AcceleratorStatus,
@@ -76,11 +76,11 @@ class ProfileTotal:
     memory_mib: int = 0
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> ProfileTotal:
+    def parse(cls, obj: fields.Obj, path: str) -> ProfileTotal:
         return cls(
-            name=f.string(obj, "name", path, required=True),
-            count=f.integer(obj, "count", path),
-            memory_mib=f.integer(obj, "memoryMib", path),
+            name=fields.string(obj, "name", path, required=True),
+            count=fields.integer(obj, "count", path),
+            memory_mib=fields.integer(obj, "memoryMib", path),
         )
 
     def render(self) -> Obj:
@@ -93,11 +93,12 @@ class PhysicalSlicedDetail:
     profiles: tuple[ProfileTotal, ...] = ()
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> PhysicalSlicedDetail:
+    def parse(cls, obj: fields.Obj, path: str) -> PhysicalSlicedDetail:
         return cls(
-            count=f.integer(obj, "count", path),
+            count=fields.integer(obj, "count", path),
             profiles=tuple(
-                ProfileTotal.parse(item, where) for item, where in f.items(obj, "profiles", path)
+                ProfileTotal.parse(item, where)
+                for item, where in fields.items(obj, "profiles", path)
             ),
         )
 
@@ -119,11 +120,13 @@ class SlicedDetail:
         return bool(self.logical or self.physical.count or self.physical.profiles)
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> SlicedDetail:
+    def parse(cls, obj: fields.Obj, path: str) -> SlicedDetail:
         return cls(
-            logical=LogicalSliced.parse(f.child(obj, "logical", path), f.at(path, "logical")),
+            logical=LogicalSliced.parse(
+                fields.child(obj, "logical", path), fields.at(path, "logical")
+            ),
             physical=PhysicalSlicedDetail.parse(
-                f.child(obj, "physical", path), f.at(path, "physical")
+                fields.child(obj, "physical", path), fields.at(path, "physical")
             ),
         )
 
@@ -209,19 +212,20 @@ class DevicesGroup:
     )
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> DevicesGroup:
-        text = {name: f.string(obj, key, path) for key, name in cls._TEXT}
-        detail = f.child(obj, "acceleratorSlicedDetail", path)
+    def parse(cls, obj: fields.Obj, path: str) -> DevicesGroup:
+        text = {name: fields.string(obj, key, path) for key, name in cls._TEXT}
+        detail = fields.child(obj, "acceleratorSlicedDetail", path)
         return cls(
-            id=f.string(obj, "id", path, required=True),
-            manufacturer=f.string(obj, "manufacturer", path, required=True),
-            name=f.string(obj, "name", path, required=True),
-            memory=f.integer(obj, "memory", path, required=True),
-            cores=f.integer(obj, "cores", path),
+            id=fields.string(obj, "id", path, required=True),
+            manufacturer=fields.string(obj, "manufacturer", path, required=True),
+            name=fields.string(obj, "name", path, required=True),
+            memory=fields.integer(obj, "memory", path, required=True),
+            cores=fields.integer(obj, "cores", path),
             accelerators=tuple(
-                Accelerator.parse(item, where) for item, where in f.items(obj, "accelerators", path)
+                Accelerator.parse(item, where)
+                for item, where in fields.items(obj, "accelerators", path)
             ),
-            sliced_detail=SlicedDetail.parse(detail, f.at(path, "acceleratorSlicedDetail")),
+            sliced_detail=SlicedDetail.parse(detail, fields.at(path, "acceleratorSlicedDetail")),
             **text,
         )
 
@@ -267,9 +271,9 @@ class DevicesSpec:
                 yield entry, card
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str = "spec") -> DevicesSpec:
+    def parse(cls, obj: fields.Obj, path: str = "spec") -> DevicesSpec:
         groups = tuple(
-            DevicesGroup.parse(item, where) for item, where in f.items(obj, "groups", path)
+            DevicesGroup.parse(item, where) for item, where in fields.items(obj, "groups", path)
         )
         seen: set[tuple[str, str]] = set()
         for number, entry in enumerate(groups):
@@ -297,18 +301,18 @@ class Devices:
 
     @classmethod
     def parse(cls, obj: object) -> Devices:
-        body = f.as_object(obj, "$")
+        body = fields.as_object(obj, "$")
         if body.get("kind", DEVICES_KIND) != DEVICES_KIND:
             raise ValueError(f"kind: expected {DEVICES_KIND}, got {body.get('kind')!r}")
-        meta = f.child(body, "metadata", "", required=True)
-        labels = f.child(meta, "labels", "metadata")
+        meta = fields.child(body, "metadata", "", required=True)
+        labels = fields.child(meta, "labels", "metadata")
         for key, value in labels.items():
             if not isinstance(value, str):
                 raise ValueError(f"metadata.labels.{key}: expected a string")
         return cls(
-            name=f.string(meta, "name", "metadata", required=True),
-            spec=DevicesSpec.parse(f.child(body, "spec", ""), "spec"),
-            status=DevicesStatus.parse(f.child(body, "status", ""), "status"),
+            name=fields.string(meta, "name", "metadata", required=True),
+            spec=DevicesSpec.parse(fields.child(body, "spec", ""), "spec"),
+            status=DevicesStatus.parse(fields.child(body, "status", ""), "status"),
             labels={key: str(value) for key, value in labels.items()},
         )
 

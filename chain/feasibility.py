@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from chain import fields as f
+from chain import fields
 from chain.accelerators import Accelerator
 from chain.devices import Devices
 from chain.families import Family, credits_manufacturer
@@ -100,26 +100,26 @@ class Verdict:
 # --- reading Workloads ------------------------------------------------------------------------
 
 
-def _condition(workload: f.Obj, kind: str) -> bool:
-    status = f.child(workload, "status", "")
+def _condition(workload: fields.Obj, kind: str) -> bool:
+    status = fields.child(workload, "status", "")
     return any(
         item.get("type") == kind and item.get("status") == "True"
-        for item, _ in f.items(status, "conditions", "status")
+        for item, _ in fields.items(status, "conditions", "status")
     )
 
 
-def check_state(workload: f.Obj, check: str = NODE_DEVICES_CHECK) -> str:
+def check_state(workload: fields.Obj, check: str = NODE_DEVICES_CHECK) -> str:
     """The state of the named entry of `status.admissionChecks` ("" when absent)."""
-    status = f.child(workload, "status", "")
-    for item, where in f.items(status, "admissionChecks", "status"):
+    status = fields.child(workload, "status", "")
+    for item, where in fields.items(status, "admissionChecks", "status"):
         if item.get("name") == check:
-            return f.string(item, "state", where)
+            return fields.string(item, "state", where)
     return ""
 
 
-def is_active(workload: f.Obj) -> bool:
+def is_active(workload: fields.Obj) -> bool:
     """Reserved, not evicted, not finished and not deactivated: Kueue still counts it."""
-    spec = f.child(workload, "spec", "")
+    spec = fields.child(workload, "spec", "")
     return (
         _condition(workload, "QuotaReserved")
         and not _condition(workload, "Evicted")
@@ -128,12 +128,12 @@ def is_active(workload: f.Obj) -> bool:
     )
 
 
-def needs_verdict(workload: f.Obj) -> bool:
+def needs_verdict(workload: fields.Obj) -> bool:
     """The check judges a Workload only while its quota is reserved and it is not admitted yet."""
     return is_active(workload) and not _condition(workload, "Admitted")
 
 
-def holds_cards(workload: f.Obj, check: str = NODE_DEVICES_CHECK) -> bool:
+def holds_cards(workload: fields.Obj, check: str = NODE_DEVICES_CHECK) -> bool:
     """Its cards are taken: admitted, or this check already said Ready."""
     return is_active(workload) and (
         _condition(workload, "Admitted") or check_state(workload, check) == State.READY
@@ -148,7 +148,7 @@ class Domain:
     pods: int
 
 
-def hostname_domains(assignment: f.Obj, path: str, podset_pods: int) -> list[Domain] | None:
+def hostname_domains(assignment: fields.Obj, path: str, podset_pods: int) -> list[Domain] | None:
     """Decode a compact v1beta2 `topologyAssignment` of a PodSet of `podset_pods` Pods; None unless
     its lowest level is the hostname (only a hostname-level assignment names nodes). Every
     domain holds at least one Pod, so more domains than Pods is refused before any is built
@@ -159,18 +159,18 @@ def hostname_domains(assignment: f.Obj, path: str, podset_pods: int) -> list[Dom
     if not isinstance(levels, list) or not levels or levels[-1] != HOSTNAME:
         return None
     domains: list[Domain] = []
-    for item, where in f.items(assignment, "slices", path):
-        count = f.integer(item, "domainCount", where)
+    for item, where in fields.items(assignment, "slices", path):
+        count = fields.integer(item, "domainCount", where)
         if len(domains) + count > podset_pods:
             raise ValueError(
                 f"{where}.domainCount: {len(domains) + count} domains in all for a PodSet of "
                 f"{podset_pods} pods (each domain holds at least one)"
             )
-        values = list(f.items(item, "valuesPerLevel", where))
+        values = list(fields.items(item, "valuesPerLevel", where))
         if len(values) != len(levels):
             raise ValueError(f"{where}.valuesPerLevel: expected {len(levels)} levels")
         last, last_path = values[-1]
-        pods = f.child(item, "podCounts", where, True)
+        pods = fields.child(item, "podCounts", where, True)
         for number in range(count):
             domains.append(
                 Domain(
@@ -181,25 +181,29 @@ def hostname_domains(assignment: f.Obj, path: str, podset_pods: int) -> list[Dom
     return domains
 
 
-def _domain_value(level: f.Obj, path: str, number: int) -> str:
+def _domain_value(level: fields.Obj, path: str, number: int) -> str:
     if level.get("universal") is not None:
-        return f.string(level, "universal", path)
-    individual = f.child(level, "individual", path, True)
+        return fields.string(level, "universal", path)
+    individual = fields.child(level, "individual", path, True)
     roots = individual.get("roots")
     root = roots[number] if isinstance(roots, list) and number < len(roots) else None
     if not isinstance(root, str):
         raise ValueError(f"{path}.individual.roots[{number}]: expected a string")
     where = f"{path}.individual"
-    return f.string(individual, "prefix", where) + root + f.string(individual, "suffix", where)
+    return (
+        fields.string(individual, "prefix", where)
+        + root
+        + fields.string(individual, "suffix", where)
+    )
 
 
-def _domain_pods(counts: f.Obj, path: str, number: int) -> int:
+def _domain_pods(counts: fields.Obj, path: str, number: int) -> int:
     if counts.get("universal") is not None:
-        return f.integer(counts, "universal", path)
+        return fields.integer(counts, "universal", path)
     items = counts.get("individual")
     if not isinstance(items, list) or number >= len(items):
         raise ValueError(f"{path}.individual[{number}]: expected a pod count")
-    return f.whole(items[number], f"{path}.individual[{number}]")
+    return fields.whole(items[number], f"{path}.individual[{number}]")
 
 
 @dataclass(frozen=True)
@@ -213,32 +217,34 @@ class Share:
     per_pod: tuple[PodDemand, ...]
 
 
-def _credits_flavor(flavors: f.Obj, table: ManufacturerTable) -> str:
+def _credits_flavor(flavors: fields.Obj, table: ManufacturerTable) -> str:
     found = [str(name) for key, name in flavors.items() if credits_manufacturer(key, table)]
     return found[0] if len(found) == 1 else ""
 
 
-def workload_shares(workload: f.Obj, table: ManufacturerTable) -> list[Share]:
+def workload_shares(workload: fields.Obj, table: ManufacturerTable) -> list[Share]:
     """Each PodSet's accelerator demand with its assigned flavor and nodes."""
     assignments = {
-        f.string(item, "name", where): (item, where)
-        for item, where in f.items(
-            f.child(f.child(workload, "status", ""), "admission", "status"),
+        fields.string(item, "name", where): (item, where)
+        for item, where in fields.items(
+            fields.child(fields.child(workload, "status", ""), "admission", "status"),
             "podSetAssignments",
             "status.admission",
         )
     }
     shares = []
-    for podset, where in f.items(f.child(workload, "spec", ""), "podSets", "spec"):
-        role = f.string(podset, "name", where)
-        template = f.child(podset, "template", where)
-        containers = read_containers(f.child(template, "spec", ""), f"{where}.template.spec", table)
+    for podset, where in fields.items(fields.child(workload, "spec", ""), "podSets", "spec"):
+        role = fields.string(podset, "name", where)
+        template = fields.child(podset, "template", where)
+        containers = read_containers(
+            fields.child(template, "spec", ""), f"{where}.template.spec", table
+        )
         per_pod = tuple(pod_demands(containers))
         assignment, at = assignments.get(role, ({}, ""))
-        pods = f.integer(assignment, "count", at) or f.integer(podset, "count", where)
-        flavor = _credits_flavor(f.child(assignment, "flavors", at), table)
+        pods = fields.integer(assignment, "count", at) or fields.integer(podset, "count", where)
+        flavor = _credits_flavor(fields.child(assignment, "flavors", at), table)
         domains = hostname_domains(
-            f.child(assignment, "topologyAssignment", at), f"{at}.topologyAssignment", pods
+            fields.child(assignment, "topologyAssignment", at), f"{at}.topologyAssignment", pods
         )
         if domains is None:
             shares.append(Share(role, flavor, "", pods, per_pod))
@@ -317,11 +323,11 @@ class Scope:
         return bool(self.akey) and self.akey == akey and self.count in (0, cards)
 
 
-def flavor_scope(flavor: f.Obj | None, name: str, table: ManufacturerTable) -> Scope | None:
+def flavor_scope(flavor: fields.Obj | None, name: str, table: ManufacturerTable) -> Scope | None:
     """The scope of a ResourceFlavor; None when it is gone or selects no nodes."""
     if flavor is None:
         return None
-    labels = f.child(f.child(flavor, "spec", ""), "nodeLabels", "spec")
+    labels = fields.child(fields.child(flavor, "spec", ""), "nodeLabels", "spec")
     if not labels:
         return None
     text = {key: str(value) for key, value in labels.items()}
@@ -586,12 +592,12 @@ def _miss_message(demand: Demand, miss: Miss, named: bool) -> str:
 class Snapshot:
     """What the driver read for one verdict."""
 
-    flavors: Mapping[str, f.Obj]
+    flavors: Mapping[str, fields.Obj]
     """ResourceFlavors by name: the Workload's own and those of the Workloads holding cards."""
     devices: Sequence[Devices]
     hostnames: Mapping[str, str]
     """`kubernetes.io/hostname` of each Node by name; a node missing here is gone."""
-    workloads: Sequence[f.Obj] = ()
+    workloads: Sequence[fields.Obj] = ()
     """Other Workloads, to find those whose cards are promised but not yet in the ledger."""
     charged: Mapping[tuple[str, str, str, str], int] = field(default_factory=dict)
     """Pods the ledger holds, by (namespace, Workload, PodSet, hostname)."""
@@ -600,9 +606,9 @@ class Snapshot:
     same holders builds it once); None: index `workloads` for this verdict."""
 
 
-def _key(obj: f.Obj) -> tuple[str, str]:
-    meta = f.child(obj, "metadata", "")
-    return f.string(meta, "namespace", "metadata"), f.string(meta, "name", "metadata")
+def _key(obj: fields.Obj) -> tuple[str, str]:
+    meta = fields.child(obj, "metadata", "")
+    return fields.string(meta, "namespace", "metadata"), fields.string(meta, "name", "metadata")
 
 
 @dataclass
@@ -619,7 +625,10 @@ class Holdings:
 
     @classmethod
     def of(
-        cls, workloads: Iterable[f.Obj], table: ManufacturerTable, check: str = NODE_DEVICES_CHECK
+        cls,
+        workloads: Iterable[fields.Obj],
+        table: ManufacturerTable,
+        check: str = NODE_DEVICES_CHECK,
     ) -> Holdings:
         """ValueError naming a malformed field of some Workload."""
         held = cls(check)
@@ -627,7 +636,7 @@ class Holdings:
             held.update(workload, table)
         return held
 
-    def update(self, workload: f.Obj, table: ManufacturerTable) -> None:
+    def update(self, workload: fields.Obj, table: ManufacturerTable) -> None:
         """Replace what `workload` holds (nothing once it no longer holds cards)."""
         key = _key(workload)
         self.forget(key)
@@ -660,7 +669,7 @@ class Holdings:
 
 
 def _promised(
-    workload: f.Obj, snapshot: Snapshot, hosts: set[str], check: str, table: ManufacturerTable
+    workload: fields.Obj, snapshot: Snapshot, hosts: set[str], check: str, table: ManufacturerTable
 ) -> list[Share]:
     """Shares of other Workloads holding cards, on `hosts`, less the Pods already charged."""
     held = snapshot.holdings
@@ -675,14 +684,14 @@ def _promised(
 
 
 def judge(
-    workload: f.Obj,
+    workload: fields.Obj,
     snapshot: Snapshot,
     table: ManufacturerTable,
     check: str = NODE_DEVICES_CHECK,
 ) -> Verdict:
     """The per-card verdict on a Workload; ValueError naming a malformed field."""
     own = demands(workload_shares(workload, table))
-    named = len(list(f.items(f.child(workload, "spec", ""), "podSets", "spec"))) > 1
+    named = len(list(fields.items(fields.child(workload, "spec", ""), "podSets", "spec"))) > 1
     unresolved = [d for d in own if not d.flavor]
     if unresolved:
         roles = tuple(dict.fromkeys(r for d in unresolved for r in d.roles))
@@ -737,26 +746,26 @@ def judge(
 
 
 def charged_pods(
-    pods: Iterable[f.Obj], hostnames: Mapping[str, str], table: ManufacturerTable
+    pods: Iterable[fields.Obj], hostnames: Mapping[str, str], table: ManufacturerTable
 ) -> Counter[tuple[str, str, str, str]]:
     """Pods whose allocation record names every container asking for a card, counted by
     (namespace, Workload, PodSet, hostname). An unreadable record holds nothing: the Pod then
     still counts as promised, which overstates what is taken rather than double-booking."""
     counted: Counter[tuple[str, str, str, str]] = Counter()
     for pod in pods:
-        meta = f.child(pod, "metadata", "")
-        annotations = f.child(meta, "annotations", "metadata")
-        labels = f.child(meta, "labels", "metadata")
-        node = f.string(f.child(pod, "spec", ""), "nodeName", "spec")
+        meta = fields.child(pod, "metadata", "")
+        annotations = fields.child(meta, "annotations", "metadata")
+        labels = fields.child(meta, "labels", "metadata")
+        node = fields.string(fields.child(pod, "spec", ""), "nodeName", "spec")
         hostname = hostnames.get(node, "")
         workload = annotations.get(KUEUE_WORKLOAD)
         podset = labels.get(KUEUE_PODSET)
         if not hostname or not isinstance(workload, str) or not isinstance(podset, str):
             continue
-        containers = read_containers(f.child(pod, "spec", ""), "spec", table)
+        containers = read_containers(fields.child(pod, "spec", ""), "spec", table)
         asking = {c.name for c in containers if c.requests}
         if asking and asking <= _recorded(annotations.get(ALLOCATED_ANNOTATION)):
-            namespace = f.string(meta, "namespace", "metadata")
+            namespace = fields.string(meta, "namespace", "metadata")
             counted[(namespace, workload, podset, hostname)] += 1
     return counted
 

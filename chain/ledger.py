@@ -18,7 +18,7 @@ import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from chain import fields as f
+from chain import fields
 from chain.partitions import Placement, parse_placements
 from chain.units import RESOURCE_MAX_UNITS
 
@@ -43,7 +43,7 @@ class Mode(enum.IntEnum):
 
     @classmethod
     def parse(cls, value: object, path: str) -> Mode:
-        number = f.whole(value, path)
+        number = fields.whole(value, path)
         try:
             return cls(number)
         except ValueError:
@@ -58,15 +58,17 @@ class ProfileCount:
     count: int
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> ProfileCount:
-        return cls(f.string(obj, "name", path, required=True), f.integer(obj, "count", path))
+    def parse(cls, obj: fields.Obj, path: str) -> ProfileCount:
+        return cls(
+            fields.string(obj, "name", path, required=True), fields.integer(obj, "count", path)
+        )
 
     def render(self) -> Obj:
         return {"name": self.name, "count": self.count}
 
 
-def _profiles(obj: f.Obj, key: str, path: str) -> tuple[ProfileCount, ...]:
-    return tuple(ProfileCount.parse(item, where) for item, where in f.items(obj, key, path))
+def _profiles(obj: fields.Obj, key: str, path: str) -> tuple[ProfileCount, ...]:
+    return tuple(ProfileCount.parse(item, where) for item, where in fields.items(obj, key, path))
 
 
 @dataclass(frozen=True)
@@ -116,23 +118,23 @@ class AcceleratorAllocation:
     )
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> AcceleratorAllocation:
+    def parse(cls, obj: fields.Obj, path: str) -> AcceleratorAllocation:
         if obj.get("mode") is None:
-            raise ValueError(f"{f.at(path, 'mode')}: required")
+            raise ValueError(f"{fields.at(path, 'mode')}: required")
         return cls(
-            id=f.string(obj, "id", path, required=True),
-            index=f.integer(obj, "index", path, required=True),
-            mode=Mode.parse(obj["mode"], f.at(path, "mode")),
-            allocated=f.integer(obj, "allocated", path),
-            remaining=f.integer(obj, "remaining", path),
-            allocated_slices=f.integer(obj, "allocatedSlices", path),
+            id=fields.string(obj, "id", path, required=True),
+            index=fields.integer(obj, "index", path, required=True),
+            mode=Mode.parse(obj["mode"], fields.at(path, "mode")),
+            allocated=fields.integer(obj, "allocated", path),
+            remaining=fields.integer(obj, "remaining", path),
+            allocated_slices=fields.integer(obj, "allocatedSlices", path),
             allocated_profiles=_profiles(obj, "allocatedProfiles", path),
             remaining_profiles=_profiles(obj, "remainingProfiles", path),
-            allocated_physical_profile=f.string(obj, "allocatedPhysicalProfile", path),
+            allocated_physical_profile=fields.string(obj, "allocatedPhysicalProfile", path),
             allocated_physical_placements=parse_placements(
                 obj, "allocatedPhysicalPlacements", path
             ),
-            allocated_physical_id=f.string(obj, "allocatedPhysicalID", path),
+            allocated_physical_id=fields.string(obj, "allocatedPhysicalID", path),
             allocated_logical_placements=parse_placements(obj, "allocatedLogicalPlacements", path),
         )
 
@@ -167,13 +169,13 @@ class DevicesAllocationGroup:
     accelerators: tuple[AcceleratorAllocation, ...] = ()
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> DevicesAllocationGroup:
+    def parse(cls, obj: fields.Obj, path: str) -> DevicesAllocationGroup:
         return cls(
-            id=f.string(obj, "id", path, required=True),
-            manufacturer=f.string(obj, "manufacturer", path, required=True),
+            id=fields.string(obj, "id", path, required=True),
+            manufacturer=fields.string(obj, "manufacturer", path, required=True),
             accelerators=tuple(
                 AcceleratorAllocation.parse(item, where)
-                for item, where in f.items(obj, "accelerators", path)
+                for item, where in fields.items(obj, "accelerators", path)
             ),
         )
 
@@ -207,11 +209,11 @@ class DevicesStatus:
         return RESOURCE_MAX_UNITS if row is None else row.remaining
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str = "status") -> DevicesStatus:
+    def parse(cls, obj: fields.Obj, path: str = "status") -> DevicesStatus:
         return cls(
             tuple(
                 DevicesAllocationGroup.parse(item, where)
-                for item, where in f.items(obj, "groups", path)
+                for item, where in fields.items(obj, "groups", path)
             )
         )
 

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from chain import fields as f
+from chain import fields
 from chain.accelerators import Accelerator
 from chain.devices import DevicesSpec
 from chain.ledger import (
@@ -113,13 +113,15 @@ class AllocationRecord:
         return AllocationRecord(DevicesStatus(tuple(groups)), self.device_ids)
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> AllocationRecord:
+    def parse(cls, obj: fields.Obj, path: str) -> AllocationRecord:
         ids = obj.get("deviceIDs")
         if ids is None:
             ids = []
         if not isinstance(ids, list) or not all(isinstance(item, str) for item in ids):
-            raise ValueError(f"{f.at(path, 'deviceIDs')}: expected a list of strings")
-        devices = DevicesStatus.parse(f.child(obj, "devices", path), f.at(path, "devices"))
+            raise ValueError(f"{fields.at(path, 'deviceIDs')}: expected a list of strings")
+        devices = DevicesStatus.parse(
+            fields.child(obj, "devices", path), fields.at(path, "devices")
+        )
         return cls(devices, tuple(str(item) for item in ids))
 
     def render(self) -> dict[str, object]:
@@ -134,9 +136,11 @@ def parse_allocated(value: str | None) -> dict[str, AllocationRecord]:
         decoded = json.loads(value)
     except json.JSONDecodeError as error:
         raise ValueError(f"{ALLOCATED_ANNOTATION}: not JSON ({error.msg})") from None
-    body = f.as_object(decoded, ALLOCATED_ANNOTATION)
+    body = fields.as_object(decoded, ALLOCATED_ANNOTATION)
     return {
-        name: AllocationRecord.parse(f.as_object(record, name), f"{ALLOCATED_ANNOTATION}.{name}")
+        name: AllocationRecord.parse(
+            fields.as_object(record, name), f"{ALLOCATED_ANNOTATION}.{name}"
+        )
         for name, record in body.items()
     }
 
@@ -166,9 +170,9 @@ class PodAllocations:
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, object]) -> PodAllocations:
-        meta = f.child(pod, "metadata", "pod")
-        status = f.child(pod, "status", "pod")
-        annotations = f.child(meta, "annotations", "metadata")
+        meta = fields.child(pod, "metadata", "pod")
+        status = fields.child(pod, "status", "pod")
+        annotations = fields.child(meta, "annotations", "metadata")
         raw = annotations.get(ALLOCATED_ANNOTATION)
         records: dict[str, AllocationRecord] = {}
         problem = ""
@@ -180,11 +184,11 @@ class PodAllocations:
             except ValueError as error:
                 problem = str(error)
         return cls(
-            uid=f.string(meta, "uid", "metadata"),
-            namespace=f.string(meta, "namespace", "metadata"),
-            name=f.string(meta, "name", "metadata"),
-            phase=f.string(status, "phase", "status"),
-            created=f.string(meta, "creationTimestamp", "metadata"),
+            uid=fields.string(meta, "uid", "metadata"),
+            namespace=fields.string(meta, "namespace", "metadata"),
+            name=fields.string(meta, "name", "metadata"),
+            phase=fields.string(status, "phase", "status"),
+            created=fields.string(meta, "creationTimestamp", "metadata"),
             records=records,
             problem=problem,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from chain import fields as f
+from chain import fields
 from chain.families import PARTITIONED
 from chain.manufacturers import Manufacturer
 from chain.validation import is_qualified_name
@@ -69,13 +69,13 @@ class Placement:
         return self.start < other.end and other.start < self.end
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> Placement:
-        return cls(f.integer(obj, "start", path), f.integer(obj, "length", path))
+    def parse(cls, obj: fields.Obj, path: str) -> Placement:
+        return cls(fields.integer(obj, "start", path), fields.integer(obj, "length", path))
 
     def render(self) -> dict[str, object]:
         return {"start": self.start, "length": self.length}
 
 
-def parse_placements(obj: f.Obj, key: str, path: str) -> tuple[Placement, ...]:
+def parse_placements(obj: fields.Obj, key: str, path: str) -> tuple[Placement, ...]:
     """The `{start, length}` list under `key` (absent: none)."""
-    return tuple(Placement.parse(item, where) for item, where in f.items(obj, key, path))
+    return tuple(Placement.parse(item, where) for item, where in fields.items(obj, key, path))

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chain import fields as f
+from chain import fields
 from chain.accelerators import Accelerator
 from chain.apis import CHAIN_API, INSTANCE_TYPE, WORKER_API
 from chain.devices import (
@@ -109,19 +109,20 @@ class PoolCards:
         }
 
     @classmethod
-    def parse(cls, spec: f.Obj, path: str) -> PoolCards:
+    def parse(cls, spec: fields.Obj, path: str) -> PoolCards:
         versions = spec.get("runtimeVersions") or []
         if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
-            raise ValueError(f"{f.at(path, 'runtimeVersions')}: expected a list of strings")
+            raise ValueError(f"{fields.at(path, 'runtimeVersions')}: expected a list of strings")
         return cls(
-            nodes=f.integer(spec, "nodes", path),
-            compute_capability=f.string(spec, "computeCapability", path),
+            nodes=fields.integer(spec, "nodes", path),
+            compute_capability=fields.string(spec, "computeCapability", path),
             runtime_versions=tuple(versions),
             sliced_detail=SlicedDetail.parse(
-                f.child(spec, "slicedDetail", path, required=True), f.at(path, "slicedDetail")
+                fields.child(spec, "slicedDetail", path, required=True),
+                fields.at(path, "slicedDetail"),
             ),
             views=AcceleratorViews.parse(
-                f.child(spec, "views", path, required=True), f.at(path, "views")
+                fields.child(spec, "views", path, required=True), fields.at(path, "views")
             ),
         )
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeGuard
 
-from chain import fields as f
+from chain import fields
 from chain.accelerators import AcceleratorStatus, LogicalSliced, PartitionProfile, PhysicalSliced
 from chain.keys import accelerator_key
 from chain.labels import ACCELERATABLE_PREFIX, ARCH, GENERAL_PREFIX, MANAGED, OS, TRUE
@@ -91,11 +91,11 @@ class PoolNode:
     cards: tuple[PoolCard, ...]
 
 
-def _group(obj: f.Obj, section: str, akey: str) -> tuple[f.Obj, str] | None:
+def _group(obj: fields.Obj, section: str, akey: str) -> tuple[fields.Obj, str] | None:
     """The entry of `<section>.groups` whose manufacturer and id make `akey`, with its path."""
-    for entry, where in f.items(f.child(obj, section, ""), "groups", section):
-        maker = f.string(entry, "manufacturer", where, required=True)
-        ident = f.string(entry, "id", where, required=True)
+    for entry, where in fields.items(fields.child(obj, section, ""), "groups", section):
+        maker = fields.string(entry, "manufacturer", where, required=True)
+        ident = fields.string(entry, "id", where, required=True)
         if accelerator_key(maker, ident) == akey:
             return entry, where
     return None
@@ -193,15 +193,15 @@ def _capability(
     )
 
 
-def _entries(obj: f.Obj, key: str, path: str) -> list[f.Obj]:
+def _entries(obj: fields.Obj, key: str, path: str) -> list[fields.Obj]:
     """The objects of a list field; the field reader explains a list that is not one."""
     raw = obj.get(key)
     if type(raw) is list and all(type(item) is dict for item in raw):
         return raw
-    return [item for item, _ in f.items(obj, key, path)]
+    return [item for item, _ in fields.items(obj, key, path)]
 
 
-def _rows(obj: f.Obj, akey: str) -> dict[str, AcceleratorAllocation]:
+def _rows(obj: fields.Obj, akey: str) -> dict[str, AcceleratorAllocation]:
     ledger = _group(obj, "status", akey)
     rows: dict[str, AcceleratorAllocation] = {}
     if ledger is None:
@@ -218,8 +218,10 @@ def _rows(obj: f.Obj, akey: str) -> dict[str, AcceleratorAllocation]:
 def pool_node(obj: Mapping[str, object], akey: str) -> PoolNode | None:
     """The pool's group (aKey `akey`) on the node a `Devices` object describes, joined to the
     ledger; None when the node has no card of that group."""
-    body = f.as_object(obj, "$")
-    name = f.string(f.child(body, "metadata", "", required=True), "name", "metadata", True)
+    body = fields.as_object(obj, "$")
+    name = fields.string(
+        fields.child(body, "metadata", "", required=True), "name", "metadata", True
+    )
     found = _group(body, "spec", akey)
     if found is None:
         return None
@@ -230,16 +232,16 @@ def pool_node(obj: Mapping[str, object], akey: str) -> PoolNode | None:
         path = f"{where}.accelerators[{number}]"
         card_id = item.get("id")
         if type(card_id) is not str or not card_id:
-            card_id = f.string(item, "id", path, required=True)
+            card_id = fields.string(item, "id", path, required=True)
         capability = _fast_capability(item.get("status"))
         if capability is None:
-            status = f.child(item, "status", path)
-            capability = AcceleratorStatus.parse(status, f.at(path, "status"))
+            status = fields.child(item, "status", path)
+            capability = AcceleratorStatus.parse(status, fields.at(path, "status"))
         cards.append(PoolCard(card_id, capability, rows.get(card_id)))
     return PoolNode(
         name=name,
-        manufacturer=f.string(group, "manufacturer", where),
-        runtime_version=f.string(group, "runtimeVersion", where),
-        compute_capability=f.string(group, "computeCapability", where),
+        manufacturer=fields.string(group, "manufacturer", where),
+        runtime_version=fields.string(group, "runtimeVersion", where),
+        compute_capability=fields.string(group, "computeCapability", where),
         cards=tuple(cards),
     )

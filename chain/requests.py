@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from chain import fields as f
+from chain import fields
 from chain.families import (
     CARD_SUFFIXES,
     PARTITIONED,
@@ -103,11 +103,11 @@ class Container:
         return next((r for r in self.requests if r.key == base + suffix), None)
 
 
-def _quantities(resources: f.Obj, path: str) -> dict[str, str]:
+def _quantities(resources: fields.Obj, path: str) -> dict[str, str]:
     """`requests` over `limits`: the value each key is judged by."""
     merged: dict[str, str] = {}
     for section in ("limits", "requests"):
-        for key, value in f.child(resources, section, path).items():
+        for key, value in fields.child(resources, section, path).items():
             if not isinstance(value, str | int | float) or isinstance(value, bool):
                 raise ValueError(f"{path}.{section}[{key}]: expected a quantity")
             merged[key] = str(value)
@@ -115,18 +115,20 @@ def _quantities(resources: f.Obj, path: str) -> dict[str, str]:
 
 
 def _container(
-    obj: f.Obj, list_name: str, index: int, path: str, table: ManufacturerTable
+    obj: fields.Obj, list_name: str, index: int, path: str, table: ManufacturerTable
 ) -> Container:
     where = f"{path}.{list_name}[{index}]"
     if list_name == "containers":
         kind = ContainerKind.RUNNING
-    elif f.string(obj, "restartPolicy", where) == "Always":
+    elif fields.string(obj, "restartPolicy", where) == "Always":
         kind = ContainerKind.SIDECAR
     else:
         kind = ContainerKind.INIT
     requests = []
     resources_path = f"{where}.resources"
-    for key, raw in sorted(_quantities(f.child(obj, "resources", where), resources_path).items()):
+    for key, raw in sorted(
+        _quantities(fields.child(obj, "resources", where), resources_path).items()
+    ):
         klass = classify_resource(key, table)
         if not klass.family.is_accelerator:
             continue
@@ -138,16 +140,18 @@ def _container(
         requests.append(
             Request(key, raw, value, klass.family, klass.manufacturer, base, klass.profile)
         )
-    return Container(list_name, index, f.string(obj, "name", where), kind, tuple(requests), where)
+    return Container(
+        list_name, index, fields.string(obj, "name", where), kind, tuple(requests), where
+    )
 
 
 def read_containers(spec: object, path: str, table: ManufacturerTable) -> list[Container]:
     """Init containers then containers of a Pod spec; ValueError naming a malformed field."""
-    body = f.as_object(spec, path)
+    body = fields.as_object(spec, path)
     return [
         _container(item, list_name, number, path, table)
         for list_name in ("initContainers", "containers")
-        for number, (item, _) in enumerate(f.items(body, list_name, path))
+        for number, (item, _) in enumerate(fields.items(body, list_name, path))
     ]
 
 
@@ -314,24 +318,28 @@ class PoolFacts:
     @classmethod
     def from_instance_type(cls, obj: object) -> PoolFacts:
         """Read an InstanceType; ValueError naming the malformed field."""
-        body = f.as_object(obj, "$")
-        name = f.string(f.child(body, "metadata", "", True), "name", "metadata", True)
-        detail = f.child(f.child(body, "status", ""), "detail", "status")
-        memory = f.string(detail, "memory", "status.detail")
+        body = fields.as_object(obj, "$")
+        name = fields.string(fields.child(body, "metadata", "", True), "name", "metadata", True)
+        detail = fields.child(fields.child(body, "status", ""), "detail", "status")
+        memory = fields.string(detail, "memory", "status.detail")
         try:
             card = memory_mib(memory) if memory else 0
         except ValueError as err:
             raise ValueError(f"status.detail.memory: {err}") from None
         physical_path = "status.detail.slicedDetail.physical"
-        physical = f.child(f.child(detail, "slicedDetail", "status.detail"), "physical", "")
+        physical = fields.child(
+            fields.child(detail, "slicedDetail", "status.detail"), "physical", ""
+        )
         profiles = {
-            f.string(item, "name", where, True): f.integer(item, "memoryMib", where)
-            for item, where in f.items(physical, "profiles", physical_path)
+            fields.string(item, "name", where, True): fields.integer(item, "memoryMib", where)
+            for item, where in fields.items(physical, "profiles", physical_path)
         }
         return cls(
             instance_type=name,
-            accelerator_group=f.string(f.child(body, "spec", ""), "acceleratorGroup", "spec"),
-            ready=bool(f.string(detail, "manufacturer", "status.detail")),
+            accelerator_group=fields.string(
+                fields.child(body, "spec", ""), "acceleratorGroup", "spec"
+            ),
+            ready=bool(fields.string(detail, "manufacturer", "status.detail")),
             card_memory_mib=card,
             profiles=profiles,
         )

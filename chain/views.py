@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from chain import fields as f
+from chain import fields
 from chain.ledger import Mode, ProfileCount
 from chain.partitions import publish_profile_name
 from chain.pool_nodes import PoolCard, PoolNode
@@ -37,9 +37,9 @@ _EXCLUSIVE, _SHARED = "accelerator", "acceleratorShared"
 _SLICED, _PARTITIONED = "acceleratorSliced", "acceleratorPartitioned"
 
 
-def _amount(obj: f.Obj, key: str, path: str) -> Amount:
+def _amount(obj: fields.Obj, key: str, path: str) -> Amount:
     raw = obj.get(key)
-    where = f.at(path, key)
+    where = fields.at(path, key)
     if not isinstance(raw, str | int) or isinstance(raw, bool):
         raise ValueError(f"{where}: expected a quantity, got {raw!r}")
     try:
@@ -65,7 +65,7 @@ class View:
         }
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> View:
+    def parse(cls, obj: fields.Obj, path: str) -> View:
         """A rendered view back: three non-negative quantities (a ValueError names the field)."""
         return cls(*(_amount(obj, key, path) for key in _VIEW_KEYS))
 
@@ -84,9 +84,9 @@ class PartitionView:
     "offered but full" reads differently from "not offered"."""
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> PartitionView:
+    def parse(cls, obj: fields.Obj, path: str) -> PartitionView:
         def counts(key: str) -> tuple[ProfileCount, ...]:
-            return tuple(ProfileCount.parse(item, at) for item, at in f.items(obj, key, path))
+            return tuple(ProfileCount.parse(item, at) for item, at in fields.items(obj, key, path))
 
         return cls(View.parse(obj, path), counts("allocatedProfiles"), counts("remainingProfiles"))
 
@@ -106,17 +106,17 @@ class AcceleratorViews:
     partitioned: PartitionView = field(default_factory=PartitionView)
 
     @classmethod
-    def parse(cls, obj: f.Obj, path: str) -> AcceleratorViews:
+    def parse(cls, obj: fields.Obj, path: str) -> AcceleratorViews:
         """The four rendered views back (the keys `render` writes)."""
 
-        def part(key: str) -> f.Obj:
-            return f.child(obj, key, path, required=True)
+        def part(key: str) -> fields.Obj:
+            return fields.child(obj, key, path, required=True)
 
         return cls(
-            View.parse(part(_EXCLUSIVE), f.at(path, _EXCLUSIVE)),
-            View.parse(part(_SHARED), f.at(path, _SHARED)),
-            View.parse(part(_SLICED), f.at(path, _SLICED)),
-            PartitionView.parse(part(_PARTITIONED), f.at(path, _PARTITIONED)),
+            View.parse(part(_EXCLUSIVE), fields.at(path, _EXCLUSIVE)),
+            View.parse(part(_SHARED), fields.at(path, _SHARED)),
+            View.parse(part(_SLICED), fields.at(path, _SLICED)),
+            PartitionView.parse(part(_PARTITIONED), fields.at(path, _PARTITIONED)),
         )
 
     def render(self) -> Obj:

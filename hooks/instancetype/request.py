@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from chain import fields as f
+from chain import fields
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, RESOURCE_FLAVOR, WORKER_API
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
 from chain.names import flavor_count
@@ -84,7 +84,7 @@ def pool_cards(request: DecoratorRequest, name: str) -> PoolCards:
             continue
         path = object_path("related", obj)
         try:
-            return PoolCards.parse(f.child(obj, "spec", "", required=True), "spec")
+            return PoolCards.parse(fields.child(obj, "spec", "", required=True), "spec")
         except ValueError as err:
             raise BadRequest.at(path, err) from None
     return PoolCards()

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import yaml
 
-from chain import fields as f
+from chain import fields
 
 PROFILES_DIR = Path(__file__).parent / "profiles"
 
@@ -134,15 +134,15 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def parse_profile(name: str, data: object) -> Profile:
-    body = f.as_object(data, "$")
-    driver = f.child(body, "driver", "")
+    body = fields.as_object(data, "$")
+    driver = fields.child(body, "driver", "")
     models = {
-        key: _model(f.as_object(value, f"models.{key}"), f"models.{key}")
-        for key, value in f.child(body, "models", "").items()
+        key: _model(fields.as_object(value, f"models.{key}"), f"models.{key}")
+        for key, value in fields.child(body, "models", "").items()
     }
     cards = tuple(
         _card(item, where, models, name, number)
-        for number, (item, where) in enumerate(f.items(body, "cards", ""))
+        for number, (item, where) in enumerate(fields.items(body, "cards", ""))
     )
     numa = _numa(body.get("numa"))
     loaded = driver.get("loaded", True)
@@ -152,14 +152,14 @@ def parse_profile(name: str, data: object) -> Profile:
         name=name,
         cards=cards,
         driver_loaded=loaded,
-        driver_version=f.string(driver, "version", "driver"),
-        cuda_version=f.integer(driver, "cudaVersion", "driver"),
+        driver_version=fields.string(driver, "version", "driver"),
+        cuda_version=fields.integer(driver, "cudaVersion", "driver"),
         numa=numa,
         faults=tuple(
-            _fault(item, where, len(cards)) for item, where in f.items(body, "faults", "")
+            _fault(item, where, len(cards)) for item, where in fields.items(body, "faults", "")
         ),
-        description=f.string(body, "description", ""),
-        legacy_profile_info=f.boolean(driver, "legacyProfileInfo", "driver"),
+        description=fields.string(body, "description", ""),
+        legacy_profile_info=fields.boolean(driver, "legacyProfileInfo", "driver"),
     )
 
 
@@ -177,68 +177,72 @@ def _numa(value: object) -> dict[int, str]:
     return numa
 
 
-def _model(obj: f.Obj, path: str) -> Model:
-    capability = f.string(obj, "computeCapability", path)
+def _model(obj: fields.Obj, path: str) -> Model:
+    capability = fields.string(obj, "computeCapability", path)
     major, _, minor = capability.partition(".")
     if capability and not (major.isdigit() and minor.isdigit()):
         raise ValueError(f"{path}.computeCapability: expected <major>.<minor>, got {capability!r}")
-    mig = f.child(obj, "mig", path)
+    mig = fields.child(obj, "mig", path)
     return Model(
-        name=f.string(obj, "name", path, required=True),
-        memory_mib=f.integer(obj, "memoryMib", path, required=True),
-        memory_bus_width=f.integer(obj, "memoryBusWidth", path),
-        ecc=f.boolean(obj, "ecc", path),
+        name=fields.string(obj, "name", path, required=True),
+        memory_mib=fields.integer(obj, "memoryMib", path, required=True),
+        memory_bus_width=fields.integer(obj, "memoryBusWidth", path),
+        ecc=fields.boolean(obj, "ecc", path),
         compute_capability=(int(major), int(minor)) if capability else (0, 0),
-        cores=f.integer(obj, "cores", path),
-        mig_profiles=tuple(_mig(item, where) for item, where in f.items(mig, "profiles", path)),
+        cores=fields.integer(obj, "cores", path),
+        mig_profiles=tuple(
+            _mig(item, where) for item, where in fields.items(mig, "profiles", path)
+        ),
         mig_capable="mig" in obj,
     )
 
 
-def _mig(obj: f.Obj, path: str) -> MigProfile:
-    starts = f.integers(obj, "starts", path) or ()
+def _mig(obj: fields.Obj, path: str) -> MigProfile:
+    starts = fields.integers(obj, "starts", path) or ()
     return MigProfile(
-        profile=f.integer(obj, "profile", path, required=True),
-        id=f.integer(obj, "id", path, required=True),
-        name=f.string(obj, "name", path),
-        slices=f.integer(obj, "slices", path, required=True),
-        instances=f.integer(obj, "instances", path, required=True),
-        memory_mb=f.integer(obj, "memoryMb", path, required=True),
+        profile=fields.integer(obj, "profile", path, required=True),
+        id=fields.integer(obj, "id", path, required=True),
+        name=fields.string(obj, "name", path),
+        slices=fields.integer(obj, "slices", path, required=True),
+        instances=fields.integer(obj, "instances", path, required=True),
+        memory_mb=fields.integer(obj, "memoryMb", path, required=True),
         starts=starts,
-        size=f.integer(obj, "size", path),
+        size=fields.integer(obj, "size", path),
     )
 
 
-def _card(obj: f.Obj, path: str, models: Mapping[str, Model], profile: str, number: int) -> Card:
-    key = f.string(obj, "model", path, required=True)
+def _card(
+    obj: fields.Obj, path: str, models: Mapping[str, Model], profile: str, number: int
+) -> Card:
+    key = fields.string(obj, "model", path, required=True)
     if key not in models:
         raise ValueError(f"{path}.model: unknown model {key!r}; known: {', '.join(models)}")
     model = models[key]
-    mig = f.boolean(obj, "mig", path)
+    mig = fields.boolean(obj, "mig", path)
     if mig and not model.mig_capable:
         raise ValueError(f"{path}.mig: model {key!r} has no MIG profiles")
     # Stable across runs, so a simulated node keeps its card ids (and its ledger) on restart.
     default_uuid = f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'sim.gpustack.ai/{profile}/{number}')}"
     return Card(
         model=model,
-        uuid=f.string(obj, "uuid", path) or default_uuid,
-        bus_id=f.string(obj, "busId", path) or f"00000000:{number + 1:02X}:00.0",
-        minor=f.integer(obj, "minor", path) if "minor" in obj else number,
-        numa_node=f.integer(obj, "numaNode", path, minimum=-1) if "numaNode" in obj else -1,
+        uuid=fields.string(obj, "uuid", path) or default_uuid,
+        bus_id=fields.string(obj, "busId", path) or f"00000000:{number + 1:02X}:00.0",
+        minor=fields.integer(obj, "minor", path) if "minor" in obj else number,
+        numa_node=fields.integer(obj, "numaNode", path, minimum=-1) if "numaNode" in obj else -1,
         mig=mig,
     )
 
 
-def _fault(obj: f.Obj, path: str, cards: int) -> Fault:
-    kind = f.string(obj, "kind", path, required=True)
+def _fault(obj: fields.Obj, path: str, cards: int) -> Fault:
+    kind = fields.string(obj, "kind", path, required=True)
     if kind not in FAULT_KINDS:
         raise ValueError(f"{path}.kind: unknown fault {kind!r}; known: {', '.join(FAULT_KINDS)}")
-    card = f.integer(obj, "card", path) if "card" in obj else None
+    card = fields.integer(obj, "card", path) if "card" in obj else None
     if kind in ("unhealthy", "lost") and (card is None or card >= cards):
         raise ValueError(f"{path}.card: {kind} needs the index of a card (0..{cards - 1})")
     return Fault(
         kind=kind,
-        first=f.integer(obj, "from", path, minimum=1) if "from" in obj else 1,
-        last=f.integer(obj, "until", path, minimum=1) if "until" in obj else None,
+        first=fields.integer(obj, "from", path, minimum=1) if "from" in obj else 1,
+        last=fields.integer(obj, "until", path, minimum=1) if "until" in obj else None,
         card=card,
     )
