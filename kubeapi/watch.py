@@ -87,6 +87,10 @@ class Cache:
         self._version = ""
         self._changes = 0
         self._synced = False
+        self._touched: dict[Key, int] = {}
+        """Key -> the change that last touched it (deletions too), oldest first."""
+        self._forgotten = 0
+        """Changes up to this one are no longer listed key by key (`changed_since`)."""
 
     @property
     def synced(self) -> bool:
@@ -116,21 +120,24 @@ class Cache:
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         """A fresh list: everything not in it is gone."""
         with self._cond:
+            before = self._objects
             self._objects = {key_of(obj): _trimmed(obj) for obj in items}
             self._version = resource_version
             self._synced = True
-            self._bump()
+            self._bump(*before, *self._objects)
 
     def apply(self, event: Event) -> None:
         """Fold one watch event in; ERROR is the caller's to handle."""
         with self._cond:
             version = _version(event.object)
             if event.type in ("ADDED", "MODIFIED"):
-                self._objects[key_of(event.object)] = _trimmed(event.object)
-                self._bump()
+                key = key_of(event.object)
+                self._objects[key] = _trimmed(event.object)
+                self._bump(key)
             elif event.type == "DELETED":
-                self._objects.pop(key_of(event.object), None)
-                self._bump()
+                key = key_of(event.object)
+                self._objects.pop(key, None)
+                self._bump(key)
             elif event.type != "BOOKMARK":
                 raise ValueError(f"unexpected watch event {event.type!r}")
             # A BOOKMARK moves the resume point only: no object changed, so nobody wakes.
@@ -143,8 +150,31 @@ class Cache:
             self._cond.wait_for(lambda: self._changes != seen, timeout)
             return self._changes
 
-    def _bump(self) -> None:
+    def changed_since(self, seen: int) -> list[Key] | None:
+        """The keys added, modified or deleted after change number `seen` (`changes` read
+        earlier), oldest change first; None when that is further back than the cache keeps
+        count of: read everything."""
+        with self._cond:
+            if seen < self._forgotten:
+                return None
+            found = []
+            for key in reversed(self._touched):
+                if self._touched[key] <= seen:
+                    break
+                found.append(key)
+            found.reverse()
+            return found
+
+    def _bump(self, *keys: Key) -> None:
         self._changes += 1
+        for key in keys:
+            self._touched.pop(key, None)
+            self._touched[key] = self._changes
+        # Deleted keys are remembered for a while; past twice the live ones, they are
+        # forgotten and a reader further back than that reads everything again.
+        if len(self._touched) > 2 * len(self._objects) + 1024:
+            self._touched = {k: n for k, n in self._touched.items() if k in self._objects}
+            self._forgotten = self._changes
         self._cond.notify_all()
 
 

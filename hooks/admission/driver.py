@@ -265,16 +265,32 @@ class Promises:
 
     def merged(self, listed: Sequence[Obj]) -> list[Obj]:
         """`listed` with each remembered Ready in place of a copy older than the write."""
-        by_key = {key_of(w): w for w in listed}
-        for key, (uid, before, after) in list(self.written.items()):
-            seen = by_key.get(key)
-            if seen is None or str(_meta(seen).get("uid", "")) != uid:
-                del self.written[key]  # gone or recreated: nothing is promised any more
-            elif str(_meta(seen).get("resourceVersion", "")) != before:
-                del self.written[key]  # the cache includes our write (or a later change)
-            else:
-                by_key[key] = after
-        return list(by_key.values())
+        keys = [key_of(w) for w in listed]
+        for gone in set(self.written) - set(keys):
+            del self.written[gone]
+        return [self._merged(key, w) for key, w in zip(keys, listed, strict=True)]
+
+    def merged_one(self, key: tuple[str, str], seen: Obj | None) -> Obj | None:
+        """The Workload `key` as the cache shows it (`seen`; None: gone, and nothing is
+        promised any more), or the Ready we wrote on it while the cache still shows a copy
+        older than the write."""
+        if seen is None:
+            self.written.pop(key, None)
+            return None
+        return self._merged(key, seen)
+
+    def _merged(self, key: tuple[str, str], seen: Obj) -> Obj:
+        promise = self.written.get(key)
+        if promise is None:
+            return seen
+        uid, before, after = promise
+        if str(_meta(seen).get("uid", "")) != uid:
+            del self.written[key]  # recreated: nothing is promised any more
+            return seen
+        if str(_meta(seen).get("resourceVersion", "")) != before:
+            del self.written[key]  # the cache includes our write (or a later change)
+            return seen
+        return after
 
 
 def as_written(workload: Obj, body: Obj) -> Obj:
@@ -331,6 +347,12 @@ class Driver:
     """Verdicts on their way, by Workload."""
     events: EventRecorder | None = None
     """Where a Retry becomes an Event on its Workload (`kubectl describe workload`)."""
+    seen: int | None = None
+    """The Workload cache's change number the last complete pass was brought up to; an event
+    pass then reads only what changed since (`Cache.changed_since`). None: read everything."""
+    rejudge: set[tuple[str, str]] = field(default_factory=set)
+    """Workloads to read and judge again on the next event pass though the cache shows no change
+    (a verdict whose write failed)."""
     renew_aside: bool = False
     """Renew a Lease this replica holds from a thread of its own, off the loop; taking the
     Lease, and renewing one about to lapse, stay on it. `still_leading` is counted from before
@@ -372,10 +394,17 @@ class Driver:
         checks = controllers(self.caches.checks.items())
         if checks != self.checks:
             self.checks, self.indexed = checks, {}  # which Workloads wait for us may change
-        workloads = self.promises.merged(self.caches.workloads.items())
-        present = {key_of(w) for w in workloads}
-        self.judged = {k: v for k, v in self.judged.items() if k in present}
-        self.track(workloads)
+            self.seen = None
+        # Noted before reading: a change that lands meanwhile is read again next pass.
+        mark = self.caches.workloads.changes
+        candidates = None if tick else self._take_changes()
+        self.seen = None  # until this pass completes: one cut short is followed by a full one
+        if candidates is None:
+            workloads = self.promises.merged(self.caches.workloads.items())
+            present = {key_of(w) for w in workloads}
+            self.judged = {k: v for k, v in self.judged.items() if k in present}
+            self.rejudge.clear()
+            self.track(workloads)
         if tick:
             self.ledgers = {n: v for n, v in self.ledgers.items() if self._devices(n) is not None}
         if self.malformed:
@@ -384,14 +413,19 @@ class Driver:
                 ", ".join("/".join(k) for k in sorted(self.malformed)),
             )
             return True
-        for _, wl in sorted(self.waiting.values(), key=lambda item: item[0]):
+        waiting = (
+            self.waiting.values()
+            if candidates is None
+            else [self.waiting[key] for key in candidates if key in self.waiting]
+        )
+        for _, wl in sorted(waiting, key=lambda item: item[0]):
             if key_of(wl) in self.inflight:
                 continue  # its verdict is on its way; judged again once the cache shows it
             version = str(_meta(wl).get("resourceVersion", ""))
             if not tick and self.judged.get(key_of(wl)) == version:
                 continue  # unchanged since its verdict; the next tick looks again
             if not self.elector.still_leading():
-                break  # renew first (next pass) rather than judge on a Lease about to lapse
+                return True  # renew first (next pass) rather than judge on a Lease about to lapse
             self.judged[key_of(wl)] = version
             written = self.decide(wl, self.checks)
             if written is not None:
@@ -401,7 +435,37 @@ class Driver:
                 # still on its way keeps the version it was judged at: read it all the same).
                 self.indexed.pop(key_of(wl), None)
                 self.track([written], everyone=False)
+        self.seen = mark
         return True
+
+    def _take_changes(self) -> list[tuple[str, str]] | None:
+        """An event pass: bring `holdings` and `waiting` up to the Workloads that changed since
+        the last complete pass (and those to judge again); their keys, or None when everything
+        must be read (no complete pass yet, or further back than the cache keeps count of)."""
+        if self.seen is None:
+            return None
+        changed = self.caches.workloads.changed_since(self.seen)
+        if changed is None:
+            return None
+        keys = list(dict.fromkeys([*changed, *sorted(self.rejudge)]))
+        self.rejudge.clear()
+        present = []
+        for key in keys:
+            wl = self.promises.merged_one(key, self.caches.workloads.get(key))
+            if wl is None:
+                self.judged.pop(key, None)
+                self._forget(key)
+            else:
+                present.append(wl)
+        self.track(present, everyone=False)
+        return keys
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        """A Workload gone from the cache: it holds nothing and waits for nothing."""
+        self.holdings.forget(key)
+        self.waiting.pop(key, None)
+        self.indexed.pop(key, None)
+        self.malformed.discard(key)
 
     def _renew_aside(self) -> None:
         if self._renewal is not None and self._renewal.is_alive():
@@ -422,9 +486,7 @@ class Driver:
         if everyone:
             present = {key_of(w) for w in workloads}
             for key in [k for k in self.indexed if k not in present]:
-                self.holdings.forget(key)
-                self.waiting.pop(key, None)
-                del self.indexed[key]
+                self._forget(key)
             self.malformed &= present
         for wl in workloads:
             key = key_of(wl)
@@ -489,6 +551,7 @@ class Driver:
                 self.promises.written.pop(key, None)
                 self.indexed.pop(key, None)
                 self.judged.pop(key, None)
+                self.rejudge.add(key)
                 if isinstance(err, KubeError) and err.status in (404, 409):
                     self._moved_on(*key, err.status)
                 else:

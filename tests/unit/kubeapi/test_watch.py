@@ -276,3 +276,37 @@ def test_the_cache_keeps_no_managed_fields() -> None:
     [kept] = cache.items()
     assert "managedFields" not in kept["metadata"] and kept["metadata"]["name"] == "a"
     assert "managedFields" in heavy["metadata"]  # the caller's object is left as it was
+
+
+def _wl(name: str, version: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": version}}
+
+
+def test_the_cache_says_which_keys_changed_since_a_change_number() -> None:
+    cache = Cache()
+    cache.replace([_wl("a"), _wl("b")], "1")
+    listed = cache.changes
+    assert cache.changed_since(0) == [("ns", "a"), ("ns", "b")]
+    cache.apply(Event("MODIFIED", _wl("b", "2")))
+    cache.apply(Event("ADDED", _wl("c", "3")))
+    cache.apply(Event("DELETED", _wl("a", "4")))
+    cache.apply(Event("MODIFIED", _wl("b", "5")))  # listed once, at its latest change
+    assert cache.changed_since(listed) == [("ns", "c"), ("ns", "a"), ("ns", "b")]
+    assert cache.changed_since(cache.changes) == []
+    # A fresh list touches what it brings and what it drops.
+    now = cache.changes
+    cache.replace([_wl("b", "6")], "6")
+    assert sorted(cache.changed_since(now) or []) == [("ns", "b"), ("ns", "c")]
+
+
+def test_a_reader_further_back_than_the_cache_remembers_reads_everything() -> None:
+    cache = Cache()
+    cache.replace([], "1")
+    start = cache.changes
+    for number in range(1100):  # deleted keys pile up past twice the live ones, plus 1,024
+        cache.apply(Event("ADDED", _wl(f"w{number}")))
+        cache.apply(Event("DELETED", _wl(f"w{number}")))
+    assert cache.changed_since(start) is None
+    latest = cache.changes
+    cache.apply(Event("ADDED", _wl("x")))
+    assert cache.changed_since(latest) == [("ns", "x")]

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 import chain.feasibility as feasibility
+import hooks.admission.driver as driver_module
 from chain.devices import Devices
 from chain.feasibility import (
     NODE_RETRY,
@@ -317,3 +318,46 @@ def test_a_pass_counts_only_once_every_cache_is_listed() -> None:
     kube.caches.pods.replace([], "1")
     assert driver.step() is True
     assert _state(kube, "w1")["state"] == "Ready"
+
+
+def test_an_event_pass_reads_only_the_workloads_that_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    n = 40
+    kube = _world(*(pending(workload(1, "n1", name=f"w{i:02d}")) for i in range(n)))
+    driver = _driver(kube)
+    driver.step()  # the first pass reads everything
+    read: list[str] = []
+    real = driver_module.to_judge
+
+    def counted(workloads: Any, checks: Any) -> Any:
+        workloads = list(workloads)
+        read.extend(w["metadata"]["name"] for w in workloads)
+        return real(workloads, checks)
+
+    monkeypatch.setattr(driver_module, "to_judge", counted)
+    touched = kube.objects[("Workload", "team-a", "w07")]
+    touched["metadata"]["labels"] = {"touched": "yes"}
+    kube.put(touched)
+    driver.step(tick=False)
+    assert read == ["w07"]
+    read.clear()
+    driver.step(tick=True)  # a tick reads everything again (nothing moved: nothing parsed)
+    assert read == []
+
+
+def test_an_event_pass_frees_the_cards_of_a_workload_that_went() -> None:
+    kube = _world(pending(workload(2, "n1", name="w1")))
+    driver = _driver(kube)
+    driver.step()
+    assert _state(kube, "w1")["state"] == "Ready"
+    second = pending(workload(2, "n1", name="w2"))
+    kube.put(second)
+    driver.step(tick=False)
+    assert _state(kube, "w2")["state"] == "Retry"  # n1's two cards are promised to w1
+    gone = kube.objects.pop(("Workload", "team-a", "w1"))
+    kube.caches.workloads.apply(Event("DELETED", gone))
+    third = pending(workload(2, "n1", name="w3"))
+    kube.put(third)
+    driver.step(tick=False)
+    assert _state(kube, "w3")["state"] == "Ready"
