@@ -11,7 +11,10 @@ candidates (a kubelet that lost its checkpoint asks again, and the oldest is rep
 served container whose record names exactly the offered device IDs is replayed before the
 oldest: kubelet asking again with a container's own IDs means that container, and replaying
 another one in its place would move that one's record onto these cards and leave its own
-cards charged to nobody (found by the agent-restart test).
+cards charged to nobody (found by the agent-restart test). And a served container that kubelet
+reports holding devices of the resource is no candidate at all unless offered its own IDs: the
+call is then for a Pod the Pod cache has not shown yet, which a fresh list finds (found by the
+sliced e2e test, where a third slice was handed the full card of a replayed first one).
 """
 
 from __future__ import annotations
@@ -133,6 +136,10 @@ def candidates(pods: Sequence[Pod], resource: str, quantity: int) -> list[Candid
     return found
 
 
+def _key(candidate: Candidate) -> tuple[str, str]:
+    return (candidate.allocations.namespace, candidate.allocations.name)
+
+
 def replays(candidate: Candidate, offered: Sequence[str]) -> bool:
     """Whether the container's recorded grant holds exactly these device IDs. Kubelet hears of
     a grant only after its record is written, so the annotation is where a replay is seen."""
@@ -154,18 +161,25 @@ def identify(
     container out entirely (the visibility plugin's already granted ones), where `served`
     only ranks it last; among the served, one whose recorded grant names exactly the
     `offered` device IDs goes first (kubelet asking again for that very container).
-    Kubelet is asked (a callable `kubelet` called) only when two or more containers could be
-    the one: with a single candidate its answer could change nothing."""
+    Kubelet is asked (a callable `kubelet` called) only when its answer can change the choice:
+    two or more containers could be the one, or the one is already served.
+
+    A served container kubelet reports holding devices of this resource, offered other IDs
+    than its own, is not the one asking: a Pod bound a moment ago that the Pod cache has not
+    shown yet is (the caller then lists afresh). Replaying the served one in its place would
+    hand the new Pod that one's card unrecorded, past what the card holds."""
     pool = [c for c in candidates(pods, resource, quantity) if not skip(c)]
     if callable(kubelet):
-        kubelet = kubelet() if len(pool) > 1 else None
+        asking = len(pool) > 1 or any(served(c) for c in pool)
+        kubelet = kubelet() if asking else None
     if kubelet is not None:
-        named = [
+        known = kubelet
+        pool = [
             c
             for c in pool
-            if (key := (c.allocations.namespace, c.allocations.name)) in kubelet
-            and not kubelet[key].get(c.holder.container, False)
+            if replays(c, offered) or not known.get(_key(c), {}).get(c.holder.container, False)
         ]
+        named = [c for c in pool if _key(c) in known]
         pool = named or pool
     ranked = sorted(
         enumerate(pool),

@@ -80,6 +80,38 @@ def test_identify_ranks_unserved_feasible_first() -> None:
     assert found.holder.container == "init"
 
 
+def test_a_served_container_kubelet_holds_devices_for_is_not_replayed_for_another() -> None:
+    """The e2e race: kubelet asks for a Pod bound a moment ago that the Pod cache has not shown
+    yet, while the cache holds served, still Pending Pods asking the same. Replaying one of
+    them would give the new Pod its card with no record of it (past what the card holds)."""
+    cluster = FakeCluster()
+    cluster.add("old", ("main", {GPU: "1"}))
+    cluster.add("older", ("main", {GPU: "1"}))
+    view = {
+        ("default", "old"): {"main": True},
+        ("default", "older"): {"main": True},
+        ("default", "new"): {"main": False},
+    }
+    asked: list[int] = []
+
+    def kubelet() -> Any:
+        asked.append(1)
+        return view
+
+    def served(_: Any) -> bool:
+        return True
+
+    with pytest.raises(LookupError):  # the caller then lists afresh and finds the new Pod
+        identify(pods(cluster), GPU, 1, kubelet, served, lambda _: True, offered=["t-new"])
+    cluster.by_key.pop(("default", "older"))
+    with pytest.raises(LookupError):  # one served candidate: kubelet is asked all the same
+        identify(pods(cluster), GPU, 1, kubelet, served, lambda _: True, offered=["t-new"])
+    assert asked == [1, 1]
+    # Kubelet cannot be asked (or lost its checkpoint): the served one stays the last resort.
+    found = identify(pods(cluster), GPU, 1, lambda: None, served, lambda _: True)
+    assert found.allocations.name == "old"
+
+
 class LaggingCache:
     """A watch-fed Pod source that has not seen the newest Pods yet; `fresh_pods` has."""
 
