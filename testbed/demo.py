@@ -122,7 +122,14 @@ def _converged(bed: Testbed) -> bool:
         for o in live
         if o["kind"] == "LocalQueue" and o["metadata"]["namespace"] == DEMO_NAMESPACE
     }
-    return types == queues == entrances
+    # Every card pool shows its nodes' cards: the views follow the pool-cards keeper's tally,
+    # one hop after the Devices.
+    shown = all(
+        ((o.get("status") or {}).get("accelerator") or {}).get("capacity", "0") != "0"
+        for o in live
+        if o["kind"] == "InstanceType" and o["spec"].get("acceleratable")
+    )
+    return types == queues == entrances and shown
 
 
 def main(root: Path | None = None) -> int:
