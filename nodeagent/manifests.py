@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from chain.manufacturers import Manufacturer, manufacturers
-from nodeagent.plugin.nvidia import VGPU_LOCK_DIR
+from nodeagent.plugin.hami_core import VGPU_LOCK_DIR
 
 TARGET = Path(__file__).resolve().parent.parent / "manifests" / "nodeagent" / "daemonsets.yaml"
 IMAGE = "ghcr.io/gpustack-chain/gpustack-chain:0.1.0"

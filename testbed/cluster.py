@@ -19,7 +19,8 @@ from pathlib import Path
 import yaml
 
 from nodeagent.plugin import nvidia as nvidia_plugin
-from nodeagent.plugin.nvidia import OPERATOR_LIB_DIR
+from nodeagent.plugin.grants import OPERATOR_LIB_DIR
+from nodeagent.plugin.hami_core import LIBVGPU
 from testbed import build, images, network, realnode, system, upstream
 from testbed.harness import Testbed
 from testbed.kube import load_yaml_documents, wait_for
@@ -65,7 +66,7 @@ def place_hami_placeholders(node: RealNode) -> None:
     lib = f"{OPERATOR_LIB_DIR}/{nvidia_plugin.MANUFACTURER}"
     preload = node.host_path(f"{lib}/ld.so.preload")
     preload.parent.mkdir(parents=True, exist_ok=True)
-    preload.write_text(nvidia_plugin.LIBVGPU + "\n")
+    preload.write_text(LIBVGPU + "\n")
     for major in (11, 12, 13):
         library = node.host_path(f"{lib}/cuda-{major}/libvgpu.so")
         library.parent.mkdir(parents=True, exist_ok=True)

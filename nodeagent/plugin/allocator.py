@@ -57,7 +57,14 @@ from chain.ledger_rebuild import (
 )
 from chain.manufacturers import Manufacturer
 from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percentage_to_units
-from nodeagent.plugin import nvidia
+from nodeagent.plugin.grants import (
+    OPERATOR_PODS_DIR,
+    DeviceNodes,
+    SlicedLimits,
+    SliceRequest,
+    declared_env,
+    granted_cards,
+)
 from nodeagent.plugin.identify import (
     Candidate,
     KubeletDevices,
@@ -67,6 +74,7 @@ from nodeagent.plugin.identify import (
 )
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.node import NodeState, Pod, RefusedFor, Unidentified
+from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
 T = TypeVar("T")
@@ -145,7 +153,8 @@ class Allocator:
         kubelet: KubeletPods | None = None,
         channel: Channel | None = None,
         make_dirs: Callable[[str], None] = _make_dirs,
-        pods_dir: str = nvidia.OPERATOR_PODS_DIR,
+        pods_dir: str = OPERATOR_PODS_DIR,
+        nodes: DeviceNodes | None = None,
     ) -> None:
         if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
@@ -157,6 +166,7 @@ class Allocator:
         self.channel = channel or Channel(maker.name, maker.runtime_name)
         self.make_dirs = make_dirs
         self.pods_dir = pods_dir
+        self.nodes = nodes or DeviceNodes()
 
     # --- ListAndWatch -----------------------------------------------------------------------
 
@@ -480,22 +490,22 @@ class Allocator:
         threading.Thread(target=retry, name=f"give-back-{name}", daemon=True).start()
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
-        if self.maker.name != nvidia.MANUFACTURER:
-            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name} yet")
-        spec = self.node.spec()
+        responder = responder_for(self.maker.name)
+        if responder is None:
+            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name}")
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
-        cards = nvidia.granted_cards(record, spec)
+        cards = granted_cards(record, self.node.spec(), self.maker.name)
         if self.mode != Mode.SLICED:
-            return nvidia.visibility_response(cards, channel)
-        response = nvidia.sliced_response(
-            cards,
-            nvidia.SlicedLimits.from_container(found.container, self.maker.resource_name),
-            nvidia.declared_env(found.container),
+            return responder.shown(cards, channel, self.nodes)
+        request = SliceRequest(
+            SlicedLimits.from_container(found.container, self.maker.resource_name),
             found.holder.pod_uid,
             found.holder.container,
             channel,
+            declared_env(found.container),
             self.pods_dir,
         )
+        response = responder.sliced(cards, request, self.nodes)
         for directory in response.directories:
             self.make_dirs(directory)
         return response

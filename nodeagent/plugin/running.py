@@ -27,6 +27,7 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
+from nodeagent.plugin.grants import OPERATOR_PODS_DIR
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
     Channel,
@@ -40,8 +41,8 @@ from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import AnnotationWriter, NodeState
 from nodeagent.plugin.nvidia import MANUFACTURER as NVIDIA
-from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
+from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,8 @@ log = logging.getLogger(__name__)
 FOLLOW_TICK_S = 1.0
 """How often the Pod-following thread looks at its stop flag while no Pod changes."""
 
-SERVED_MANUFACTURERS = frozenset({"nvidia"})
-"""Manufacturers with a container recipe (env, mounts) in this package."""
+SERVED_MANUFACTURERS = frozenset(RESPONDERS)
+"""Manufacturers with a container recipe (env, mounts, device nodes) in this package."""
 
 
 class Follower:

@@ -25,12 +25,13 @@ from chain.manufacturers import Manufacturer
 from kubeapi.events import WARNING, EventRecorder
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
+from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
 from nodeagent.plugin.node import NodeState, RefusedFor
-from nodeagent.plugin.nvidia import OPERATOR_PODS_DIR
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
+from nodeagent.plugin.responders import slices
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import LivePartition, VisibilityAllocator
 from nodeagent.plugin.workdirs import WorkDirGC
@@ -303,12 +304,13 @@ def plugin_servers(
     partitioner: Partitioner | None = None,
     channel: Channel | None = None,
     events: EventRecorder | None = None,
+    nodes: DeviceNodes | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
     the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
     runs only with a `partitioner` (an NVML to make MIG instances with)."""
     servers = []
-    for mode in served_modes(maker, shared, sliced):
+    for mode in served_modes(maker, shared, sliced and slices(maker.name)):
         if mode == Mode.PARTITIONED and partitioner is not None:
             partitioned = PartitionedAllocator(node, maker, partitioner, kubelet)
             servers.append(
@@ -322,10 +324,12 @@ def plugin_servers(
         allocator: ModeAllocator
         if mode == Mode.VISIBILITY:
             allocator = VisibilityAllocator(
-                node, maker, kubelet, channel, partitions=_live_partitions(partitioner)
+                node, maker, kubelet, channel, _live_partitions(partitioner), nodes
             )
         else:
-            allocator = Allocator(node, maker, mode, kubelet, channel, pods_dir=pods_dir)
+            allocator = Allocator(
+                node, maker, mode, kubelet, channel, pods_dir=pods_dir, nodes=nodes
+            )
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc, events=events))
     return servers

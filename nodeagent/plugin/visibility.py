@@ -46,6 +46,7 @@ from nodeagent.plugin.allocator import (
     numa_nodes,
     runtime_class,
 )
+from nodeagent.plugin.grants import DeviceNodes, granted_cards
 from nodeagent.plugin.identify import (
     Candidate,
     KubeletDevices,
@@ -55,6 +56,7 @@ from nodeagent.plugin.identify import (
 )
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.node import NodeState, Pod, Unidentified
+from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
 LivePartition = Callable[[Holder], str | None]
@@ -74,6 +76,7 @@ class VisibilityAllocator:
         kubelet: KubeletPods | None = None,
         channel: Channel | None = None,
         partitions: LivePartition | None = None,
+        nodes: DeviceNodes | None = None,
     ) -> None:
         self.node = node
         self.maker = maker
@@ -81,6 +84,7 @@ class VisibilityAllocator:
         self.kubelet = kubelet
         self.channel = channel or Channel(maker.name, maker.runtime_name)
         self.partitions = partitions
+        self.nodes = nodes or DeviceNodes()
         self._advertised: tuple[DevicesSpec, list[Advertised]] | None = None
 
     def advertised(self) -> list[Advertised]:
@@ -239,10 +243,12 @@ class VisibilityAllocator:
         partitioned = shown_partitions(record)
         if partitioned:
             return self._show_partition(holder, partitioned)
-        if self.maker.name != nvidia.MANUFACTURER:
-            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name} yet")
+        responder = responder_for(self.maker.name)
+        if responder is None:
+            raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name}")
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
-        return nvidia.visibility_response(nvidia.granted_cards(record, self.node.spec()), channel)
+        cards = granted_cards(record, self.node.spec(), self.maker.name)
+        return responder.shown(cards, channel, self.nodes)
 
     def _show_partition(self, owner: Holder, cards: tuple[str, ...]) -> ContainerResponse:
         """The owner's MIG device, never its parent card, and only once the Partitioned plugin

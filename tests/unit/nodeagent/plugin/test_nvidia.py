@@ -9,18 +9,16 @@ from chain.devices import DevicesGroup, DevicesSpec
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger_rebuild import AllocationRecord
 from chain.units import RESOURCE_MAX_UNITS
-from nodeagent.plugin.injection import Channel, NodeFacts, Strategy
-from nodeagent.plugin.nvidia import (
+from nodeagent.plugin.grants import (
     GrantedCard,
     SlicedLimits,
-    cuda_major,
+    SliceRequest,
     declared_env,
     granted_cards,
-    library_dir,
     memory_limit_mib,
-    sliced_response,
-    visibility_response,
 )
+from nodeagent.plugin.injection import Channel, NodeFacts, Strategy
+from nodeagent.plugin.nvidia import cuda_major, library_dir, sliced_response, visibility_response
 from nodeagent.plugin.response import ContainerResponse, Mount
 
 ENVVAR = Channel("nvidia", "nvidia")
@@ -52,7 +50,8 @@ def sliced(
     declared: frozenset[str] = frozenset(),
     channel: Channel = ENVVAR,
 ) -> ContainerResponse:
-    return sliced_response(cards or granted(), limits, declared, "uid-1", "main", channel)
+    request = SliceRequest(limits, "uid-1", "main", channel, declared)
+    return sliced_response(cards or granted(), request)
 
 
 def test_sliced_env_vector() -> None:
@@ -167,7 +166,7 @@ def record(*cards: tuple[str, int], maker: str = "nvidia") -> AllocationRecord:
 
 def test_granted_cards_in_index_order() -> None:
     node = DevicesSpec((group("13.0", 24576, 0, 1, 2),))
-    cards = granted_cards(record(("GPU-2", 2), ("GPU-0", 0)), node)
+    cards = granted_cards(record(("GPU-2", 2), ("GPU-0", 0)), node, "nvidia")
     assert [c.card.id for c in cards] == ["GPU-0", "GPU-2"]
     response = visibility_response(cards, ENVVAR)
     assert response.envs == {"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-2"}
@@ -176,10 +175,10 @@ def test_granted_cards_in_index_order() -> None:
 
 def test_granted_cards_errors() -> None:
     node = DevicesSpec((group("13.0", 24576, 0),))
-    with pytest.raises(ValueError, match="no NVIDIA card"):
-        granted_cards(record(("GPU-0", 0), maker="amd"), node)
+    with pytest.raises(ValueError, match="no nvidia card"):
+        granted_cards(record(("GPU-0", 0), maker="amd"), node, "nvidia")
     with pytest.raises(ValueError, match="no longer"):
-        granted_cards(record(("GPU-9", 9)), node)
+        granted_cards(record(("GPU-9", 9)), node, "nvidia")
     with pytest.raises(ValueError):
         visibility_response((), ENVVAR)
 

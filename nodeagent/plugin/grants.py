@@ -1,0 +1,195 @@
+"""What every manufacturer's container response is built from (node-agent §4).
+
+A responder (one module per manufacturer beside this one) turns the cards of one grant into a
+`ContainerResponse`, purely: it reads `GrantedCard`s, the container's sliced limits and the host's
+device nodes through `DeviceNodes`, and never writes. The allocator owns everything else
+(identification, the mutex, the ledger, the annotation); a responder only says what the
+container is given.
+
+- `shown`: the exclusive, shared and visibility grants (the cards, nothing else);
+- `sliced`: a logical slice, when the manufacturer's isolation is built here (`slices`); a
+  manufacturer without it serves no `.sliced` resource and its detector's slices are not
+  published (`served.py`), so no Pod can be promised one.
+
+Positional keys (`CUDA_DEVICE_MEMORY_LIMIT_<i>`, ...) follow the order `granted_cards` returns:
+ascending accelerator index, the enumeration the detector recorded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from chain.accelerators import Accelerator
+from chain.devices import DevicesGroup, DevicesSpec
+from chain.families import SLICED_CORES_PERCENTAGE, SLICED_MEMORY_MIB, SLICED_MEMORY_PERCENTAGE
+from chain.ledger_rebuild import AllocationRecord
+from chain.quantity import parse_quantity
+from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.response import ContainerResponse, DeviceNode
+
+OPERATOR_LIB_DIR = "/var/lib/gpustack/operator/lib"
+"""Where the device manager's init container stages the preload libraries on the host."""
+OPERATOR_PODS_DIR = "/var/lib/gpustack/operator/pods"
+LD_SO_PRELOAD = "/etc/ld.so.preload"
+"""Every preload library is activated through this file, mounted read-only over the image's."""
+
+
+@dataclass(frozen=True)
+class GrantedCard:
+    group: DevicesGroup
+    card: Accelerator
+
+    def physical_index(self, position: int = 0) -> int | None:
+        """The card's `physicalIndexes[position]` (a device-node number, the driver's index);
+        None when the detector could not tell it."""
+        found = self.card.physical_indexes
+        return found[position] if found is not None and len(found) > position else None
+
+
+Cards = tuple[GrantedCard, ...]
+
+
+def granted_cards(record: AllocationRecord, spec: DevicesSpec, manufacturer: str) -> Cards:
+    """The manufacturer's cards of a record, in index order; ValueError when a card left the
+    node or the record holds none of this manufacturer's."""
+    by_id = {
+        card.id: GrantedCard(group, card)
+        for group, card in spec.cards()
+        if group.manufacturer == manufacturer
+    }
+    cards = []
+    for claim in record.claims():
+        if claim.manufacturer != manufacturer:
+            continue
+        found = by_id.get(claim.row.id)
+        if found is None:
+            raise ValueError(f"card {claim.row.id} is no longer on this node")
+        cards.append(found)
+    if not cards:
+        raise ValueError(f"the grant holds no {manufacturer} card")
+    return tuple(sorted(cards, key=lambda granted: granted.card.index))
+
+
+@dataclass(frozen=True)
+class SlicedLimits:
+    """The sizes a sliced container asks for (0 = not asked)."""
+
+    cores_percentage: int = 0
+    memory_percentage: int = 0
+    memory_mib: int = 0
+
+    @classmethod
+    def from_container(cls, container: Mapping[str, object], base: str) -> SlicedLimits:
+        resources = container.get("resources")
+        limits = resources.get("limits") if isinstance(resources, Mapping) else None
+        limits = limits if isinstance(limits, Mapping) else {}
+
+        def whole(suffix: str) -> int:
+            raw = limits.get(base + suffix)
+            if raw is None:
+                return 0
+            value = parse_quantity(str(raw))
+            if value.denominator != 1 or value < 0:
+                raise ValueError(f"{base}{suffix}: expected a whole number, got {raw!r}")
+            return int(value)
+
+        return cls(
+            cores_percentage=whole(SLICED_CORES_PERCENTAGE),
+            memory_percentage=whole(SLICED_MEMORY_PERCENTAGE),
+            memory_mib=whole(SLICED_MEMORY_MIB),
+        )
+
+    def cores(self) -> int:
+        """The compute share in percent: 100 (the whole card) when not asked."""
+        return self.cores_percentage or 100
+
+
+def memory_limit_mib(card_mib: int, limits: SlicedLimits) -> int:
+    """The VRAM cap of one card: a percentage wins over MiB; never above the card."""
+    if limits.memory_percentage > 0:
+        return min(card_mib * limits.memory_percentage // 100, card_mib)
+    if limits.memory_mib > 0:
+        return min(limits.memory_mib, card_mib)
+    raise ValueError(
+        "a sliced container must limit .sliced.memory-percentage or .sliced.memory-mib"
+    )
+
+
+def declared_env(container: Mapping[str, object]) -> frozenset[str]:
+    """Names a container sets in `env:` (`envFrom` is not visible to the plugin)."""
+    entries = container.get("env")
+    if not isinstance(entries, list):
+        return frozenset()
+    return frozenset(
+        str(entry["name"]) for entry in entries if isinstance(entry, Mapping) and "name" in entry
+    )
+
+
+def unless_declared(
+    envs: dict[str, str], defaults: Collection[tuple[str, str]], declared: Collection[str]
+) -> None:
+    """Add each default the container does not set itself (never overwrite the workload)."""
+    for name, value in defaults:
+        if name not in declared:
+            envs[name] = value
+
+
+def pod_work_dir(pod_uid: str, container: str, pods_dir: str = OPERATOR_PODS_DIR) -> str:
+    """The per-container working directory on the host; collected once the Pod is gone."""
+    return f"{pods_dir}/{pod_uid}/c-{container}"
+
+
+@dataclass(frozen=True)
+class DeviceNodes:
+    """The host's device nodes, read under `root` (the agent mounts the host's `/dev` at
+    `/dev`; tests and simulators point `root` at a directory tree of their own)."""
+
+    root: str = "/"
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(os.path.join(self.root, path.lstrip("/")))
+
+    def required(self, path: str, what: str) -> DeviceNode:
+        """The node at `path`; ValueError naming `what` when the host does not expose it (a
+        container started without it would have no accelerator and no error)."""
+        if not self.exists(path):
+            raise ValueError(f"{what}: the host exposes no {path}")
+        return DeviceNode(path, path)
+
+    def optional(self, *paths: str) -> tuple[DeviceNode, ...]:
+        """Those of `paths` the host exposes, in the order given."""
+        return tuple(DeviceNode(path, path) for path in paths if self.exists(path))
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    """Everything about the container a sliced response reads besides its cards."""
+
+    limits: SlicedLimits
+    pod_uid: str
+    container: str
+    channel: Channel
+    declared: frozenset[str] = frozenset()
+    pods_dir: str = OPERATOR_PODS_DIR
+    lib_dir: str = OPERATOR_LIB_DIR
+
+    @property
+    def work_dir(self) -> str:
+        return pod_work_dir(self.pod_uid, self.container, self.pods_dir)
+
+
+class Responder(Protocol):
+    manufacturer: str
+    slices: bool
+    """Whether logical slices are served, with the runtime isolation the seed documents."""
+
+    def shown(self, cards: Cards, channel: Channel, nodes: DeviceNodes) -> ContainerResponse:
+        """Exclusive, shared and visibility grants: show the cards, nothing else."""
+        ...
+
+    def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:
+        """A logical slice: the shown cards plus the manufacturer's isolation."""
+        ...

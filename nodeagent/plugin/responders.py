@@ -1,0 +1,27 @@
+"""Which manufacturers this agent answers Allocate for, and with what (one responder each).
+
+A manufacturer missing here gets no device-plugin server at all; one whose responder does not
+slice gets no `.sliced` server, and its detector's logical slices are not published either
+(`nodeagent/served.py`), so nothing promises a slice that no plugin can hand out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nodeagent.plugin.grants import Responder
+from nodeagent.plugin.nvidia import Nvidia
+
+RESPONDERS: Mapping[str, Responder] = {
+    responder.manufacturer: responder for responder in (Nvidia(),)
+}
+
+
+def responder_for(manufacturer: str) -> Responder | None:
+    return RESPONDERS.get(manufacturer)
+
+
+def slices(manufacturer: str) -> bool:
+    """Whether this agent serves logical slices of the manufacturer's cards."""
+    found = RESPONDERS.get(manufacturer)
+    return found is not None and found.slices
