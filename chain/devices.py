@@ -21,7 +21,7 @@ Judgment calls:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from chain import fields
 from chain.accelerators import (
@@ -180,6 +180,20 @@ class DevicesGroup:
     family: str = ""
     accelerators: tuple[Accelerator, ...] = ()
     sliced_detail: SlicedDetail = SlicedDetail()
+
+    def without_logical_slices(self) -> DevicesGroup:
+        """The group with no card offering logical slices: what a node publishes for a
+        manufacturer whose slices no device plugin of it can hand out."""
+        if not self.sliced_detail.logical and not any(
+            card.status.logical_sliced for card in self.accelerators
+        ):
+            return self
+        cards = tuple(
+            replace(card, status=replace(card.status, logical_sliced=LogicalSliced()))
+            for card in self.accelerators
+        )
+        detail = replace(self.sliced_detail, logical=LogicalSliced())
+        return replace(self, accelerators=cards, sliced_detail=detail)
 
     @property
     def accelerator_key(self) -> str:

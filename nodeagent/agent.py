@@ -60,6 +60,18 @@ def _without_server_fields(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (obj or {}).items() if k not in ("status", "metadata")}
 
 
+def published_groups(
+    groups: Sequence[DevicesGroup], owned: Sequence[str], slices: Callable[[str], bool]
+) -> list[DevicesGroup]:
+    """The detected groups of `owned` manufacturers as the node publishes them: without the
+    logical slices of a manufacturer whose slices it cannot hand out."""
+    return [
+        group if slices(group.manufacturer) else group.without_logical_slices()
+        for group in groups
+        if group.manufacturer in owned
+    ]
+
+
 @dataclass
 class Reporter:
     """Writes one detection round for `node`; the `report` callback of the detect loop."""
@@ -76,6 +88,9 @@ class Reporter:
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
     events: EventRecorder | None = None
     """Where detection changes become Events on the Node (`node_events`); None: not recorded."""
+    slices: Callable[[str], bool] = field(default=lambda manufacturer: True)
+    """Whether this node hands out logical slices of a manufacturer's cards; the detected slices
+    of one it cannot are not published (no pool, quota or view then promises them)."""
     _reported: str = field(default="", init=False)
     reported_labels: dict[str, str] | None = field(default=None, init=False)
     """The Node's labels as the last report left them (what the loop's sleep compares with)."""
@@ -108,7 +123,7 @@ class Reporter:
         node = self.kube.get("v1", "Node", self.node)
         if node is None:
             raise RuntimeError(f"Node {self.node} does not exist")
-        groups = [g for g in current.groups if g.manufacturer in self.owned]
+        groups = published_groups(current.groups, self.owned, self.slices)
         self._node_feature(groups, node["metadata"]["uid"])
         devices = self._devices(node, groups)
         if self.ledger and devices is not None:

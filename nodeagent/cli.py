@@ -217,7 +217,10 @@ def serve(args: argparse.Namespace) -> int:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = cast(MigNvml | None, load_nvml())
         if plugins:  # imported here: the gRPC stubs are generated on first use
+            from nodeagent.plugin.responders import slices
             from nodeagent.plugin.running import DevicePlugins
+
+            reporter.slices = slices
 
             servers = DevicePlugins(
                 kube,

@@ -365,6 +365,21 @@ class DcmiLibrary:
         self._lib.call("dcmi_get_driver_version", buffer, VERSION_LENGTH)
         return text(buffer.value)
 
+    def share_enabled(self, card: int, device: int) -> bool:
+        """The device's container-share flag. V2 declares no such flag: `VendorError` with
+        `FUNCTION_NOT_FOUND`, as for a V1 driver built without the entry point."""
+        if self._v2():
+            raise VendorError("dcmi get device share enable", FUNCTION_NOT_FOUND)
+        flag = ctypes.c_int(0)
+        self._lib.call("dcmi_get_device_share_enable", *self._at(card, device), ctypes.byref(flag))
+        return flag.value != 0
+
+    def enable_share(self, card: int, device: int) -> None:
+        """Turn the container-share flag on (it stays on until the host reboots)."""
+        if self._v2():
+            raise VendorError("dcmi set device share enable", FUNCTION_NOT_FOUND)
+        self._lib.call("dcmi_set_device_share_enable", *self._at(card, device), ctypes.c_int(1))
+
 
 def dcmi_candidates(environ: Mapping[str, str] | None = None) -> list[str]:
     home = Path(env_home(environ_or(environ), ("CANN_HOME",), "/usr/local/Ascend"))

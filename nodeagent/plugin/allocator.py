@@ -496,7 +496,7 @@ class Allocator:
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
         cards = granted_cards(record, self.node.spec(), self.maker.name)
         if self.mode != Mode.SLICED:
-            return responder.shown(cards, channel, self.nodes)
+            return responder.shown(cards, self.mode, channel, self.nodes)
         request = SliceRequest(
             SlicedLimits.from_container(found.container, self.maker.resource_name),
             found.holder.pod_uid,

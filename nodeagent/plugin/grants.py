@@ -18,13 +18,15 @@ ascending accelerator index, the enumeration the detector recorded.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
+import stat
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from chain.accelerators import Accelerator
 from chain.devices import DevicesGroup, DevicesSpec
 from chain.families import SLICED_CORES_PERCENTAGE, SLICED_MEMORY_MIB, SLICED_MEMORY_PERCENTAGE
+from chain.ledger import Mode
 from chain.ledger_rebuild import AllocationRecord
 from chain.quantity import parse_quantity
 from nodeagent.plugin.injection import Channel
@@ -142,15 +144,28 @@ def pod_work_dir(pod_uid: str, container: str, pods_dir: str = OPERATOR_PODS_DIR
     return f"{pods_dir}/{pod_uid}/c-{container}"
 
 
-@dataclass(frozen=True)
 class DeviceNodes:
     """The host's device nodes, read under `root` (the agent mounts the host's `/dev` at
-    `/dev`; tests and simulators point `root` at a directory tree of their own)."""
+    `/dev`); `SimulatedNodes` stands in for them in tests and simulated nodes."""
 
-    root: str = "/"
+    def __init__(self, root: str = "/") -> None:
+        self.root = root
+
+    def _stat(self, path: str) -> os.stat_result | None:
+        try:
+            return os.stat(os.path.join(self.root, path.lstrip("/")))
+        except OSError:
+            return None
 
     def exists(self, path: str) -> bool:
-        return os.path.exists(os.path.join(self.root, path.lstrip("/")))
+        return self._stat(path) is not None
+
+    def char_minor(self, path: str) -> int | None:
+        """The minor number of the character device at `path`; None when there is none."""
+        found = self._stat(path)
+        if found is None or not stat.S_ISCHR(found.st_mode):
+            return None
+        return os.minor(found.st_rdev)
 
     def required(self, path: str, what: str) -> DeviceNode:
         """The node at `path`; ValueError naming `what` when the host does not expose it (a
@@ -162,6 +177,21 @@ class DeviceNodes:
     def optional(self, *paths: str) -> tuple[DeviceNode, ...]:
         """Those of `paths` the host exposes, in the order given."""
         return tuple(DeviceNode(path, path) for path in paths if self.exists(path))
+
+
+class SimulatedNodes(DeviceNodes):
+    """A host whose device nodes are the keys of `minors` (character devices, with those
+    minor numbers)."""
+
+    def __init__(self, minors: Mapping[str, int]) -> None:
+        super().__init__("/")
+        self.minors = dict(minors)
+
+    def exists(self, path: str) -> bool:
+        return path in self.minors
+
+    def char_minor(self, path: str) -> int | None:
+        return self.minors.get(path)
 
 
 @dataclass(frozen=True)
@@ -185,11 +215,59 @@ class Responder(Protocol):
     manufacturer: str
     slices: bool
     """Whether logical slices are served, with the runtime isolation the seed documents."""
+    channels: bool
+    """Whether the injection channel switch (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`)
+    applies; a manufacturer whose grant travels as device nodes or a vendor variable without a
+    CDI name keeps its one way."""
 
-    def shown(self, cards: Cards, channel: Channel, nodes: DeviceNodes) -> ContainerResponse:
-        """Exclusive, shared and visibility grants: show the cards, nothing else."""
+    def shown(
+        self, cards: Cards, mode: Mode, channel: Channel, nodes: DeviceNodes
+    ) -> ContainerResponse:
+        """Exclusive, shared and visibility grants (`mode`): show the cards, nothing else."""
         ...
 
     def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:
         """A logical slice: the shown cards plus the manufacturer's isolation."""
         ...
+
+
+class VendorResponder:
+    """What the responders share: a grant holds at least one card, `show` says what the
+    container is given, and no slices unless the subclass serves them (`slices`, `sliced`)."""
+
+    manufacturer = ""
+    slices = False
+    channels = False
+
+    def shown(
+        self, cards: Cards, mode: Mode, channel: Channel, nodes: DeviceNodes
+    ) -> ContainerResponse:
+        if not cards:
+            raise ValueError(f"the grant holds no {self.manufacturer} card")
+        self.prepare(cards, mode)
+        return self.show(cards, nodes)
+
+    def show(self, cards: Cards, nodes: DeviceNodes) -> ContainerResponse:
+        raise NotImplementedError
+
+    def prepare(self, cards: Cards, mode: Mode) -> None:
+        """Anything the host must do before a grant of `mode` starts (nothing by default)."""
+
+    def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:
+        raise ValueError(f"{self.manufacturer} logical slices are not served by this agent")
+
+
+class VisibleById(VendorResponder):
+    """A grant the vendor's container runtime injects from one variable naming the cards'
+    ids (`variable`)."""
+
+    variable = ""
+
+    def show(self, cards: Cards, nodes: DeviceNodes) -> ContainerResponse:
+        return visible_devices(self.variable, [granted.card.id for granted in cards])
+
+
+def visible_devices(variable: str, values: Sequence[str]) -> ContainerResponse:
+    """A grant carried by one vendor variable, which the vendor's container runtime turns into
+    device nodes (`ASCEND_VISIBLE_DEVICES=0,1`)."""
+    return ContainerResponse(envs={variable: ",".join(values)})

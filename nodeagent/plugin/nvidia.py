@@ -17,6 +17,7 @@ library), so it never conflicts with a 12.x group.
 
 from __future__ import annotations
 
+from chain.ledger import Mode
 from nodeagent.plugin.grants import Cards, DeviceNodes, SliceRequest
 from nodeagent.plugin.hami_core import hami_core_response
 from nodeagent.plugin.injection import Channel, inject
@@ -74,8 +75,11 @@ def sliced_response(cards: Cards, request: SliceRequest) -> ContainerResponse:
 class Nvidia:
     manufacturer = MANUFACTURER
     slices = True
+    channels = True
 
-    def shown(self, cards: Cards, channel: Channel, nodes: DeviceNodes) -> ContainerResponse:
+    def shown(
+        self, cards: Cards, mode: Mode, channel: Channel, nodes: DeviceNodes
+    ) -> ContainerResponse:
         return visibility_response(cards, channel)
 
     def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:

@@ -207,6 +207,15 @@ class DevicePlugins:
         """How this manufacturer's grants reach containers; the host is read only for `auto`
         (containerd's config, the CDI specs), once per manufacturer started."""
         strategy = strategy_from_env(self.environ, maker.name)
+        if strategy != Strategy.ENVVAR and not RESPONDERS[maker.name].channels:
+            log.warning(
+                "GPUSTACK_%s_DEVICE_INJECTION_STRATEGY=%s is ignored: %s grants have one way "
+                "into a container (their device nodes or their runtime's variable)",
+                maker.name.upper(),
+                strategy,
+                maker.name,
+            )
+            strategy = Strategy.ENVVAR
         facts = read_node_facts(self.environ) if strategy != Strategy.ENVVAR else NodeFacts()
         log.info("%s grants reach containers by %s", maker.name, strategy)
         return Channel(maker.name, maker.runtime_name, strategy, facts)

@@ -248,7 +248,7 @@ class VisibilityAllocator:
             raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name}")
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
         cards = granted_cards(record, self.node.spec(), self.maker.name)
-        return responder.shown(cards, channel, self.nodes)
+        return responder.shown(cards, Mode.VISIBILITY, channel, self.nodes)
 
     def _show_partition(self, owner: Holder, cards: tuple[str, ...]) -> ContainerResponse:
         """The owner's MIG device, never its parent card, and only once the Partitioned plugin
