@@ -43,10 +43,12 @@ from nodeagent.detect.sysfs import Sysfs
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.node_events import EVENTS_CONTROLLER
+from nodeagent.plugin.grants import DeviceNodes
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.report import align_device_groups
-from nodeagent.simulate import load_profile, shipped_profiles, simulated_node
+from nodeagent.simulate import shipped_profiles
+from nodeagent.simulate.host import simulated_host
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -139,8 +141,8 @@ def detect(args: argparse.Namespace) -> int:
     names = requested_manufacturers(args.manufacturer, table)
     with ExitStack() as stack:
         if args.simulate:
-            nvml, sysfs = stack.enter_context(simulated_node(load_profile(args.simulate)))
-            setup = DetectorSetup(table, env, sysfs, nvml)
+            host = stack.enter_context(simulated_host(args.simulate))
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
@@ -208,11 +210,12 @@ def serve(args: argparse.Namespace) -> int:
         # The partitioned plugin cuts MIG instances through the same NVML the detector reads
         # (the simulator keeps its instances in that one object).
         partitions: MigNvml | None
+        device_nodes: DeviceNodes | None = None
         profile = simulated_profile(args.simulate, node)
         if profile:
-            nvml, sysfs = stack.enter_context(simulated_node(load_profile(profile)))
-            setup = DetectorSetup(table, env, sysfs, nvml)
-            partitions = nvml
+            host = stack.enter_context(simulated_host(profile))
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
+            partitions, device_nodes = host.nvml, host.device_nodes
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = cast(MigNvml | None, load_nvml())
@@ -236,6 +239,7 @@ def serve(args: argparse.Namespace) -> int:
                 env=env,
                 environ=os.environ,
                 journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
+                device_nodes=device_nodes,
             )
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from chain.manufacturers import ManufacturerTable
 from chain.settings import StartupEnv
 from nodeagent.detect.amd import AMD, AmdDetector
+from nodeagent.detect.amdsmi import AmdSmi
 from nodeagent.detect.ascend import ASCEND, AscendDetector
 from nodeagent.detect.base import Detector
 from nodeagent.detect.cambricon import CAMBRICON, CambriconDetector
@@ -35,39 +36,36 @@ ALL = "all"
 
 @dataclass(frozen=True)
 class DetectorSetup:
-    """What every detector may need; `nvml` replaces the real library (simulation)."""
+    """What every detector may need; `nvml` and `amdsmi` replace the real libraries
+    (simulation)."""
 
     table: ManufacturerTable
     env: StartupEnv
     sysfs: Sysfs
     nvml: Nvml | None = None
+    amdsmi: AmdSmi | None = None
 
 
-def _nvidia(setup: DetectorSetup) -> Detector:
-    return NvidiaDetector(
-        nvml=setup.nvml,
-        sysfs=setup.sysfs,
-        maker=setup.table[NVIDIA],
-        group_id_with_memory=setup.env.devices_group_id_with_memory,
-    )
-
-
-def _vendor(name: str, kind: Callable[..., Detector]) -> Callable[[DetectorSetup], Detector]:
-    """A detector over the real vendor interface of the host (opened on the first pass)."""
+def _vendor(
+    name: str, kind: Callable[..., Detector], **library: Callable[[DetectorSetup], object]
+) -> Callable[[DetectorSetup], Detector]:
+    """A detector over the vendor interface of the host (opened on the first pass), or over
+    the simulated one `library` picks from the setup (`nvml=...`), when there is one."""
 
     def build(setup: DetectorSetup) -> Detector:
         return kind(
             sysfs=setup.sysfs,
             maker=setup.table[name],
             group_id_with_memory=setup.env.devices_group_id_with_memory,
+            **{keyword: pick(setup) for keyword, pick in library.items()},
         )
 
     return build
 
 
 DETECTORS: Mapping[str, Callable[[DetectorSetup], Detector]] = {
-    NVIDIA: _nvidia,
-    AMD: _vendor(AMD, AmdDetector),
+    NVIDIA: _vendor(NVIDIA, NvidiaDetector, nvml=lambda setup: setup.nvml),
+    AMD: _vendor(AMD, AmdDetector, smi=lambda setup: setup.amdsmi),
     ASCEND: _vendor(ASCEND, AscendDetector),
     CAMBRICON: _vendor(CAMBRICON, CambriconDetector),
     HYGON: _vendor(HYGON, HygonDetector),

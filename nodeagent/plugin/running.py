@@ -27,7 +27,7 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
-from nodeagent.plugin.grants import OPERATOR_PODS_DIR
+from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
     Channel,
@@ -104,6 +104,7 @@ class DevicePlugins:
         environ: Mapping[str, str] | None = None,
         journal: Path | None = None,
         record_events: bool = True,
+        device_nodes: DeviceNodes | None = None,
     ) -> None:
         """`env` carries the switches (release of finished Pods, the sliced gate, identifying
         through the kubelet); `environ` the per-manufacturer injection strategy
@@ -147,6 +148,8 @@ class DevicePlugins:
             else None
         )
         self.pods_dir = pods_dir
+        self.device_nodes = device_nodes
+        """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
         self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
@@ -192,6 +195,7 @@ class DevicePlugins:
                 partitioner=partitioner,
                 channel=self._channel(self.table[name]),
                 events=self.events,
+                nodes=self.device_nodes,
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)

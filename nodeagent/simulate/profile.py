@@ -117,8 +117,8 @@ def shipped_profiles() -> list[str]:
     return sorted(path.stem for path in PROFILES_DIR.glob("*.yaml"))
 
 
-def load_profile(name_or_path: str) -> Profile:
-    """A shipped profile by name (`t4x4`) or a profile file by path."""
+def read_profile_file(name_or_path: str) -> tuple[Path, fields.Obj]:
+    """The profile document of a shipped profile name (`t4x4`) or a file path."""
     path = Path(name_or_path)
     if not path.is_file():
         path = PROFILES_DIR / f"{name_or_path}.yaml"
@@ -128,7 +128,24 @@ def load_profile(name_or_path: str) -> Profile:
     raw = path.read_text(encoding="utf-8")
     data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
     try:
-        return parse_profile(path.stem, data)
+        return path, fields.as_object(data, "$")
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from None
+
+
+def profile_manufacturer(body: fields.Obj) -> str:
+    """Whose hardware a profile simulates (`nvidia` unless it says otherwise)."""
+    return fields.string(body, "manufacturer", "$") or "nvidia"
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """An NVIDIA profile: a shipped one by name (`t4x4`) or a profile file by path."""
+    path, body = read_profile_file(name_or_path)
+    maker = profile_manufacturer(body)
+    if maker != "nvidia":
+        raise ValueError(f"{path}: simulates {maker} hardware, not NVIDIA")
+    try:
+        return parse_profile(path.stem, body)
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
 

@@ -9,10 +9,12 @@ from typing import Any
 
 from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
+from nodeagent.detect.amd import AmdDetector
 from nodeagent.detect.nvidia import NvidiaDetector
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate import Profile, SimulatedNvml, load_profile, simulated_node
-from nodeagent.simulate.profile import parse_profile
+from nodeagent.simulate.host import simulated_host
+from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
 
 
 @contextmanager
@@ -32,6 +34,15 @@ def nvidia_node(
 
 
 def detect(profile: Profile | str, with_memory: bool = False) -> tuple[DevicesGroup, ...]:
+    """The groups the manufacturer's real detector reports for a simulated node."""
+    if isinstance(profile, str) and profile_manufacturer(read_profile_file(profile)[1]) == "amd":
+        with simulated_host(profile) as host:
+            return AmdDetector(
+                smi=host.amdsmi,
+                sysfs=host.sysfs,
+                maker=manufacturers({})["amd"],
+                group_id_with_memory=with_memory,
+            ).detect()
     with nvidia_node(profile, with_memory) as (detector, _, _):
         return detector.detect()
 
