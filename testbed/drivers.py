@@ -18,6 +18,7 @@ from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.queues import NODE_DEVICES_CHECK
 from hooks.admission.driver import FIELD_MANAGER
 from hooks.admission.lease import LEASE_NAMESPACE
+from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
 from testbed.harness import Testbed, free_port, http_ok
 from testbed.kube import Kube, load_yaml_documents, wait_for
 from testbed.workloads import now
@@ -115,12 +116,14 @@ def running_drivers(
 
 
 def run_agent(bed: Testbed, node: str, profile: str, *flags: str) -> None:
-    """A simulated node's agent (`python -m nodeagent serve`, NVIDIA) as a testbed process,
+    """A simulated node's agent (`python -m nodeagent serve`, for the manufacturer the profile
+    simulates) as a testbed process,
     under the shipped ServiceAccount with a token that names its node, as the one the kubelet
     projects into the agent's Pod (the shipped RBAC and admission policy must be enough);
     `flags` are appended (period, device-plugin paths)."""
     namespace = "gpustack-system"
     kubeconfig = bed.service_account_kubeconfig(namespace, "gpustack-device-manager", node)
     argv = [sys.executable, "-m", "nodeagent", "serve", "--node", node, "--namespace", namespace]
-    argv += ["--kubeconfig", str(kubeconfig), "--simulate", profile, "--manufacturer", "nvidia"]
+    maker = profile_manufacturer(read_profile_file(profile)[1])
+    argv += ["--kubeconfig", str(kubeconfig), "--simulate", profile, "--manufacturer", maker]
     bed.run(f"agent-{node}", [*argv, *flags])

@@ -34,7 +34,7 @@ from testbed.install import Installed
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.kubelet import KubeletEmulator, delete_ended
-from testbed.nodes import node_object, register_node
+from testbed.nodes import nfd_worker_feature, node_object, register_node
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 AGENT_NS = "gpustack-system"
@@ -53,19 +53,21 @@ class PluginNode:
 @pytest.fixture
 def plugin_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
     """An agent serving the device plugins for four simulated T4 cards."""
-    with _agent_node(testbed, "t4x4") as node:
+    with agent_node(testbed, "t4x4") as node:
         yield node
 
 
 @pytest.fixture
 def mig_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
     """An agent serving the device plugins for a simulated A100 40GB in MIG mode."""
-    with _agent_node(testbed, "a100-40gb-mig") as node:
+    with agent_node(testbed, "a100-40gb-mig") as node:
         yield node
 
 
 @contextlib.contextmanager
-def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
+def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[PluginNode]:
+    """A node whose agent serves the device plugins of a simulated `profile`; with `nfd`,
+    nfd-worker's CPU features too (what a pool's flavor is named by)."""
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
     name, namespace = f"dp-{tag}", f"dp-{tag}"
@@ -73,6 +75,8 @@ def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
     root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
     kubelet = KubeletEmulator(root)
     register_node(kube, node_object(name, cpu="16"))
+    if nfd:
+        kube.apply(nfd_worker_feature(name))
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     run_agent(
         testbed,
@@ -94,6 +98,8 @@ def _agent_node(testbed: Testbed, profile: str) -> Iterator[PluginNode]:
             "nfd.k8s-sigs.io/v1alpha1", "NodeFeature", f"{name}-gpustack-device-manager", AGENT_NS
         )
         kube.delete(WORKER, "Devices", name)
+        if nfd:
+            kube.delete("nfd.k8s-sigs.io/v1alpha1", "NodeFeature", name, "node-feature-discovery")
         kube.delete("v1", "Node", name)
         shutil.rmtree(root, ignore_errors=True)
 

@@ -25,7 +25,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import KubeError, Obj, wait_for
 from testbed.workloads import queued_job
-from tests.e2e.test_device_plugin import PluginNode, _agent_node
+from tests.e2e.test_device_plugin import PluginNode, agent_node
 from tests.e2e.test_pools import forget_pool
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -40,7 +40,7 @@ def mig_pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[PluginNode, s
     """The MIG node, its pool's InstanceType (partition profiles known) and two drivers. An
     earlier test's A100 node may have left the pool drained (a sticky mark): start afresh."""
     forget_pool(testbed.kube, A100_POOL)
-    with _agent_node(testbed, "a100-40gb-mig") as node, running_drivers(testbed):
+    with agent_node(testbed, "a100-40gb-mig") as node, running_drivers(testbed):
 
         def pool() -> str | None:
             for found in testbed.kube.list(WORKER, "InstanceType"):

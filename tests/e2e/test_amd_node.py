@@ -1,0 +1,118 @@
+"""A non-NVIDIA node end to end: two simulated AMD MI300X under the kubelet emulator.
+
+The real `python -m nodeagent serve --manufacturer amd` detects them through the real AMD
+detector (over the simulated `amdsmi` surface and sysfs), reports Devices and labels that
+nfd-master and the chain's hooks turn into a pool with its queue, registers AMD's device
+plugins (no `.sliced` one: AMD slices are not served, so none are published either), and
+answers a kubelet Allocate with AMD's own injection: `/dev/kfd` and the card's DRM nodes, and
+`AMD_VISIBLE_DEVICES=none`. The grant reaches the Pod's annotation and the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from chain.devices import Devices
+from chain.ledger import Mode
+from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from chain.units import RESOURCE_MAX_UNITS
+from testbed.harness import Testbed
+from testbed.install import Installed
+from testbed.kube import Obj, wait_for
+from tests.e2e.test_device_plugin import PluginNode, agent_node
+from tests.e2e.test_pools import forget_pool
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+WORKER = "worker.gpustack.ai/v1alpha1"
+GPU = "amd.com/gpu"
+POOL = "gpustack--amd-instinct-mi300x-linux-amd64"
+MI300X = "acceleratable.feature.gpustack.ai/amd-instinct-mi300x"
+
+
+@pytest.fixture
+def amd_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
+    with agent_node(testbed, "mi300x-x2", nfd=True) as node:
+        yield node
+        name = node.name
+    forget_pool(testbed.kube, POOL, (name,))
+
+
+def _labels(obj: Obj | None) -> dict[str, str]:
+    return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
+
+
+def test_an_amd_node_is_pooled_and_its_cards_allocated(
+    testbed: Testbed, amd_node: PluginNode
+) -> None:
+    kube = testbed.kube
+    kubelet = amd_node.kubelet
+    exclusive = kubelet.wait_devices(GPU, lambda d: len(d) == 2, timeout=90)
+    cards = {token.split(":")[1] for token in exclusive}
+    assert cards == {"GPU-5b4c6e3a7d2f1a09", "GPU-1e0f2d3c4b5a6978"}
+    registered = {resource for resource, _ in kubelet.registrations}
+    assert registered == {GPU, GPU + ".shared", "device.gpustack.ai/amd.visibility"}
+
+    # Detected and published, without the slices no AMD plugin hands out.
+    devices = wait_for(lambda: kube.get(WORKER, "Devices", amd_node.name), 60, "the Devices")
+    [group] = Devices.parse(devices).spec.groups
+    assert (group.id, group.manufacturer, group.memory) == ("instinct-mi300x", "amd", 196592)
+    assert [card.physical_indexes for card in group.accelerators] == [(1, 128), (2, 129)]
+    assert not any(card.status.logical_sliced for card in group.accelerators)
+
+    # nfd-master labels the Node; the chain makes a pool and its queue of it.
+    wait_for(
+        lambda: _labels(kube.get("v1", "Node", amd_node.name)).get(f"{MI300X}.count") == "2",
+        60,
+        "the agent's labels on the Node",
+    )
+    wait_for(lambda: kube.get(WORKER, "InstanceType", POOL), 90, "the MI300X InstanceType")
+    wait_for(lambda: kube.get(KUEUE, "ClusterQueue", POOL), 60, "the MI300X ClusterQueue")
+
+    # kubelet admits a Pod asking for one card: AMD's own injection comes back.
+    pod = kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "train", "namespace": amd_node.namespace},
+            "spec": {
+                "nodeName": amd_node.name,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "busybox",
+                        "resources": {"limits": {GPU: "1"}, "requests": {GPU: "1"}},
+                    }
+                ],
+            },
+        }
+    )
+    kubelet.admit(pod)
+    [(container, resource, response)] = kubelet.responses
+    assert (container, resource) == ("main", GPU)
+    assert dict(response.envs) == {"AMD_VISIBLE_DEVICES": "none"}
+    nodes = [(d.container_path, d.host_path, d.permissions) for d in response.devices]
+    assert nodes[0] == ("/dev/kfd", "/dev/kfd", "rw")
+    drm = {path for path, _, _ in nodes[1:]}
+    assert drm in (
+        {"/dev/dri/card1", "/dev/dri/renderD128"},
+        {"/dev/dri/card2", "/dev/dri/renderD129"},
+    )
+
+    def recorded() -> str | None:
+        stored = kube.get("v1", "Pod", "train", amd_node.namespace) or {}
+        return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+
+    annotation = wait_for(recorded, 10, "the grant's annotation")
+    [row] = [claim.row for claim in parse_allocated(annotation)["main"].claims()]
+    assert (row.mode, row.allocated) == (Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
+    card = "/dev/dri/card1" if row.index == 0 else "/dev/dri/card2"
+    assert card in drm
+
+    def mode() -> Mode | None:
+        found = kube.get(WORKER, "Devices", amd_node.name)
+        held = Devices.parse(found).status.row("amd", "instinct-mi300x", row.id) if found else None
+        return held.mode if held is not None else None
+
+    wait_for(lambda: mode() == Mode.EXCLUSIVE, 15, "the ledger to charge the AMD card")
