@@ -1,5 +1,9 @@
 """The agent's command line: `python -m nodeagent <command>`.
 
+`preflight` answers, for each manufacturer, whether its cards are detected (cross-checked with the
+host's own CLI), can be sliced and can be managed while sliced (`nodeagent/preflight.py`); exit
+status 1 means some allocation would be refused.
+
 `detect` prints what detection finds now, as the `spec.groups` of the node's `Devices` object: a
 pure read that writes nothing anywhere. `--simulate PROFILE` runs the real NVIDIA detector on a
 simulated NVML and sysfs (a shipped profile name, or a profile file). Without a driver the answer
@@ -26,6 +30,7 @@ from kubeapi import Kube, logs
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
+from nodeagent.detect.dcmi import open_dcmi
 from nodeagent.detect.loop import (
     MONITOR_PERIOD_SECONDS,
     REDETECT_EVERY_MONITOR_ROUNDS,
@@ -43,12 +48,17 @@ from nodeagent.detect.sysfs import Sysfs
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.node_events import EVENTS_CONTROLLER
+from nodeagent.plugin.ascend import ContainerShare
 from nodeagent.plugin.grants import DeviceNodes
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
+from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import simulated_host
+
+HOST_ROOT = "/host"
+"""Where a preflight container finds the host's root filesystem (bind-mounted read-only)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +76,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     detect.add_argument(
         "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
+    )
+    check = commands.add_parser(
+        "preflight",
+        help="what this host offers, asked as Allocate will ask it (exit 1: an allocation "
+        "would be refused)",
+    )
+    check.add_argument("--simulate", metavar="PROFILE", help="simulated hardware, as for detect")
+    check.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    check.add_argument(
+        "--manufacturer", default=ALL, help="manufacturers to check, comma separated (all)"
+    )
+    check.add_argument(
+        "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
+    )
+    check.add_argument(
+        "--host-root",
+        default=HOST_ROOT if os.path.isdir(HOST_ROOT) else "/",
+        help=f"the host's root filesystem, entered with chroot for its own vendor CLI and read "
+        f"for its device nodes and staged libraries (default {HOST_ROOT} when mounted, else /)",
     )
     serve = commands.add_parser("serve", help="the agent: detect and report, until stopped")
     serve.add_argument("--node", help="this node's name (default: $NODE_NAME)")
@@ -155,6 +184,35 @@ def detect(args: argparse.Namespace) -> int:
     for entry in failed:
         print(f"{entry.manufacturer}: detection failed: {entry.error}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    table = manufacturers(os.environ)
+    env = StartupEnv.from_env(os.environ)
+    names = requested_manufacturers(args.manufacturer, table)
+    with ExitStack() as stack:
+        nodes = DeviceNodes(args.host_root)
+        share: Callable[[], ContainerShare | None] = open_dcmi
+        if args.simulate:
+            host = stack.enter_context(simulated_host(args.simulate))
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
+            nodes = host.device_nodes or nodes
+            share = _no_share
+        else:
+            setup = DetectorSetup(table, env, Sysfs("/"))
+        passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
+        report = preflight(passes, table, nodes, args.host_root, share=share)
+    rendered = report.render()
+    if args.output == "json":
+        print(json.dumps(rendered, indent=2))
+    else:
+        print(yaml.safe_dump(rendered, sort_keys=False), end="")
+    return report.exit_status()
+
+
+def _no_share() -> ContainerShare | None:
+    """A simulated host has no DCMI library to read the container-share flag from."""
+    return None
 
 
 def simulated_profile(flag: str | None, node: str) -> str | None:
@@ -285,7 +343,8 @@ def serve(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return serve(args) if args.command == "serve" else detect(args)
+        commands = {"serve": serve, "detect": detect, "preflight": run_preflight}
+        return commands[args.command](args)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -74,3 +77,16 @@ def small_profile(**extra: Any) -> Profile:
 def write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text + "\n", encoding="ascii")
+
+
+def nodeagent_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m nodeagent ARGS` from the repository root, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "nodeagent", *args],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+        env=dict(os.environ),
+        timeout=60,
+        check=False,
+    )

@@ -1,0 +1,524 @@
+"""`python -m nodeagent preflight`: what a bare host offers, asked the way Allocate will ask it.
+
+Three questions per manufacturer, each answerable on its own (node-agent §7.1):
+
+1. **are the devices detected**: the detect pass the agent runs, cross-checked against the host's
+   own vendor CLI where one is established (`nvidia-smi -L`, `npu-smi info -l`,
+   `rocm-smi --showuniqueid`), reached through the host root (`--host-root`, entered with
+   `chroot`). A count that differs from the detector's is `unavailable`: the host has cards this
+   agent cannot see.
+2. **can they be sliced**: the manufacturer's own responder renders a slice of each card (half
+   its memory), and the quota it would inject is asserted on (`sliced-quota-in-force`); every
+   library the slice would mount must be staged on the host (`sliced-runtime-loaded`).
+3. **can they be managed while sliced**: `sidecar-visibility` (an owner's slice, then its
+   sidecar's visibility grant, which must name nothing the owner was not granted) and
+   `co-tenancy` (two slices of one card, each with its own quota).
+
+Every row is `ok`, `unavailable` (offered, and this pass did not establish it: the allocation it
+guards is refused) or `not-declared` (not offered: nothing to check), at the depth it reached:
+`declared` (the driver answered), `simulated` (the allocator's own code produced the artifact and
+it was asserted on; nothing on the hardware changed) or `measured` (something ran and was
+observed). This preflight starts no probe container, so nothing here is `measured`; each row says
+why it went no deeper. Only `unavailable` makes the exit status 1.
+
+Nothing on the host changes: slices render into a throwaway directory, and Ascend's
+container-share flag is read, never written.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chain.devices import DevicesGroup
+from chain.ledger import Mode
+from chain.manufacturers import ManufacturerTable
+from nodeagent.detect.held import DetectionPass
+from nodeagent.plugin.ascend import Ascend, ContainerShare
+from nodeagent.plugin.grants import (
+    Cards,
+    DeviceNodes,
+    GrantedCard,
+    Responder,
+    SlicedLimits,
+    SliceRequest,
+)
+from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.responders import RESPONDERS
+from nodeagent.plugin.response import ContainerResponse
+
+NO_PROBE = (
+    "no probe container was started: this preflight renders the allocation, it does not run it"
+)
+HOST_READERS: Mapping[str, tuple[str, ...]] = {
+    "nvidia": ("nvidia-smi", "-L"),
+    "ascend": ("npu-smi", "info", "-l"),
+    "amd": ("rocm-smi", "--showuniqueid"),
+}
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+"""Runs a host command: (exit status, standard output); OSError when it cannot start."""
+
+
+class State(enum.StrEnum):
+    OK = "ok"
+    UNAVAILABLE = "unavailable"
+    NOT_DECLARED = "not-declared"
+
+
+class Depth(enum.StrEnum):
+    DECLARED = "declared"
+    SIMULATED = "simulated"
+    MEASURED = "measured"
+
+
+@dataclass(frozen=True)
+class Check:
+    accelerator: str
+    capability: str
+    mode: str
+    state: State
+    depth: Depth
+    detail: str = ""
+    reason: str = ""
+
+    def render(self) -> dict[str, Any]:
+        return _without_empty(
+            {
+                "accelerator": self.accelerator,
+                "capability": self.capability,
+                "mode": self.mode,
+                "state": str(self.state),
+                "depth": str(self.depth),
+                "detail": self.detail,
+                "reason": self.reason,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class HostAnswer:
+    command: str
+    accelerators: int | None = None
+    detail: str = ""
+    reason: str = ""
+    missing_mounts: tuple[str, ...] = ()
+
+    def render(self) -> dict[str, Any]:
+        return _without_empty(
+            {
+                "command": self.command,
+                "accelerators": self.accelerators,
+                "detail": self.detail,
+                "reason": self.reason,
+                "missingMounts": list(self.missing_mounts),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class Detection:
+    state: State
+    depth: Depth
+    accelerators: int
+    detail: str = ""
+    reason: str = ""
+    host: HostAnswer | None = None
+
+    def render(self) -> dict[str, Any]:
+        return _without_empty(
+            {
+                "state": str(self.state),
+                "depth": str(self.depth),
+                "accelerators": self.accelerators,
+                "detail": self.detail,
+                "reason": self.reason,
+                "host": self.host.render() if self.host else None,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ManufacturerReport:
+    manufacturer: str
+    timestamp: str
+    detection: Detection
+    checks: tuple[Check, ...] = ()
+    note: str = ""
+
+    def render(self) -> dict[str, Any]:
+        return _without_empty(
+            {
+                "manufacturer": self.manufacturer,
+                "timestamp": self.timestamp,
+                "detection": self.detection.render(),
+                "checks": [check.render() for check in self.checks],
+                "note": self.note,
+            },
+            keep=("checks",),
+        )
+
+    def states(self) -> Iterable[State]:
+        yield self.detection.state
+        yield from (check.state for check in self.checks)
+
+
+@dataclass(frozen=True)
+class Report:
+    accelerators: tuple[ManufacturerReport, ...]
+    timestamp: str
+
+    def render(self) -> dict[str, Any]:
+        return {
+            "accelerators": [entry.render() for entry in self.accelerators],
+            "network": {
+                "timestamp": self.timestamp,
+                "checks": [],
+                "note": "the RDMA network checks are not part of this preflight",
+            },
+            "topology": {
+                "timestamp": self.timestamp,
+                "policy": "unknown",
+                "depth": str(Depth.DECLARED),
+                "note": "the kubelet's topology manager policy is not read by this preflight",
+            },
+        }
+
+    def exit_status(self) -> int:
+        """1 when any answer is `unavailable` (an allocation would be refused), else 0."""
+        unavailable = any(
+            state == State.UNAVAILABLE for entry in self.accelerators for state in entry.states()
+        )
+        return 1 if unavailable else 0
+
+
+def _without_empty(values: Mapping[str, Any], keep: Sequence[str] = ()) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k in keep or v not in ("", None, [], {})}
+
+
+# --- Question 1: detected? ----------------------------------------------------------------
+
+
+def count_host_cards(manufacturer: str, output: str) -> int:
+    """The cards a vendor CLI lists (its own words, read line by line)."""
+    if manufacturer == "nvidia":
+        return sum(1 for line in output.splitlines() if re.match(r"GPU \d+:", line.strip()))
+    if manufacturer == "ascend":
+        found = re.search(r"Total Count\s*:\s*(\d+)", output)
+        return int(found.group(1)) if found else 0
+    return len(set(re.findall(r"GPU\[(\d+)\]", output)))
+
+
+def ask_host(manufacturer: str, host_root: str, run: Runner) -> HostAnswer | None:
+    """The host CLI's count, or why it could not be had; None without an established CLI."""
+    command = HOST_READERS.get(manufacturer)
+    if command is None:
+        return None
+    shown = " ".join(command)
+    if not Path(host_root).is_dir():
+        return HostAnswer(
+            shown,
+            reason=f"no host root is mounted at {host_root}: the host's own CLI was not asked",
+            missing_mounts=(host_root,),
+        )
+    argv = list(command) if host_root == "/" else ["chroot", host_root, *command]
+    try:
+        status, output = run(argv)
+    except OSError as error:
+        return HostAnswer(shown, reason=f"{command[0]} could not be run on the host: {error}")
+    if status != 0:
+        return HostAnswer(shown, reason=f"{shown} exited {status} on the host")
+    count = count_host_cards(manufacturer, output)
+    return HostAnswer(shown, count, detail=f"{count} cards listed by the host")
+
+
+def detection_answer(found: DetectionPass, host: HostAnswer | None) -> Detection:
+    cards = sum(len(group.accelerators) for group in found.groups)
+    if not found.measured:
+        return Detection(
+            State.UNAVAILABLE,
+            Depth.DECLARED,
+            cards,
+            reason=f"the detect pass could not measure: {found.error}",
+            host=host,
+        )
+    if host is not None and host.accelerators is not None and host.accelerators != cards:
+        return Detection(
+            State.UNAVAILABLE,
+            Depth.DECLARED,
+            cards,
+            reason=f"the host lists {host.accelerators} cards and this agent detects {cards}: "
+            "cards the agent cannot see would never be offered",
+            host=host,
+        )
+    detail = (
+        f"{cards} cards detected" if cards else "no accelerator of this manufacturer is present"
+    )
+    return Detection(State.OK, Depth.DECLARED, cards, detail=detail, host=host)
+
+
+# --- Questions 2 and 3: sliced, and managed while sliced -------------------------------------
+
+
+class ReadOnlyShare:
+    """Ascend's container-share flag as preflight may touch it: read, never written."""
+
+    def __init__(self, inner: ContainerShare | None) -> None:
+        self.inner = inner
+        self.api = inner.api if inner is not None else 1
+
+    def share_enabled(self, card: int, device: int) -> bool:
+        if self.inner is None:
+            raise OSError("no DCMI library loaded")
+        return self.inner.share_enabled(card, device)
+
+    def enable_share(self, card: int, device: int) -> None:
+        """A preflight never writes the flag; the allocation would turn it on."""
+
+
+@dataclass
+class Rehearsal:
+    """Renders allocations with a manufacturer's responder into a throwaway pods directory."""
+
+    responder: Responder
+    runtime: str
+    """The manufacturer's RuntimeClass, which the rehearsed Pod names (as a correct one does)."""
+    nodes: DeviceNodes
+    host_root: str
+    pods_dir: str
+
+    def _channel(self) -> Channel:
+        maker = self.responder.manufacturer
+        return Channel(maker, self.runtime, pod_runtime_class=self.runtime)
+
+    def slice(self, card: GrantedCard, container: str, memory_percentage: int) -> ContainerResponse:
+        limits = SlicedLimits(memory_percentage=memory_percentage)
+        request = SliceRequest(
+            limits, "preflight", container, self._channel(), pods_dir=self.pods_dir
+        )
+        return self.responder.sliced((card,), request, self.nodes)
+
+    def shown(self, card: GrantedCard, mode: Mode) -> ContainerResponse:
+        return self.responder.shown((card,), mode, self._channel(), self.nodes)
+
+
+def quota_of(response: ContainerResponse) -> str:
+    """What a sliced response says the container's limit is (its quota variables or file)."""
+    quota = sorted(
+        f"{name}={value}"
+        for name, value in response.envs.items()
+        if "LIMIT" in name or "QUOTA" in name or "QOS" in name
+    )
+    configs = [m.host_path for m in response.mounts if m.host_path.endswith(".config")]
+    for path in configs:
+        text = Path(path).read_text() if Path(path).is_file() else ""
+        quota += [line for line in text.splitlines() if "quota" in line]
+    return ", ".join(quota)
+
+
+def staged_libraries(response: ContainerResponse, host_root: str) -> list[str]:
+    """The read-only library mounts of a slice whose host file is missing."""
+    missing = []
+    for mount in response.mounts:
+        if not mount.read_only or mount.host_path.endswith(".config"):
+            continue
+        if not (Path(host_root) / mount.host_path.lstrip("/")).exists():
+            missing.append(mount.host_path)
+    return missing
+
+
+def refused(name: str, capability: str, mode: str, reason: str) -> Check:
+    """A rendering the allocator's own code refused: the allocation would be refused too."""
+    return Check(name, capability, mode, State.UNAVAILABLE, Depth.SIMULATED, reason=reason)
+
+
+def rendered(name: str, capability: str, mode: str, detail: str, reason: str = NO_PROBE) -> Check:
+    """A rendering that was produced and asserted on, nothing run."""
+    return Check(name, capability, mode, State.OK, Depth.SIMULATED, detail=detail, reason=reason)
+
+
+def injection_check(rehearsal: Rehearsal, card: GrantedCard) -> Check:
+    """A whole card's injection: what the container would be given, every node on the host."""
+    name = card.card.id
+    try:
+        shown = rehearsal.shown(card, Mode.EXCLUSIVE)
+    except Exception as error:
+        return refused(name, "whole-card-injection", "exclusive", str(error))
+    given = [f"{k}={v}" for k, v in sorted(shown.envs.items())]
+    given += [device.host_path for device in shown.devices]
+    return rendered(name, "whole-card-injection", "exclusive", ", ".join(given) or "nothing")
+
+
+def card_checks(rehearsal: Rehearsal, card: GrantedCard) -> list[Check]:
+    name = card.card.id
+    maker = rehearsal.responder.manufacturer
+    checks: list[Check] = []
+    if card.card.is_partitioned:
+        if maker == "nvidia":
+            profiles = len(card.card.status.physical_sliced.profiles)
+            detail = f"MIG mode on: {profiles} profiles offered"
+            checks.append(
+                Check(name, "mig-partitioning", "partitioned", State.OK, Depth.DECLARED, detail)
+            )
+        else:
+            checks.append(
+                Check(
+                    name,
+                    "partitioning",
+                    "partitioned",
+                    State.UNAVAILABLE,
+                    Depth.DECLARED,
+                    reason=f"the card is in a partitioning mode and this agent serves no "
+                    f"{maker} partitions",
+                )
+            )
+        return checks
+    checks.append(injection_check(rehearsal, card))
+    if not card.card.is_logically_sliceable:
+        return checks + [
+            Check(name, capability, "sliced", State.NOT_DECLARED, Depth.DECLARED)
+            for capability in ("sliced-runtime-loaded", "sliced-quota-in-force")
+        ]
+    if not rehearsal.responder.slices:
+        why = f"this agent serves no {maker} slices, so the node does not publish them"
+        return checks + [
+            Check(name, capability, "sliced", State.NOT_DECLARED, Depth.DECLARED, reason=why)
+            for capability in ("sliced-runtime-loaded", "sliced-quota-in-force")
+        ]
+    try:
+        owner = rehearsal.slice(card, "main", 50)
+    except Exception as error:
+        return checks + [
+            refused(name, capability, "sliced", str(error))
+            for capability in ("sliced-quota-in-force", "sidecar-visibility", "co-tenancy")
+        ]
+    missing = staged_libraries(owner, rehearsal.host_root)
+    if missing:
+        checks.append(
+            refused(
+                name,
+                "sliced-runtime-loaded",
+                "sliced",
+                f"not staged on the host: {', '.join(missing)}",
+            )
+        )
+    else:
+        staged = "every library the slice mounts is staged on the host; " + NO_PROBE
+        checks.append(rendered(name, "sliced-runtime-loaded", "sliced", "", staged))
+    checks.append(rendered(name, "sliced-quota-in-force", "sliced", quota_of(owner)))
+    checks.append(sidecar_check(rehearsal, card, owner))
+    checks.append(co_tenancy_check(rehearsal, card))
+    return checks
+
+
+def sidecar_check(rehearsal: Rehearsal, card: GrantedCard, owner: ContainerResponse) -> Check:
+    name = card.card.id
+    try:
+        sidecar = rehearsal.shown(card, Mode.VISIBILITY)
+    except Exception as error:
+        return refused(name, "sidecar-visibility", "visibility", str(error))
+    wider = set(sidecar.devices) - set(owner.devices)
+    named = {k: v for k, v in sidecar.envs.items() if owner.envs.get(k, v) != v}
+    if wider or named:
+        shown = sorted(d.host_path for d in wider) + sorted(named)
+        return refused(
+            name,
+            "sidecar-visibility",
+            "visibility",
+            f"the sidecar would be shown what its owner was not granted: {shown}",
+        )
+    only = "the sidecar is shown only its owner's card"
+    why = "answered by rendering: a measured answer needs the owner still running"
+    return rendered(name, "sidecar-visibility", "visibility", only, why)
+
+
+def co_tenancy_check(rehearsal: Rehearsal, card: GrantedCard) -> Check:
+    name = card.card.id
+    try:
+        first = rehearsal.slice(card, "tenant-a", 25)
+        second = rehearsal.slice(card, "tenant-b", 25)
+    except Exception as error:
+        return refused(name, "co-tenancy", "sliced", str(error))
+    quotas = quota_of(first), quota_of(second)
+    if not all(quotas):
+        return refused(
+            name, "co-tenancy", "sliced", "a second slice of the card carries no quota of its own"
+        )
+    return rendered(
+        name,
+        "co-tenancy",
+        "sliced",
+        f"two slices of the card, each with its own quota ({quotas[0]})",
+    )
+
+
+def _cards(groups: Iterable[DevicesGroup]) -> Cards:
+    return tuple(GrantedCard(group, card) for group in groups for card in group.accelerators)
+
+
+def manufacturer_report(
+    found: DetectionPass,
+    host: HostAnswer | None,
+    responder: Responder | None,
+    runtime: str,
+    nodes: DeviceNodes,
+    host_root: str,
+    now: str,
+) -> ManufacturerReport:
+    detection = detection_answer(found, host)
+    if responder is None:
+        note = f"this agent has no responder for {found.manufacturer}: no allocation is served"
+        return ManufacturerReport(found.manufacturer, now, detection, note=note)
+    with tempfile.TemporaryDirectory(prefix="gpustack-preflight-") as pods:
+        rehearsal = Rehearsal(responder, runtime, nodes, host_root, pods)
+        checks = [check for card in _cards(found.groups) for check in card_checks(rehearsal, card)]
+    return ManufacturerReport(found.manufacturer, now, detection, tuple(checks))
+
+
+def preflight_responder(name: str, share: ContainerShare | None) -> Responder | None:
+    """The responder a preflight drives: Ascend's reads its share flag and never writes it."""
+    if name == "ascend":
+        return Ascend(lambda: ReadOnlyShare(share))
+    return RESPONDERS.get(name)
+
+
+def run_host(argv: Sequence[str]) -> tuple[int, str]:
+    if shutil.which(argv[0]) is None:
+        raise OSError(f"{argv[0]} is not installed")
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
+    return done.returncode, done.stdout
+
+
+def preflight(
+    passes: Sequence[DetectionPass],
+    table: ManufacturerTable,
+    nodes: DeviceNodes,
+    host_root: str,
+    run: Runner = run_host,
+    share: Callable[[], ContainerShare | None] = lambda: None,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Report:
+    now = clock().strftime("%Y-%m-%dT%H:%M:%SZ")
+    entries = []
+    for found in passes:
+        maker = found.manufacturer
+        ascend_share = share() if maker == "ascend" and found.groups else None
+        entries.append(
+            manufacturer_report(
+                found,
+                ask_host(maker, host_root, run),
+                preflight_responder(maker, ascend_share),
+                table[maker].runtime_name if maker in table else "",
+                nodes,
+                host_root,
+                now,
+            )
+        )
+    return Report(tuple(entries), now)
