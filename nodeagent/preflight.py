@@ -314,7 +314,7 @@ def quota_of(response: ContainerResponse) -> str:
     quota = sorted(
         f"{name}={value}"
         for name, value in response.envs.items()
-        if "LIMIT" in name or "QUOTA" in name or "QOS" in name
+        if any(word in name for word in ("LIMIT", "QUOTA", "QOS", "CU_MASK"))
     )
     configs = [m.host_path for m in response.mounts if m.host_path.endswith(".config")]
     for path in configs:

@@ -21,6 +21,7 @@ import os
 import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from chain.accelerators import Accelerator
@@ -30,7 +31,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import AllocationRecord
 from chain.quantity import parse_quantity
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.response import ContainerResponse, DeviceNode
+from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 
 OPERATOR_LIB_DIR = "/var/lib/gpustack/operator/lib"
 """Where the device manager's init container stages the preload libraries on the host."""
@@ -139,14 +140,45 @@ def unless_declared(
             envs[name] = value
 
 
+def memory_limits(cards: Cards, limits: SlicedLimits, prefix: str) -> dict[str, str]:
+    """`<prefix><i>` = each card's VRAM cap in bare MiB, by its position in the grant."""
+    return {
+        f"{prefix}{position}": str(memory_limit_mib(granted.group.memory, limits))
+        for position, granted in enumerate(cards)
+    }
+
+
+def ledgered_preload(
+    request: SliceRequest,
+    manufacturer: str,
+    library_dir: str,
+    files: Sequence[str],
+    ledger: str,
+) -> ContainerResponse:
+    """The mounts and directories of a preload library that keeps its accounting in a
+    per-container ledger region (AMD, T-Head): `/etc/ld.so.preload`, the library and its tools
+    under `library_dir`, all read-only from the manufacturer's staged directory, and `ledger`
+    (the region's directory in the container, `/var/run/<name>`) from `run/<name>` under the
+    container's work directory."""
+    staged = f"{request.lib_dir}/{manufacturer}"
+    region = request.work_dir + ledger.removeprefix("/var")
+    mounts = (
+        Mount(LD_SO_PRELOAD, f"{staged}/ld.so.preload", read_only=True),
+        *(Mount(f"{library_dir}/{name}", f"{staged}/{name}", read_only=True) for name in files),
+        Mount(ledger, region),
+    )
+    return ContainerResponse(mounts=mounts, directories=(request.work_dir, region))
+
+
 def pod_work_dir(pod_uid: str, container: str, pods_dir: str = OPERATOR_PODS_DIR) -> str:
     """The per-container working directory on the host; collected once the Pod is gone."""
     return f"{pods_dir}/{pod_uid}/c-{container}"
 
 
 class DeviceNodes:
-    """The host's device nodes, read under `root` (the agent mounts the host's `/dev` at
-    `/dev`); `SimulatedNodes` stands in for them in tests and simulated nodes."""
+    """The host's device nodes and the few host files a responder reads (a card's topology
+    under `/sys`), read under `root` (the agent mounts the host's `/dev` and `/sys` at the same
+    paths); `SimulatedNodes` stands in for them in tests and simulated nodes."""
 
     def __init__(self, root: str = "/") -> None:
         self.root = root
@@ -167,6 +199,20 @@ class DeviceNodes:
             return None
         return os.minor(found.st_rdev)
 
+    def read(self, path: str) -> str | None:
+        """A host file's text; None when it cannot be read."""
+        try:
+            return Path(self.root, path.lstrip("/")).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def listing(self, path: str) -> list[str]:
+        """The names in a host directory, sorted; empty when it cannot be read."""
+        try:
+            return sorted(entry.name for entry in Path(self.root, path.lstrip("/")).iterdir())
+        except OSError:
+            return []
+
     def required(self, path: str, what: str) -> DeviceNode:
         """The node at `path`; ValueError naming `what` when the host does not expose it (a
         container started without it would have no accelerator and no error)."""
@@ -181,11 +227,21 @@ class DeviceNodes:
 
 class SimulatedNodes(DeviceNodes):
     """A host whose device nodes are the keys of `minors` (character devices, with those
-    minor numbers)."""
+    minor numbers) and whose readable files are `files` (path to text)."""
 
-    def __init__(self, minors: Mapping[str, int]) -> None:
+    def __init__(self, minors: Mapping[str, int], files: Mapping[str, str] | None = None) -> None:
         super().__init__("/")
         self.minors = dict(minors)
+        self.files = dict(files or {})
+
+    def read(self, path: str) -> str | None:
+        return self.files.get(path)
+
+    def listing(self, path: str) -> list[str]:
+        prefix = path.rstrip("/") + "/"
+        return sorted(
+            {f[len(prefix) :].split("/", 1)[0] for f in self.files if f.startswith(prefix)}
+        )
 
     def exists(self, path: str) -> bool:
         return path in self.minors

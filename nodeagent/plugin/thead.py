@@ -19,16 +19,18 @@ caveat the library cannot detect, not an error.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nodeagent.plugin.grants import (
-    LD_SO_PRELOAD,
     Cards,
     DeviceNodes,
     SliceRequest,
     VendorResponder,
-    memory_limit_mib,
+    ledgered_preload,
+    memory_limits,
     unless_declared,
 )
-from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
+from nodeagent.plugin.response import ContainerResponse, DeviceNode
 
 MANUFACTURER = "thead"
 CONTROL_NODES = ("/dev/alixpu", "/dev/alixpu_ctl")
@@ -80,21 +82,9 @@ class Thead(VendorResponder):
         envs = {
             "HGGC_DEVICE_SM_LIMIT": str(request.limits.cores()),
             "HGGC_LEDGER_PATH": f"{LEDGER_DIR}/ledger",
+            **memory_limits(cards, request.limits, "HGGC_DEVICE_MEMORY_LIMIT_"),
         }
-        for position, granted in enumerate(cards):
-            mib = memory_limit_mib(granted.group.memory, request.limits)
-            envs[f"HGGC_DEVICE_MEMORY_LIMIT_{position}"] = str(mib)
         unless_declared(envs, QUIET, request.declared)
-        vendor_lib = f"{request.lib_dir}/{MANUFACTURER}"
-        ledger = request.work_dir + "/run/vppu"
-        mounts = (
-            Mount(LD_SO_PRELOAD, f"{vendor_lib}/ld.so.preload", read_only=True),
-            *(
-                Mount(f"{LIBRARY_DIR}/{name}", f"{vendor_lib}/{name}", read_only=True)
-                for name in ("hgml_dlsym_hook.so", "hggc_quota.so", "ppu-monitor")
-            ),
-            Mount(LEDGER_DIR, ledger),
-        )
-        return ContainerResponse(
-            envs=envs, mounts=mounts, devices=devices, directories=(request.work_dir, ledger)
-        )
+        tools = ("hgml_dlsym_hook.so", "hggc_quota.so", "ppu-monitor")
+        kit = ledgered_preload(request, MANUFACTURER, LIBRARY_DIR, tools, LEDGER_DIR)
+        return replace(kit, envs=envs, devices=devices)

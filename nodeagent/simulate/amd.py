@@ -11,7 +11,7 @@ driverVersion: "6.10.5"         # the amdgpu driver
 numa: {"0": "0-47"}
 models:
   mi300x: {marketName: AMD Instinct MI300X, deviceId: "0x74a1", computeUnits: 304,
-           gfx: gfx942, vramMib: 196592}
+           gfx: gfx942, vramMib: 196592, shaderEngines: 32, xcc: 8}   # the KFD topology
 cards:
   - {model: mi300x, bdf: "0000:05:00.0", serial: "0x5B4C6E3A7D2F1A09", drm: [1, 128],
      numaNode: 0}                 # optional: uncorrectable: N (UMC ECC errors)
@@ -29,6 +29,7 @@ from typing import Any
 
 from chain import fields
 from nodeagent.detect.sysfs import Sysfs
+from nodeagent.plugin.amd_topology import KFD_NODES, render_properties
 from nodeagent.plugin.grants import SimulatedNodes
 
 AMD_VENDOR = "0x1002"
@@ -44,6 +45,8 @@ class AmdModel:
     compute_units: int
     gfx: str
     vram_mib: int
+    shader_engines: int = 0
+    xcc: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,24 @@ class AmdProfile:
     description: str = ""
 
     def device_nodes(self) -> SimulatedNodes:
-        """`/dev/kfd` and each card's DRM nodes, numbered as the profile says."""
+        """`/dev/kfd` and each card's DRM nodes, numbered as the profile says, and each card's
+        KFD topology node (one SIMD array per shader engine, four SIMDs per CU)."""
         minors = {KFD: 0}
-        for card in self.cards:
+        files = {}
+        for number, card in enumerate(self.cards, start=1):
             minors[f"/dev/dri/card{card.drm[0]}"] = card.drm[0]
             minors[f"/dev/dri/renderD{card.drm[1]}"] = card.drm[1]
-        return SimulatedNodes(minors)
+            files[f"{KFD_NODES}/{number}/properties"] = render_properties(
+                {
+                    "simd_count": 4 * card.model.compute_units,
+                    "array_count": card.model.shader_engines,
+                    "simd_arrays_per_engine": 1,
+                    "simd_per_cu": 4,
+                    "drm_render_minor": card.drm[1],
+                    "num_xcc": card.model.xcc,
+                }
+            )
+        return SimulatedNodes(minors, files)
 
 
 def parse_amd_profile(name: str, body: fields.Obj) -> AmdProfile:
@@ -85,6 +100,8 @@ def parse_amd_profile(name: str, body: fields.Obj) -> AmdProfile:
             compute_units=fields.integer(model, "computeUnits", where, required=True),
             gfx=fields.string(model, "gfx", where, required=True),
             vram_mib=fields.integer(model, "vramMib", where, required=True),
+            shader_engines=fields.integer(model, "shaderEngines", where),
+            xcc=fields.integer(model, "xcc", where),
         )
     cards = []
     for card, where in fields.items(body, "cards", "$", required=True):

@@ -3,9 +3,11 @@
 The real `python -m nodeagent serve --manufacturer amd` detects them through the real AMD
 detector (over the simulated `amdsmi` surface and sysfs), reports Devices and labels that
 nfd-master and the chain's hooks turn into a pool with its queue, registers AMD's device
-plugins (no `.sliced` one: AMD slices are not served, so none are published either), and
-answers a kubelet Allocate with AMD's own injection: `/dev/kfd` and the card's DRM nodes, and
-`AMD_VISIBLE_DEVICES=none`. The grant reaches the Pod's annotation and the ledger.
+plugins, and answers kubelet's Allocate calls with AMD's own injection: for a whole card
+`/dev/kfd` and the card's DRM nodes with `AMD_VISIBLE_DEVICES=none`; for a slice also the
+`libvrocm.so` memory cap and a compute window in `HSA_CU_MASK`, read from the card's (simulated)
+KFD topology and placed beside the card's other slice. The grants reach the Pods' annotations
+and the ledger.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from tests.e2e.test_pools import forget_pool
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 GPU = "amd.com/gpu"
+SHARED = GPU + ".shared"
+SLICED = GPU + ".sliced"
 POOL = "gpustack--amd-instinct-mi300x-linux-amd64"
 MI300X = "acceleratable.feature.gpustack.ai/amd-instinct-mi300x"
 
@@ -52,14 +56,14 @@ def test_an_amd_node_is_pooled_and_its_cards_allocated(
     cards = {token.split(":")[1] for token in exclusive}
     assert cards == {"GPU-5b4c6e3a7d2f1a09", "GPU-1e0f2d3c4b5a6978"}
     registered = {resource for resource, _ in kubelet.registrations}
-    assert registered == {GPU, GPU + ".shared", "device.gpustack.ai/amd.visibility"}
+    assert registered == {GPU, SHARED, SLICED, "device.gpustack.ai/amd.visibility"}
 
-    # Detected and published, without the slices no AMD plugin hands out.
+    # Detected and published: 128 slices a card.
     devices = wait_for(lambda: kube.get(WORKER, "Devices", amd_node.name), 60, "the Devices")
     [group] = Devices.parse(devices).spec.groups
     assert (group.id, group.manufacturer, group.memory) == ("instinct-mi300x", "amd", 196592)
     assert [card.physical_indexes for card in group.accelerators] == [(1, 128), (2, 129)]
-    assert not any(card.status.logical_sliced for card in group.accelerators)
+    assert {card.status.logical_sliced.count for card in group.accelerators} == {128}
 
     # nfd-master labels the Node; the chain makes a pool and its queue of it.
     wait_for(
@@ -116,3 +120,37 @@ def test_an_amd_node_is_pooled_and_its_cards_allocated(
         return held.mode if held is not None else None
 
     wait_for(lambda: mode() == Mode.EXCLUSIVE, 15, "the ledger to charge the AMD card")
+
+    # Two quarter slices land on the other card: a memory cap each, side-by-side CU windows
+    # (25 % of 304 CUs is 76, aligned down to the 8-XCC atom: 72).
+    kubelet.wait_devices(SLICED, lambda d: len(d) > 0, timeout=30)
+    masks = []
+    for name in ("slice-a", "slice-b"):
+        limits = {
+            SLICED: "1",
+            f"{SLICED}.cores-percentage": "25",
+            f"{SLICED}.memory-percentage": "25",
+        }
+        sliced = kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": amd_node.namespace},
+                "spec": {
+                    "nodeName": amd_node.name,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "busybox",
+                            "resources": {"limits": limits, "requests": limits},
+                        }
+                    ],
+                },
+            }
+        )
+        kubelet.admit(sliced)
+        envs = dict(kubelet.responses[-1][2].envs)
+        assert envs["ROCR_VISIBLE_DEVICES"] in cards - {row.id}
+        assert envs["VROCM_DEVICE_MEMORY_LIMIT_0"] == str(196592 * 25 // 100)
+        masks.append(envs["HSA_CU_MASK"])
+    assert masks == ["0:0-71", "0:72-143"]

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from chain.accelerators import Accelerator, AcceleratorStatus, LogicalSliced
+from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
 from nodeagent.detect.held import DetectionPass
 from nodeagent.plugin.grants import DeviceNodes
@@ -121,8 +124,15 @@ def test_unserved_slices_are_not_declared_and_the_nodes_are_checked(tmp_path: Pa
     assert {c.state for c in injection} == {State.UNAVAILABLE}
     assert "/dev/kfd" in injection[0].reason
     sliced = [c for c in checks if c.mode == "sliced"]
-    assert {c.state for c in sliced} == {State.NOT_DECLARED}
-    assert "serves no amd slices" in sliced[0].reason
+    assert {c.state for c in sliced} == {State.UNAVAILABLE}  # a slice needs the nodes too
+    sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=4))
+    card = Accelerator(id="dcu-0", index=0, status=sliceable)
+    group = DevicesGroup(id="k100", manufacturer="hygon", name="K100", memory=65536)
+    hygon = DetectionPass("hygon", (replace(group, accelerators=(card,)),))
+    report = preflight([hygon], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
+    unserved = [c for c in report.accelerators[0].checks if c.mode == "sliced"]
+    assert {c.state for c in unserved} == {State.NOT_DECLARED}
+    assert "serves no hygon slices" in unserved[0].reason
 
 
 def test_host_cli_counts() -> None:

@@ -94,6 +94,7 @@ WORK = "/var/lib/gpustack/operator/pods/uid-1/c-main"
 def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -> None:
     assert set(RESPONDERS) == set(manufacturers({}))
     assert {name for name in RESPONDERS if slices(name)} == {
+        "amd",
         "ascend",
         "iluvatar",
         "mthreads",
@@ -106,11 +107,11 @@ def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -
 def test_a_manufacturer_that_does_not_slice_registers_no_sliced_server(tmp_path: Path) -> None:
     table = manufacturers({})
     node = NodeState(lambda: DevicesSpec(()), FakeCluster(), FakeCluster())
-    amd = plugin_servers(node, table["amd"], str(tmp_path))
-    assert [s.allocator.resource for s in amd] == [
-        "amd.com/gpu",
-        "amd.com/gpu.shared",
-        "device.gpustack.ai/amd.visibility",
+    hygon = plugin_servers(node, table["hygon"], str(tmp_path))
+    assert [s.allocator.resource for s in hygon] == [
+        "hygon.com/dcu",
+        "hygon.com/dcu.shared",
+        "device.gpustack.ai/hygon.visibility",
     ]
     mthreads = plugin_servers(node, table["mthreads"], str(tmp_path))
     assert "mthreads.com/gpu.sliced" in [s.allocator.resource for s in mthreads]
@@ -463,16 +464,16 @@ def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
     from nodeagent.agent import published_groups
 
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=128))
-    amd = DevicesGroup(
-        id="mi300x",
-        manufacturer="amd",
-        name="MI300X",
+    hygon = DevicesGroup(
+        id="k100",
+        manufacturer="hygon",
+        name="K100",
         memory=196608,
         accelerators=(Accelerator(id="GPU-1", index=0, status=sliceable),),
     )
-    nvidia = replace(amd, id="h100", manufacturer="nvidia")
-    published = published_groups([amd, nvidia], ("amd", "nvidia"), slices)
+    nvidia = replace(hygon, id="h100", manufacturer="nvidia")
+    published = published_groups([hygon, nvidia], ("hygon", "nvidia"), slices)
     assert published[0].accelerators[0].status.logical_sliced == LogicalSliced()
     assert published[1] is nvidia
-    assert published_groups([amd], ("nvidia",), slices) == []
-    assert amd.without_logical_slices().without_logical_slices() == published[0]
+    assert published_groups([hygon], ("nvidia",), slices) == []
+    assert hygon.without_logical_slices().without_logical_slices() == published[0]
