@@ -39,6 +39,7 @@ from nodeagent.plugin.grants import (
     ledgered_preload,
     memory_limits,
     unless_declared,
+    write_host_file,
 )
 from nodeagent.plugin.response import ContainerResponse, DeviceNode
 
@@ -168,8 +169,5 @@ class Amd(VendorResponder):
                     start = place(topology, length, others.get(granted.card.id, []))
                 entries.append(mask_entry(position, start, length))
                 record.append(f"{granted.card.id} {start} {length}\n")
-            own.parent.mkdir(parents=True, exist_ok=True)
-            temporary = own.with_suffix(".tmp")
-            temporary.write_text("".join(record))
-            temporary.replace(own)
+            write_host_file(own, "".join(record))
         return entries

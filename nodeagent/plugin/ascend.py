@@ -20,7 +20,6 @@ Not done: the A5's `HCCL_TOPO_FILE_PATH` (its per-product topology table is not 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from nodeagent.plugin.grants import (
     memory_limit_mib,
     unless_declared,
     visible_devices,
+    write_host_file,
 )
 from nodeagent.plugin.response import ContainerResponse, Mount
 
@@ -206,11 +206,7 @@ class Ascend(VendorResponder):
         with self._configs:  # two slices of one card must not both take the lowest free id
             virtual = virtual_npu_id(request.pods_dir, own, physical)
             text = render_config(physical, virtual, request.limits.cores(), mib, granted.card.id)
-            own.parent.mkdir(parents=True, exist_ok=True)
-            temporary = own.with_suffix(".tmp")
-            temporary.write_text(text)
-            os.chmod(temporary, 0o644)
-            temporary.replace(own)
+            write_host_file(own, text)
         envs = {VISIBLE_DEVICES_ENV: str(index)}
         unless_declared(envs, QUIET, request.declared)
         build = f"{request.lib_dir}/{MANUFACTURER}/{cann_dir(granted)}"

@@ -170,6 +170,16 @@ def ledgered_preload(
     return ContainerResponse(mounts=mounts, directories=(request.work_dir, region))
 
 
+def write_host_file(path: Path, text: str) -> None:
+    """Write a file a slice's runtime reads on the host (mode 0644), whole or not at all: a
+    reader never sees half of it, and an agent dying mid-write leaves the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    os.chmod(temporary, 0o644)
+    temporary.replace(path)
+
+
 def pod_work_dir(pod_uid: str, container: str, pods_dir: str = OPERATOR_PODS_DIR) -> str:
     """The per-container working directory on the host; collected once the Pod is gone."""
     return f"{pods_dir}/{pod_uid}/c-{container}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chain.accelerators import Accelerator
+from chain.accelerators import Accelerator, DeviceTopology
 from chain.allocation import Code, Refusal
 from chain.devices import DevicesGroup, DevicesSpec
 from chain.ledger import Mode
@@ -96,6 +96,7 @@ def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -
     assert {name for name in RESPONDERS if slices(name)} == {
         "amd",
         "ascend",
+        "hygon",
         "iluvatar",
         "mthreads",
         "nvidia",
@@ -107,11 +108,11 @@ def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -
 def test_a_manufacturer_that_does_not_slice_registers_no_sliced_server(tmp_path: Path) -> None:
     table = manufacturers({})
     node = NodeState(lambda: DevicesSpec(()), FakeCluster(), FakeCluster())
-    hygon = plugin_servers(node, table["hygon"], str(tmp_path))
-    assert [s.allocator.resource for s in hygon] == [
-        "hygon.com/dcu",
-        "hygon.com/dcu.shared",
-        "device.gpustack.ai/hygon.visibility",
+    metax = plugin_servers(node, table["metax"], str(tmp_path))
+    assert [s.allocator.resource for s in metax] == [
+        "metax-tech.com/gpu",
+        "metax-tech.com/gpu.shared",
+        "device.gpustack.ai/metax.visibility",
     ]
     mthreads = plugin_servers(node, table["mthreads"], str(tmp_path))
     assert "mthreads.com/gpu.sliced" in [s.allocator.resource for s in mthreads]
@@ -464,16 +465,78 @@ def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
     from nodeagent.agent import published_groups
 
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=128))
-    hygon = DevicesGroup(
-        id="k100",
-        manufacturer="hygon",
-        name="K100",
+    metax = DevicesGroup(
+        id="c500",
+        manufacturer="metax",
+        name="C500",
         memory=196608,
         accelerators=(Accelerator(id="GPU-1", index=0, status=sliceable),),
     )
-    nvidia = replace(hygon, id="h100", manufacturer="nvidia")
-    published = published_groups([hygon, nvidia], ("hygon", "nvidia"), slices)
+    nvidia = replace(metax, id="h100", manufacturer="nvidia")
+    published = published_groups([metax, nvidia], ("metax", "nvidia"), slices)
     assert published[0].accelerators[0].status.logical_sliced == LogicalSliced()
     assert published[1] is nvidia
-    assert published_groups([hygon], ("nvidia",), slices) == []
-    assert hygon.without_logical_slices().without_logical_slices() == published[0]
+    assert published_groups([metax], ("nvidia",), slices) == []
+    assert metax.without_logical_slices().without_logical_slices() == published[0]
+
+
+# --- Hygon: a vdev.conf per slice -----------------------------------------------------------
+
+
+def hygon_card(cores: int = 120) -> GrantedCard:
+    group = DevicesGroup(id="k100", manufacturer="hygon", name="K100", memory=65520, cores=cores)
+    topology = DeviceTopology(pci_bus_id="0000:3d:00.0")
+    card = Accelerator(id="dcu-0", index=0, physical_indexes=(0, 128), topology=topology)
+    return GrantedCard(group, card)
+
+
+HYGON_NODES = SimulatedNodes(
+    {
+        "/dev/kfd": 0,
+        "/dev/mkfd": 0,
+        "/dev/dri/card0": 0,
+        "/dev/dri/renderD128": 128,
+        "/opt/hyhal": 0,
+        "/opt/dtk": 0,
+    }
+)
+
+
+def hygon_slice(pods: Path, pod: str, cores: int, memory: int) -> SliceRequest:
+    limits = SlicedLimits(cores_percentage=cores, memory_percentage=memory)
+    return SliceRequest(limits, pod, "main", ENVVAR, pods_dir=str(pods))
+
+
+def test_a_hygon_slice_gets_its_own_cus_in_a_vdev_conf(tmp_path: Path) -> None:
+    first = Hygon().sliced((hygon_card(),), hygon_slice(tmp_path, "uid-1", 25, 50), HYGON_NODES)
+    folder = tmp_path / "uid-1/c-main/etc/vdev/docker"
+    assert (folder / "vdev0.conf").read_text() == (
+        "PciBusId: 0000:3d:00.0\n"
+        "cu_mask: 0x000000003fffffff\n"
+        "cu_mask: 0x0000000000000000\n"
+        "cu_count: 30\n"
+        "mem: 32760 MiB\n"
+        "device_id: 0\n"
+        "vdev_id: 0\n"
+        "pipe_id: 0\n"
+        "enable: 1\n"
+    )
+    assert first.envs == {}
+    assert first.mounts == (
+        Mount("/opt/hygondriver", "/opt/dtk", read_only=True),
+        Mount("/opt/hyhal", "/opt/hyhal", read_only=True),
+        Mount("/etc/vdev/docker", str(folder), read_only=True),
+    )
+    assert first.devices[:2] == (
+        DeviceNode("/dev/kfd", "/dev/kfd", "rwm"),
+        DeviceNode("/dev/mkfd", "/dev/mkfd", "rwm"),
+    )
+    # A second slice of the card takes the next CUs and pipe; a retry keeps its file.
+    Hygon().sliced((hygon_card(),), hygon_slice(tmp_path, "uid-2", 75, 10), HYGON_NODES)
+    second = (tmp_path / "uid-2/c-main/etc/vdev/docker/vdev0.conf").read_text()
+    assert "cu_mask: 0xffffffffc0000000\ncu_mask: 0x00ffffffffffffff\ncu_count: 90\n" in second
+    assert "pipe_id: 1\n" in second
+    Hygon().sliced((hygon_card(),), hygon_slice(tmp_path, "uid-1", 25, 50), HYGON_NODES)
+    assert "cu_count: 30\n" in (folder / "vdev0.conf").read_text()
+    with pytest.raises(ValueError, match="insufficient free compute units: need 2, 0 of 120"):
+        Hygon().sliced((hygon_card(),), hygon_slice(tmp_path, "uid-3", 1, 1), HYGON_NODES)
