@@ -30,7 +30,7 @@ from nodeagent.detect.rsmi import open_rsmi
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.vendor import Library, load_library
-from tests.unit.nodeagent.vendor_data import VENDOR_DIR
+from tests.unit.nodeagent.vendor_data import VENDOR_DIR, recorded
 
 Build = Callable[[str, Path, tuple[str, ...]], Path]
 
@@ -175,7 +175,10 @@ def test_ixml(build: Build, table: ManufacturerTable) -> None:
         environ={"COREX_HOME": str(library.parents[1])},
     )
     (group,) = iluvatar.detect()
-    assert (group.name, group.memory, group.runtime_version) == ("Iluvatar BI-V150", 98304, "10.2")
+    assert (group.name, group.memory, group.runtime_version) == ("Iluvatar BI-V150", 32768, "10.2")
+    # The stand-in library and the answers the detector tests replay describe the same card.
+    replayed = recorded("iluvatar", "bi-v150-x2")["cards"][0]
+    assert (group.name, group.memory) == (replayed["name"], replayed["memory"][0] >> 20)
     assert (group.driver_version, group.compute_capability) == ("4.1.0", "8.0")
     first, second = group.accelerators
     assert first.id == "GPU-8c3d9e1f-2a4b-5c6d-7e8f-90a1b2c3d4e5"

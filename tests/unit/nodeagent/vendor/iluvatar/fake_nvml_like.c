@@ -107,7 +107,11 @@ int F(DeviceGetPciInfo_v3)(device_t device, pci_info_t *info) {
 
 int F(DeviceGetMemoryInfo_v2)(device_t device, memory_v2_t *memory) {
     if (memory->version != (sizeof(memory_v2_t) | (2u << 24))) return 25; /* ARGUMENT_VERSION_MISMATCH */
-    memory->total = 34359738368ull * 3;
+#ifdef HGML
+    memory->total = 34359738368ull * 3; /* a PPU-ZW810E: 96 GiB */
+#else
+    memory->total = 34359738368ull; /* a BI-V150: 32 GiB, as the recorded answers say */
+#endif
     memory->reserved = 0;
     memory->used = 1073741824ull * device->number;
     memory->free = memory->total - memory->used;
