@@ -133,14 +133,15 @@ def test_an_amd_slice(tmp_path: Path) -> None:
     assert Path(work, "amd-cumask").read_text() == "GPU-5b4c 0 72\n"
 
 
-def test_a_second_slice_is_placed_beside_the_first_and_a_retry_keeps_its_window(
+def test_a_second_slice_is_placed_beside_the_first_and_a_retry_keeps_its_window_across_restarts(
     tmp_path: Path,
 ) -> None:
     amd = Amd()
     amd.sliced((mi300x(),), slice_request(tmp_path, "a", 25), HOST)
     second = amd.sliced((mi300x(),), slice_request(tmp_path, "b", 25), HOST)
     assert second.envs["HSA_CU_MASK"] == "0:72-143"
-    again = amd.sliced((mi300x(),), slice_request(tmp_path, "a", 25), HOST)
+    restarted = Amd()  # a new agent process: the windows are on the host, not in memory
+    again = restarted.sliced((mi300x(),), slice_request(tmp_path, "a", 25), HOST)
     assert again.envs["HSA_CU_MASK"] == "0:0-71"
     with pytest.raises(ValueError, match="smallest slice is 3%"):
         amd.sliced((mi300x(),), slice_request(tmp_path, "c", 2), HOST)
