@@ -5,10 +5,10 @@ through every gate and its container prints the slice it was given.
 
 It builds (first run) and starts the testbed and installs the shipped manifests. The CPU-only
 Nodes of `examples/cluster.json` are registered as they are; the GPU Nodes get a real node agent
-each (`python -m nodeagent serve`, running under the shipped ServiceAccount) over simulated NVIDIA
-hardware, whose NodeFeature reaches the Node through the real nfd-master. It then waits until the
-cluster agrees with what the offline planner computes from the same Nodes, and shows the pools,
-the queues and the InstanceTypes.
+each (`python -m nodeagent serve`, running under the shipped ServiceAccount) over simulated
+NVIDIA and AMD hardware, whose NodeFeature reaches the Node through the real nfd-master. It then
+waits until the cluster agrees with what the offline planner computes from the same Nodes, and
+shows the pools, the queues and the InstanceTypes.
 """
 
 from __future__ import annotations
@@ -45,9 +45,15 @@ SAMPLE = REPO / "examples" / "cluster.json"
 DEMO_NAMESPACE = "team-a"
 # Namespaces that should not get LocalQueues in the demo (the chain setting for it).
 EXCLUDED = ["kube-node-lease", "kube-public", "kueue-system", "node-feature-discovery"]
-# GPU nodes of the demo: name -> (simulated hardware profile, cards). The card count is what
-# the kubelet would advertise for nvidia.com/gpu once the device plugin registered.
-GPU_NODES = {"gpu-t4": ("t4x4", 4), "gpu-a10g": ("a10gx1", 1), "gpu-l4": ("l4x2", 2)}
+# GPU nodes of the demo: name -> (simulated hardware profile, base resource, cards). The card
+# count is what the kubelet would advertise for the base resource once the device plugin
+# registered. One node is AMD's: its pool, queue and views come from the AMD agent alone.
+GPU_NODES = {
+    "gpu-t4": ("t4x4", "nvidia.com/gpu", 4),
+    "gpu-a10g": ("a10gx1", "nvidia.com/gpu", 1),
+    "gpu-l4": ("l4x2", "nvidia.com/gpu", 2),
+    "gpu-mi300x": ("mi300x-x2", "amd.com/gpu", 2),
+}
 
 NFD_CPU = {
     "feature.node.kubernetes.io/cpu-model.vendor_id": "AMD",
@@ -88,10 +94,10 @@ def _live(bed: Testbed) -> list[Obj]:
 
 
 def _start_agents(bed: Testbed) -> None:
-    for name, (profile, cards) in GPU_NODES.items():
+    for name, (profile, base, cards) in GPU_NODES.items():
         register_node(
             bed.kube,
-            node_object(name, cpu="32", labels=NFD_CPU, capacity={"nvidia.com/gpu": str(cards)}),
+            node_object(name, cpu="32", labels=NFD_CPU, capacity={base: str(cards)}),
         )
         # Its token names its node (the agent's admission policy confines it to that node).
         run_agent(bed, name, profile, "--period", "1", "--redetect-every", "5")
@@ -183,7 +189,7 @@ def main(root: Path | None = None) -> int:
         print(
             f"registered {len(cpu_nodes)} CPU Nodes from {SAMPLE.relative_to(REPO)} and "
             f"{len(GPU_NODES)} GPU Nodes, each with a node agent on simulated hardware: "
-            + ", ".join(f"{n} ({p})" for n, p in GPU_NODES.items())
+            + ", ".join(f"{n} ({p})" for n, (p, _, _) in GPU_NODES.items())
         )
 
         wait_for(lambda: _converged(bed), 180, "the cluster to converge to the planner's pools")
