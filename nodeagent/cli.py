@@ -171,7 +171,7 @@ def detect(args: argparse.Namespace) -> int:
     with ExitStack() as stack:
         if args.simulate:
             host = stack.enter_context(simulated_host(args.simulate))
-            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
@@ -195,7 +195,7 @@ def run_preflight(args: argparse.Namespace) -> int:
         share: Callable[[], ContainerShare | None] = open_dcmi
         if args.simulate:
             host = stack.enter_context(simulated_host(args.simulate))
-            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             nodes = host.device_nodes or nodes
             share = _no_share
         else:
@@ -272,7 +272,7 @@ def serve(args: argparse.Namespace) -> int:
         profile = simulated_profile(args.simulate, node)
         if profile:
             host = stack.enter_context(simulated_host(profile))
-            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.amdsmi)
+            setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             partitions, device_nodes = host.nvml, host.device_nodes
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))

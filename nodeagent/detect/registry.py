@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chain.manufacturers import ManufacturerTable
 from chain.settings import StartupEnv
 from nodeagent.detect.amd import AMD, AmdDetector
-from nodeagent.detect.amdsmi import AmdSmi
 from nodeagent.detect.ascend import ASCEND, AscendDetector
 from nodeagent.detect.base import Detector
 from nodeagent.detect.cambricon import CAMBRICON, CambriconDetector
@@ -36,21 +35,22 @@ ALL = "all"
 
 @dataclass(frozen=True)
 class DetectorSetup:
-    """What every detector may need; `nvml` and `amdsmi` replace the real libraries
-    (simulation)."""
+    """What every detector may need. In simulation `nvml` replaces NVIDIA's library and
+    `injected` hands other detectors theirs (manufacturer -> constructor keywords, e.g.
+    `{"amd": {"smi": ...}}`)."""
 
     table: ManufacturerTable
     env: StartupEnv
     sysfs: Sysfs
     nvml: Nvml | None = None
-    amdsmi: AmdSmi | None = None
+    injected: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
 
 
 def _vendor(
     name: str, kind: Callable[..., Detector], **library: Callable[[DetectorSetup], object]
 ) -> Callable[[DetectorSetup], Detector]:
     """A detector over the vendor interface of the host (opened on the first pass), or over
-    the simulated one `library` picks from the setup (`nvml=...`), when there is one."""
+    the simulated one the setup carries (`library` picks NVML; `injected` the others)."""
 
     def build(setup: DetectorSetup) -> Detector:
         return kind(
@@ -58,6 +58,7 @@ def _vendor(
             maker=setup.table[name],
             group_id_with_memory=setup.env.devices_group_id_with_memory,
             **{keyword: pick(setup) for keyword, pick in library.items()},
+            **setup.injected.get(name, {}),
         )
 
     return build
@@ -65,7 +66,7 @@ def _vendor(
 
 DETECTORS: Mapping[str, Callable[[DetectorSetup], Detector]] = {
     NVIDIA: _vendor(NVIDIA, NvidiaDetector, nvml=lambda setup: setup.nvml),
-    AMD: _vendor(AMD, AmdDetector, smi=lambda setup: setup.amdsmi),
+    AMD: _vendor(AMD, AmdDetector),
     ASCEND: _vendor(ASCEND, AscendDetector),
     CAMBRICON: _vendor(CAMBRICON, CambriconDetector),
     HYGON: _vendor(HYGON, HygonDetector),

@@ -21,7 +21,7 @@ cards:
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,26 +198,35 @@ class SimulatedAmdSmi:
         return (True, self.profile.rocm_version)
 
 
-def write_amd_sysfs(profile: AmdProfile, root: Path) -> Sysfs:
-    """The cards on the PCI bus with their NUMA node, their DRM nodes under the driver's binding
-    directory, and the NUMA nodes' CPU lists."""
-    for card in profile.cards:
-        device = root / "sys/bus/pci/devices" / card.bdf
+def write_pci_sysfs(
+    root: Path,
+    vendor: str,
+    device_class: str,
+    cards: Iterable[tuple[str, int]],
+    numa: Mapping[int, str] | None,
+) -> Sysfs:
+    """Cards `(bus id, NUMA node)` of `vendor` on the PCI bus, and the NUMA nodes' CPU lists."""
+    for bus, node in cards:
+        device = root / "sys/bus/pci/devices" / bus
         device.mkdir(parents=True, exist_ok=True)
-        for name, value in (
-            ("vendor", AMD_VENDOR),
-            ("class", DISPLAY_CLASS),
-            ("numa_node", str(card.numa_node)),
-        ):
+        for name, value in (("vendor", vendor), ("class", device_class), ("numa_node", str(node))):
             (device / name).write_text(value + "\n", encoding="ascii")
-        drm = root / DRM_DIR / card.bdf / "drm"
-        for entry in (f"card{card.drm[0]}", f"renderD{card.drm[1]}"):
-            (drm / entry).mkdir(parents=True, exist_ok=True)
-    for node, cpus in (profile.numa or {}).items():
+    for node, cpus in (numa or {}).items():
         folder = root / "sys/devices/system/node" / f"node{node}"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "cpulist").write_text(cpus + "\n", encoding="ascii")
     return Sysfs(root)
+
+
+def write_amd_sysfs(profile: AmdProfile, root: Path) -> Sysfs:
+    """The cards on the PCI bus with their NUMA node and their DRM nodes under the driver's
+    binding directory."""
+    for card in profile.cards:
+        drm = root / DRM_DIR / card.bdf / "drm"
+        for entry in (f"card{card.drm[0]}", f"renderD{card.drm[1]}"):
+            (drm / entry).mkdir(parents=True, exist_ok=True)
+    placed = ((card.bdf, card.numa_node) for card in profile.cards)
+    return write_pci_sysfs(root, AMD_VENDOR, DISPLAY_CLASS, placed, profile.numa)
 
 
 @contextmanager

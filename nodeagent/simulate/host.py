@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.plugin.grants import DeviceNodes
-from nodeagent.simulate.amd import SimulatedAmdSmi, parse_amd_profile, simulated_amd_node
+from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
+from nodeagent.simulate.recorded_host import PCI_VENDORS, recording_of, simulated_nvmlike_node
 from nodeagent.simulate.sysfs import simulated_node
 
 
@@ -19,7 +20,8 @@ from nodeagent.simulate.sysfs import simulated_node
 class SimulatedHost:
     sysfs: Sysfs
     nvml: SimulatedNvml | None = None
-    amdsmi: SimulatedAmdSmi | None = None
+    injected: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """Another manufacturer's simulated library, as its detector's keywords (`DetectorSetup`)."""
     device_nodes: DeviceNodes | None = None
     """The `/dev` nodes Allocate checks and injects; None: the real host's."""
 
@@ -34,13 +36,20 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
             nvidia = parse_profile(path.stem, body)
         elif maker == "amd":
             amd = parse_amd_profile(path.stem, body)
+        elif maker in PCI_VENDORS:
+            recording_of(body)
         else:
-            raise ValueError(f"simulates {maker!r} hardware; simulated here: nvidia, amd")
+            simulated = ", ".join(("nvidia", "amd", *PCI_VENDORS))
+            raise ValueError(f"simulates {maker!r} hardware; simulated here: {simulated}")
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     if maker == "nvidia":
         with simulated_node(nvidia) as (nvml, sysfs):
             yield SimulatedHost(sysfs, nvml=nvml)
+    elif maker in PCI_VENDORS:
+        with simulated_nvmlike_node(maker, body) as (library, sysfs, nodes):
+            yield SimulatedHost(sysfs, injected={maker: {"interface": library}}, device_nodes=nodes)
     else:
         with simulated_amd_node(amd) as (smi, sysfs):
-            yield SimulatedHost(sysfs, amdsmi=smi, device_nodes=amd.device_nodes())
+            injected = {"amd": {"smi": smi}}
+            yield SimulatedHost(sysfs, injected=injected, device_nodes=amd.device_nodes())

@@ -7,13 +7,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
-from nodeagent.detect.amd import AmdDetector
+from chain.settings import StartupEnv
 from nodeagent.detect.nvidia import NvidiaDetector
+from nodeagent.detect.registry import DETECTORS, DetectorSetup
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate import Profile, SimulatedNvml, load_profile, simulated_node
 from nodeagent.simulate.host import simulated_host
@@ -38,14 +40,14 @@ def nvidia_node(
 
 def detect(profile: Profile | str, with_memory: bool = False) -> tuple[DevicesGroup, ...]:
     """The groups the manufacturer's real detector reports for a simulated node."""
-    if isinstance(profile, str) and profile_manufacturer(read_profile_file(profile)[1]) == "amd":
+    maker = "nvidia"
+    if isinstance(profile, str):
+        maker = profile_manufacturer(read_profile_file(profile)[1])
+    if isinstance(profile, str) and maker != "nvidia":
         with simulated_host(profile) as host:
-            return AmdDetector(
-                smi=host.amdsmi,
-                sysfs=host.sysfs,
-                maker=manufacturers({})["amd"],
-                group_id_with_memory=with_memory,
-            ).detect()
+            env = replace(StartupEnv(), devices_group_id_with_memory=with_memory)
+            setup = DetectorSetup(manufacturers({}), env, host.sysfs, host.nvml, host.injected)
+            return DETECTORS[maker](setup).detect()
     with nvidia_node(profile, with_memory) as (detector, _, _):
         return detector.detect()
 

@@ -19,8 +19,9 @@ from nodeagent.detect.ascend import (
     toolkit_version,
 )
 from nodeagent.detect.dcmi import ChipInfo, Dcmi, EccInfo, HbmInfo, MemoryInfo, open_dcmi
+from nodeagent.simulate.recorded import refuse
 from tests.unit.nodeagent.helpers import write
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded, refuse
+from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
 class FakeDcmi:

@@ -10,8 +10,9 @@ import pytest
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.cambricon import CambriconDetector, neuware_version
 from nodeagent.detect.cndev import Cndev, MluMemory, open_cndev
+from nodeagent.simulate.recorded import refuse
 from tests.unit.nodeagent.helpers import write
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded, refuse
+from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
 class FakeCndev:

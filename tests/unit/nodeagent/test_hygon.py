@@ -11,8 +11,9 @@ from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.hygon import HygonDetector, dtk_version, graphics_target, rsmi_candidates
 from nodeagent.detect.rsmi import Rsmi, bus_id_of, open_rsmi
 from nodeagent.detect.sysfs import Sysfs
+from nodeagent.simulate.recorded import refuse
 from tests.unit.nodeagent.helpers import write
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded, refuse
+from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 DRM_DIR = "sys/module/hycu/drivers/pci:hycu"
 

@@ -11,19 +11,19 @@ from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.iluvatar import IluvatarDetector
 from nodeagent.detect.nvmlike import IXML_SYMBOLS, NvmlLike, open_nvmlike
 from nodeagent.detect.sysfs import pci_address
-from tests.unit.nodeagent.fake_nvmlike import FakeNvmlLike
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
+from nodeagent.simulate.recorded import RecordedNvmlLike
+from tests.unit.nodeagent.vendor_data import fake_sysfs, nvmlike
 
 BI_V150 = "Iluvatar BI-V150"
 
 
-def detector(ixml: FakeNvmlLike, tmp_path: Path, table: ManufacturerTable) -> IluvatarDetector:
+def detector(ixml: RecordedNvmlLike, tmp_path: Path, table: ManufacturerTable) -> IluvatarDetector:
     buses = [pci_address(card["bus"]) for card in ixml.cards if "bus" in card]
     return IluvatarDetector(ixml, fake_sysfs(tmp_path, "1e3e", buses), table["iluvatar"])
 
 
 def test_the_fake_is_an_nvml_like_surface() -> None:
-    surface: NvmlLike = FakeNvmlLike(recorded("iluvatar", "bi-v150-x2"))  # checked by mypy
+    surface: NvmlLike = nvmlike("iluvatar", "bi-v150-x2")  # checked by mypy
     assert surface.device_count() == 3
 
 
@@ -38,7 +38,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_two_bi_v150(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeNvmlLike(recorded("iluvatar", "bi-v150-x2")), tmp_path, table).detect()
+    (group,) = detector(nvmlike("iluvatar", "bi-v150-x2"), tmp_path, table).detect()
     assert (group.id, group.name, group.memory) == ("bi-v150", BI_V150, 32768)
     assert (group.driver_version, group.runtime_version, group.compute_capability) == (
         "4.1.0",
@@ -55,7 +55,7 @@ def test_two_bi_v150(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
-    ixml = FakeNvmlLike(recorded("iluvatar", "mr-v100-partial"))
+    ixml = nvmlike("iluvatar", "mr-v100-partial")
     (group,) = detector(ixml, tmp_path, table).detect()
     (card,) = group.accelerators  # the first card's memory query failed
     assert (group.runtime_version, group.compute_capability) == ("", "")
@@ -63,12 +63,12 @@ def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeNvmlLike(recorded("iluvatar", "bi-v150-x2")), tmp_path, table).monitor()
+    metrics = detector(nvmlike("iluvatar", "bi-v150-x2"), tmp_path, table).monitor()
     assert [(m.memory_used_mib, m.unhealthy) for m in metrics] == [(512, False), (0, True)]
 
 
 def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    ixml = FakeNvmlLike(recorded("iluvatar", "bi-v150-x2"))
+    ixml = nvmlike("iluvatar", "bi-v150-x2")
     ixml.count_refused = True
     assert detector(ixml, tmp_path, table).detect() == ()
 
@@ -77,7 +77,7 @@ def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> No
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    ixml = FakeNvmlLike(recorded("iluvatar", "bi-v150-x2"))
+    ixml = nvmlike("iluvatar", "bi-v150-x2")
     ixml.cards[0][key] = value
     with pytest.raises(ValueError):
         detector(ixml, tmp_path, table).detect()

@@ -10,7 +10,8 @@ import pytest
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.metax import MetaxDetector, product_line
 from nodeagent.detect.mxsml import MxDeviceInfo, MxMemory, Mxsml, open_mxsml
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded, refuse
+from nodeagent.simulate.recorded import refuse
+from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 DRM_DIR = "sys/module/metax/drivers/pci:metax"
 

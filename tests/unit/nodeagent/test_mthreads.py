@@ -10,7 +10,8 @@ import pytest
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.mthreads import MthreadsDetector
 from nodeagent.detect.mtml import MtMemory, Mtml
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded, refuse
+from nodeagent.simulate.recorded import refuse
+from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
 class FakeMtml:

@@ -15,13 +15,13 @@ from nodeagent.detect.sysfs import pci_address
 from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.thead_mig import agree_within_groups, memory_slices, physical_sliced
 from nodeagent.detect.vendor import CardReading
-from tests.unit.nodeagent.fake_nvmlike import FakeNvmlLike
-from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
+from nodeagent.simulate.recorded import RecordedNvmlLike
+from tests.unit.nodeagent.vendor_data import fake_sysfs, nvmlike
 
 PPU = "PPU-ZW810E"
 
 
-def detector(hgml: FakeNvmlLike, tmp_path: Path, table: ManufacturerTable) -> TheadDetector:
+def detector(hgml: RecordedNvmlLike, tmp_path: Path, table: ManufacturerTable) -> TheadDetector:
     buses = [pci_address(card["bus"]) for card in hgml.cards]
     return TheadDetector(hgml, fake_sysfs(tmp_path, "1ded", buses), table["thead"])
 
@@ -34,7 +34,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_two_ppus_one_in_mig_mode(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeNvmlLike(recorded("thead", "ppu-zw810e-x2")), tmp_path, table).detect()
+    (group,) = detector(nvmlike("thead", "ppu-zw810e-x2"), tmp_path, table).detect()
     assert (group.id, group.name, group.memory, group.cores) == ("ppu-zw810e", PPU, 98304, 8192)
     assert (group.driver_version, group.runtime_version, group.compute_capability) == (
         "1.5.2",
@@ -73,7 +73,7 @@ def test_two_ppus_one_in_mig_mode(tmp_path: Path, table: ManufacturerTable) -> N
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeNvmlLike(recorded("thead", "ppu-zw810e-x2")), tmp_path, table).monitor()
+    metrics = detector(nvmlike("thead", "ppu-zw810e-x2"), tmp_path, table).monitor()
     assert [(m.memory_total_mib, m.memory_used_mib, m.unhealthy) for m in metrics] == [
         (98304, 1024, True),
         (98304, 0, False),
@@ -81,14 +81,14 @@ def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_mig_mode_unreadable_means_logical_slices(tmp_path: Path, table: ManufacturerTable) -> None:
-    hgml = FakeNvmlLike(recorded("thead", "ppu-zw810e-x2"))
+    hgml = nvmlike("thead", "ppu-zw810e-x2")
     hgml.cards[1]["mig_mode"] = "refused"
     (group,) = detector(hgml, tmp_path, table).detect()
     assert {card.status.logical_sliced.count for card in group.accelerators} == {128}
 
 
 def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    hgml = FakeNvmlLike(recorded("thead", "ppu-zw810e-x2"))
+    hgml = nvmlike("thead", "ppu-zw810e-x2")
     hgml.count_refused = True
     assert detector(hgml, tmp_path, table).detect() == ()
 
@@ -97,7 +97,7 @@ def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> No
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    hgml = FakeNvmlLike(recorded("thead", "ppu-zw810e-x2"))
+    hgml = nvmlike("thead", "ppu-zw810e-x2")
     hgml.cards[1][key] = value
     with pytest.raises(ValueError):
         detector(hgml, tmp_path, table).detect()
@@ -106,7 +106,7 @@ def test_malformed_answers_fail_the_pass(
 def test_profiles_a_card_publishes_twice_differently_are_withheld(
     tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    hgml = FakeNvmlLike(recorded("thead", "ppu-zw810e-x2"))
+    hgml = nvmlike("thead", "ppu-zw810e-x2")
     profiles = hgml.cards[1]["profiles"]
     profiles.append(
         {**profiles[1], "profile": 12, "id": 20, "name": "MIG 2g24gb", "instance_count": 3}

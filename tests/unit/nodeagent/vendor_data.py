@@ -8,20 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.detect.vendor import VendorError
+from nodeagent.simulate.recorded import RecordedNvmlLike
 from tests.unit.nodeagent.helpers import write
 
 VENDOR_DIR = Path(__file__).parent / "vendor"
-REFUSED = -8005
-"""The code the fakes answer a refused query with (any non-zero code reads the same)."""
 
 
 def recorded(manufacturer: str, name: str) -> Any:
     return json.loads((VENDOR_DIR / manufacturer / f"{name}.json").read_text(encoding="utf-8"))
-
-
-def refuse(call: str) -> VendorError:
-    return VendorError(call, REFUSED)
 
 
 def fake_sysfs(
@@ -43,3 +37,8 @@ def fake_sysfs(
             (root / drm_dir / address / "drm" / node).mkdir(parents=True, exist_ok=True)
     write(root / f"sys/devices/system/node/node{numa}/cpulist", "0-31")
     return Sysfs(root)
+
+
+def nvmlike(manufacturer: str, name: str) -> RecordedNvmlLike:
+    """IXML or HGML answering from one of the recordings."""
+    return RecordedNvmlLike(recorded(manufacturer, name))

@@ -1,4 +1,10 @@
-"""An NVML-shaped library (IXML, HGML) answering from a recording."""
+"""Vendor libraries answering from a recording: what a simulated host's detectors read, and
+what the detector tests replay.
+
+A recording is the document `tests/unit/nodeagent/vendor/<manufacturer>/*.json` holds and a
+shipped profile's `recording:` carries: the driver's versions and a list of cards, each with the
+answers its queries give. An answer `"refused"` (or a missing one) fails the query with a vendor
+error code, as a driver that cannot answer does."""
 
 from __future__ import annotations
 
@@ -6,13 +12,19 @@ from typing import Any
 
 from chain.partitions import Placement
 from nodeagent.detect.nvmlike import InstanceProfile
-from tests.unit.nodeagent.vendor_data import refuse
+from nodeagent.detect.vendor import VendorError
 
 HANDLE_BASE = 0x5000
+REFUSED = -8005
+"""The code a refused query fails with (any non-zero code reads the same)."""
 
 
-class FakeNvmlLike:
-    """Handles are `HANDLE_BASE + position`; `"refused"` answers fail with a vendor code."""
+def refuse(call: str) -> VendorError:
+    return VendorError(call, REFUSED)
+
+
+class RecordedNvmlLike:
+    """IXML or HGML (`NvmlLike`): handles are `HANDLE_BASE + position`."""
 
     def __init__(self, recording: dict[str, Any]) -> None:
         self.cards: list[dict[str, Any]] = recording["cards"]
