@@ -43,6 +43,7 @@ from kubeapi import Kube, Obj
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache
 from nodeagent.detect.loop import DetectionRound
+from nodeagent.metrics import LEDGER
 from nodeagent.node_events import ACTION, detection_events, held_back_event
 from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
 
@@ -126,6 +127,8 @@ class Reporter:
         groups = published_groups(current.groups, self.owned, self.slices)
         self._node_feature(groups, node["metadata"]["uid"])
         devices = self._devices(node, groups)
+        if devices is not None and not self.ledger:
+            LEDGER.observe(devices)  # no ledger to keep: the cards alone
         if self.ledger and devices is not None:
             devices = Devices.parse(self._write_ledger(devices.render()))
         node = self._capacity(node, devices)
@@ -222,7 +225,9 @@ class Reporter:
         rebuilt = rebuild_status(
             current.spec, [PodAllocations.from_pod(pod) for pod in pods], self.release_terminated
         )
-        summary = Devices(current.name, current.spec, rebuilt.status).summary()
+        ledger = Devices(current.name, current.spec, rebuilt.status)
+        LEDGER.observe(ledger)
+        summary = ledger.summary()
         shown = (devices.get("status") or {}).get("summary")
         if rebuilt.status == current.status and shown == summary:
             return devices

@@ -47,6 +47,7 @@ from nodeagent.detect.registry import (
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
+from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin.ascend import ContainerShare
 from nodeagent.plugin.grants import DeviceNodes
@@ -263,7 +264,7 @@ def serve(args: argparse.Namespace) -> int:
     health = Health(stale_after=3 * args.period + 30)
     with ExitStack() as stack:
         if args.health_port:
-            probes = serve_health(health, args.health_port)
+            probes = serve_health(health, args.health_port, metrics=exposition)
             stack.callback(probes.shutdown)
         # The partitioned plugin cuts MIG instances through the same NVML the detector reads
         # (the simulator keeps its instances in that one object).

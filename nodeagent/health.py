@@ -4,7 +4,8 @@
 a loop that has not beaten for `stale_after` seconds (stuck in a driver call, say) answers 503,
 so the kubelet restarts the Pod. `/readyz` answers 200 once a report has reached the API server
 (the node's NodeFeature and Devices are written) and the loop is alive: until then the node's
-pools do not know its cards. Both are plain text; nothing else is served.
+pools do not know its cards. Both are plain text. `/metrics` serves `nodeagent.metrics` in
+Prometheus' text format when the agent hands it over (`metrics`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class Health:
@@ -36,12 +39,21 @@ class Health:
         return self.reported and self.live()
 
 
-def serve(health: Health, port: int, host: str = "") -> ThreadingHTTPServer:
-    """Answer the probes from a daemon thread; `shutdown()` the returned server to stop."""
+def serve(
+    health: Health,
+    port: int,
+    host: str = "",
+    metrics: Callable[[], bytes] | None = None,
+) -> ThreadingHTTPServer:
+    """Answer the probes (and the scrapes) from a daemon thread; `shutdown()` the returned
+    server to stop."""
     answers: dict[str, Callable[[], bool]] = {"/healthz": health.live, "/readyz": health.ready}
 
     class Probe(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/metrics" and metrics is not None:
+                self._answer(200, metrics().decode(), PROMETHEUS_TEXT)
+                return
             check = answers.get(self.path)
             if check is None:
                 self._answer(404, "not found\n")
@@ -50,10 +62,10 @@ def serve(health: Health, port: int, host: str = "") -> ThreadingHTTPServer:
             else:
                 self._answer(503, f"{self.path.strip('/')} failing\n")
 
-        def _answer(self, code: int, text: str) -> None:
+        def _answer(self, code: int, text: str, kind: str = "text/plain") -> None:
             body = text.encode()
             self.send_response(code)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

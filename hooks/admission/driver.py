@@ -74,6 +74,14 @@ from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
 from hooks.admission.lifecycle import keep_lifecycle_in_background
+from hooks.admission.metrics import (
+    VERDICT_SECONDS,
+    VERDICTS,
+    WRITE_FAILURES,
+    exposition,
+    since,
+    watch,
+)
 from hooks.admission.pool_cards import keep_pool_cards_in_background
 from hooks.admission.seed import seed_in_background
 from hooks.admission.writes import Write, Writers
@@ -548,6 +556,7 @@ class Driver:
             try:
                 written = write.reply.result()
             except (KubeError, requests.RequestException) as err:
+                WRITE_FAILURES.inc()
                 self.promises.written.pop(key, None)
                 self.indexed.pop(key, None)
                 self.judged.pop(key, None)
@@ -562,6 +571,10 @@ class Driver:
             self.judged[key] = str(_meta(written).get("resourceVersion", ""))
 
     def _wrote(self, wl: Obj, verdict: Verdict, written: Obj) -> None:
+        VERDICTS.labels(str(verdict.state)).inc()
+        waited = since(_reserved_at(wl))
+        if waited is not None:
+            VERDICT_SECONDS.labels(str(verdict.state)).observe(waited)
         log.info(
             "%s verdict %s/%s: %s %s",
             self.elector.identity,
@@ -748,7 +761,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Unhealthy too until every cache has been listed: a verdict needs them all.
     heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period), started=False)
     if args.health_port >= 0:
-        serve_health(heartbeat, args.health_port)
+        serve_health(heartbeat, args.health_port, metrics=exposition)
     seed_in_background(kube, os.environ)
     if args.webhook_service:
         target = Target(
@@ -781,6 +794,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         events=events,
         renew_aside=True,
     )
+    watch(lambda: len(driver.promises.written), lambda: elector.leading)
     stopping = threading.Event()
     # SIGTERM (a rollout, a drained node): end within a period, then hand the Lease over at
     # once instead of letting the next replica wait for it to lapse.

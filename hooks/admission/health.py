@@ -35,11 +35,25 @@ class Heartbeat:
         return self.clock() - self._beat <= self.stale_after
 
 
-def serve_health(heartbeat: Heartbeat, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-    """Serve `/healthz` on a daemon thread; returns the server (its port when `port` is 0)."""
+def serve_health(
+    heartbeat: Heartbeat,
+    port: int,
+    host: str = "0.0.0.0",
+    metrics: Callable[[], bytes] | None = None,
+) -> ThreadingHTTPServer:
+    """Serve `/healthz` (and `/metrics`, given `metrics`) on a daemon thread; returns the server
+    (its port when `port` is 0)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/metrics" and metrics is not None:
+                body = metrics()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if self.path != "/healthz":
                 self.send_error(404)
                 return

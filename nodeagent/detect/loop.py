@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from chain.devices import DevicesGroup
 from nodeagent.detect.base import CardKey
 from nodeagent.detect.held import DetectionPass, ManufacturerDetection
+from nodeagent.metrics import DETECTION_PASSES
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,9 @@ class DetectLoop:
         current = DetectionRound(
             tuple(entry.detect(self.no_pci_check) for entry in self.detections)
         )
+        for found in current.passes:
+            result = "measured" if found.measured else "failed"
+            DETECTION_PASSES.labels(found.manufacturer, result).inc()
         if self.holding_back:
             if not current.detected:
                 maker = self.expected[0]

@@ -23,6 +23,7 @@ from chain.allocation import Refusal, plugin_socket, served_modes
 from chain.ledger import Mode
 from chain.manufacturers import Manufacturer
 from kubeapi.events import WARNING, EventRecorder
+from nodeagent.metrics import ALLOCATE_REFUSALS, ALLOCATE_SECONDS
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
 from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes
@@ -169,25 +170,36 @@ class DevicePluginService:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no container request")
         ids = list(request.container_requests[0].devices_ids)
         attempt = Attempt(self.deadline_s)
-        work = self.workers.submit(self.allocator.allocate, ids, attempt)
+        resource = self.allocator.resource
+        started = time.monotonic()
+        outcome = "failed"
         try:
-            response = work.result(timeout=max(attempt.left(), 0.0))
-        except futures.TimeoutError:
-            if attempt.abandon():
-                context.abort(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"allocation did not finish within {self.deadline_s}s",
-                )
-            response = work.result()  # it was delivered just as the wait ran out
-        except Refusal as refusal:
-            if isinstance(refusal, RefusedFor) and self.events is not None:
-                note = f"{self.allocator.resource}: {refusal.message}"
-                pod = {**refusal.pod, "apiVersion": "v1", "kind": "Pod"}  # listed items lack both
-                self.events.event(pod, WARNING, REFUSED_REASON, note, action="Allocate")
-            context.abort(getattr(grpc.StatusCode, refusal.code.name), refusal.message)
-        except Late as late:
-            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(late))
-        return api.AllocateResponse(container_responses=[response.to_message()])
+            work = self.workers.submit(self.allocator.allocate, ids, attempt)
+            try:
+                response = work.result(timeout=max(attempt.left(), 0.0))
+            except futures.TimeoutError:
+                if attempt.abandon():
+                    outcome = "late"
+                    context.abort(
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                        f"allocation did not finish within {self.deadline_s}s",
+                    )
+                response = work.result()  # it was delivered just as the wait ran out
+            except Refusal as refusal:
+                outcome = "refused"
+                ALLOCATE_REFUSALS.labels(resource, refusal.code.value).inc()
+                if isinstance(refusal, RefusedFor) and self.events is not None:
+                    note = f"{resource}: {refusal.message}"
+                    pod = {**refusal.pod, "apiVersion": "v1", "kind": "Pod"}  # listed: no kind
+                    self.events.event(pod, WARNING, REFUSED_REASON, note, action="Allocate")
+                context.abort(getattr(grpc.StatusCode, refusal.code.name), refusal.message)
+            except Late as late:
+                outcome = "late"
+                context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, str(late))
+            outcome = "granted"
+            return api.AllocateResponse(container_responses=[response.to_message()])
+        finally:
+            ALLOCATE_SECONDS.labels(resource, outcome).observe(time.monotonic() - started)
 
     def PreStartContainer(self, request: Any, context: Any) -> Any:
         return protos.deviceplugin().PreStartContainerResponse()

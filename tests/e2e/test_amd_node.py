@@ -12,6 +12,7 @@ and the ledger.
 
 from __future__ import annotations
 
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -154,3 +155,18 @@ def test_an_amd_node_is_pooled_and_its_cards_allocated(
         assert envs["VROCM_DEVICE_MEMORY_LIMIT_0"] == str(196592 * 25 // 100)
         masks.append(envs["HSA_CU_MASK"])
     assert masks == ["0:0-71", "0:72-143"]
+
+    # The agent's metrics saw it all: three grants, the exclusive card's units, the slices.
+    def scraped() -> str:
+        url = f"http://127.0.0.1:{amd_node.health_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return str(reply.read().decode())
+
+    text = scraped()
+    assert f'gpustack_allocate_seconds_count{{outcome="granted",resource="{GPU}"}} 1.0' in text
+    assert f'gpustack_allocate_seconds_count{{outcome="granted",resource="{SLICED}"}} 2.0' in text
+    held = (
+        f'gpustack_card_allocated_units{{card="{row.id}",group="instinct-mi300x",'
+        f'manufacturer="amd",mode="exclusive"}} 1.6e+06'
+    )
+    wait_for(lambda: held in scraped(), 15, "the ledger's units in the agent's metrics")

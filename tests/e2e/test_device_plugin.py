@@ -29,7 +29,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.units import RESOURCE_MAX_UNITS
 from testbed.drivers import run_agent
-from testbed.harness import Testbed, pid_alive
+from testbed.harness import Testbed, free_port, pid_alive
 from testbed.install import Installed
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
@@ -48,6 +48,8 @@ class PluginNode:
     name: str
     namespace: str
     kubelet: KubeletEmulator
+    health_port: int = 0
+    """Where the agent serves its probes and `/metrics`."""
 
 
 @pytest.fixture
@@ -75,6 +77,7 @@ def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[Pl
     root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
     kubelet = KubeletEmulator(root)
     register_node(kube, node_object(name, cpu="16"))
+    port = free_port()
     if nfd:
         kube.apply(nfd_worker_feature(name))
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -86,10 +89,12 @@ def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[Pl
         # watch, not through detection rounds.
         "--period",
         "30",
+        "--health-port",
+        str(port),
         *kubelet.agent_flags(root / "pods"),
     )
     try:
-        yield PluginNode(name, namespace, kubelet)
+        yield PluginNode(name, namespace, kubelet, port)
     finally:
         testbed.stop(f"agent-{name}")
         kubelet.stop()

@@ -379,3 +379,24 @@ def test_every_gunicorn_deployment_loads_the_shared_log_settings() -> None:
         container = served[2]
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
         assert "--config=python:hooks.gunicorn_conf" in argv, deployment["metadata"]["name"]
+
+
+def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
+    """The optional component's PodMonitor and NetworkPolicy reach the port every component
+    serving `/metrics` names `health` (the node agents, the verdict driver)."""
+    monitoring = {o["kind"]: o for o in kustomize(MANIFESTS / "monitoring")}
+    monitor, policy = monitoring["PodMonitor"], monitoring["NetworkPolicy"]
+    selected = monitor["spec"]["selector"]["matchLabels"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("health", "/metrics")
+    assert policy["spec"]["podSelector"]["matchLabels"] == selected
+    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health"]
+    serving = _of("DaemonSet") + [
+        d for d in _of("Deployment") if d["metadata"]["name"] == "gpustack-admission-driver"
+    ]
+    assert len(serving) == 10  # nine agents and the driver
+    for workload in serving:
+        template = workload["spec"]["template"]
+        assert selected.items() <= template["metadata"]["labels"].items()
+        ports = [p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])]
+        assert "health" in ports, workload["metadata"]["name"]

@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from chain.feasibility import POOL_READY, POOL_RETRY, PROMISED, State, Verdict
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.queues import NODE_DEVICES_CHECK, NODE_DEVICES_CONTROLLER
 from chain.units import RESOURCE_MAX_UNITS
+from hooks.admission import metrics
 from hooks.admission.caches import Caches
 from hooks.admission.driver import (
     FIELD_MANAGER,
@@ -465,3 +467,44 @@ def test_healthz_follows_the_heartbeat() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_verdicts_promises_and_the_lease_are_measured() -> None:
+    def sample(name: str, **labels: str) -> float:
+        return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    ready, retry = (sample("gpustack_verdicts_total", state=s) for s in ("Ready", "Retry"))
+    waited = sample("gpustack_verdict_seconds_count", state="Ready")
+    first, second = pending(workload(2, "n1", name="w1")), pending(workload(2, "n1", name="w2"))
+    for wl in (first, second):  # reserved a minute ago, as Kueue stamps it
+        wl["status"]["conditions"] = [
+            {
+                "type": "QuotaReserved",
+                "status": "True",
+                "lastTransitionTime": "2026-12-02T06:00:00Z",
+            }
+        ]
+    kube = _world(first, second)
+    driver = _driver(kube)
+    metrics.watch(lambda: len(driver.promises.written), lambda: driver.elector.leading)
+    driver.step()
+    assert sample("gpustack_verdicts_total", state="Ready") == ready + 1
+    assert sample("gpustack_verdicts_total", state="Retry") == retry + 1
+    assert sample("gpustack_verdict_seconds_count", state="Ready") == waited + 1
+    assert sample("gpustack_promises") == 1  # the Ready, until the cache shows it
+    assert sample("gpustack_lease_leading") == 1
+    server = serve_health(Heartbeat(30), 0, "127.0.0.1", metrics=metrics.exposition)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            assert 'gpustack_verdicts_total{state="Ready"}' in reply.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_time_since_quota_reservation() -> None:
+    now = datetime(2026, 12, 2, 6, 0, 10, tzinfo=UTC)
+    assert metrics.since("2026-12-02T06:00:00Z", now) == 10.0
+    assert metrics.since("", now) is None
+    assert metrics.since("yesterday", now) is None
