@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from chain.feasibility import State, check_state
 from chain.queues import NODE_DEVICES_CHECK
+from chain.workload_state import State, check_state
 from testbed.kube import Obj
 from testbed.workloads import condition
 

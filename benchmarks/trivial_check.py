@@ -17,8 +17,9 @@ from collections.abc import Callable, Sequence
 
 from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
-from chain.feasibility import State, Verdict
 from chain.queues import NODE_DEVICES_CONTROLLER
+from chain.verdicts import Verdict
+from chain.workload_state import State
 from hooks.admission.driver import (
     FIELD_MANAGER,
     active_patch,

@@ -1,7 +1,7 @@
 """`python -m hooks.admission.driver`: the serialized loop that answers `gpustack-node-devices`.
 
 Kueue owns a Workload's status, so no Metacontroller hook may write it (DESIGN §2). This loop
-judges one Workload at a time with the pure verdict (`chain.feasibility.judge`) and applies only
+judges one Workload at a time with the pure verdict (`chain.verdicts.judge`) and applies only
 its own `status.admissionChecks` entries by server-side apply: its own field manager, `force`
 (Kueue co-owns the entry after every reset), and `resourceVersion` (a stale read fails with 409
 instead of overwriting). It keeps the AdmissionCheck Active, and a Lease (`lease`) makes sure
@@ -19,7 +19,7 @@ Followers keep their caches warm and judge nothing. A verdict looks at the Nodes
 (found by hostname in an index of the Node cache), or at the flavor's pool when an assignment
 names no nodes, and at those nodes' Devices and Pods (indexed by node).
 
-Who holds which cards (`chain.feasibility.Holdings`) and which Workloads wait for a verdict are
+Who holds which cards (`chain.holdings.Holdings`) and which Workloads wait for a verdict are
 kept across passes and read again only for the Workloads that moved, then updated after each
 verdict: each verdict sees the promises of the ones before it, and a burst of n Workloads costs
 O(n) parsing, not O(n^2).
@@ -51,25 +51,18 @@ import requests
 
 from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
+from chain.charged_pods import charged_pods
+from chain.charging import flavor_scope
 from chain.devices import Devices
-from chain.feasibility import (
-    Holdings,
-    Snapshot,
-    State,
-    Verdict,
-    charged_pods,
-    check_state,
-    flavor_scope,
-    judge,
-    needs_verdict,
-    workload_shares,
-)
+from chain.holdings import Holdings
 from chain.labels import HOSTNAME
 from chain.ledger_merge import busier_ledger
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from chain.queues import NODE_DEVICES_CONTROLLER
 from chain.settings import StartupEnv
+from chain.verdicts import Snapshot, Verdict, judge
+from chain.workload_state import State, check_state, needs_verdict, workload_shares
 from hooks.admission.caches import Caches
 from hooks.admission.health import Heartbeat, serve_health
 from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector

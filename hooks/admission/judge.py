@@ -16,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from chain.apis import CORE_V1, KUEUE_API, NODE, RESOURCE_FLAVOR, WORKER_API, WORKLOAD
+from chain.charged_pods import charged_pods
 from chain.devices import DEVICES_KIND, Devices
-from chain.feasibility import Snapshot, charged_pods, judge, workload_shares
 from chain.labels import HOSTNAME
 from chain.manufacturers import ManufacturerTable
 from chain.queues import NODE_DEVICES_CHECK
+from chain.verdicts import Snapshot, judge
+from chain.workload_state import workload_shares
 from hooks.shell import DECORATOR_REQUEST_SCHEMA, BadRequest, Obj, ObjectMap, object_path, validate
 
 POD = "Pod"

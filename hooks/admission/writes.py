@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from chain.feasibility import Verdict
+from chain.verdicts import Verdict
 from kubeapi import Kube, Obj
 
 

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from chain.feasibility import NODE_RETRY, PROMISED
 from chain.names import local_queue_name
 from chain.queues import NODE_DEVICES_CHECK
+from chain.verdicts import NODE_RETRY, PROMISED
 from hooks.admission.lease import LEASE_NAME, LEASE_NAMESPACE
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed

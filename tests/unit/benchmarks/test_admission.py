@@ -25,9 +25,10 @@ from benchmarks.admission_events import (
     verdict_pace,
 )
 from chain.devices import Devices
-from chain.feasibility import NODE_READY, Snapshot, State, judge
 from chain.manufacturers import manufacturers
 from chain.queues import NODE_DEVICES_CHECK
+from chain.verdicts import NODE_READY, Snapshot, judge
+from chain.workload_state import State
 
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 FLAVOR = "gpustack--nvidia-tesla-t4-linux-amd64-8c"

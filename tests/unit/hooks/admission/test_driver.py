@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from chain.feasibility import POOL_READY, POOL_RETRY, PROMISED, State, Verdict
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.queues import NODE_DEVICES_CHECK, NODE_DEVICES_CONTROLLER
 from chain.units import RESOURCE_MAX_UNITS
+from chain.verdicts import POOL_READY, POOL_RETRY, PROMISED, Verdict
+from chain.workload_state import State
 from hooks.admission import metrics
 from hooks.admission.caches import Caches
 from hooks.admission.driver import (

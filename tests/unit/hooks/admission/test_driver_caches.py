@@ -13,23 +13,17 @@ from typing import Any
 import pytest
 import requests
 
-import chain.feasibility as feasibility
+import chain.holdings as holdings
+import chain.verdicts as verdicts
 import hooks.admission.driver as driver_module
 from chain.devices import Devices
-from chain.feasibility import (
-    NODE_RETRY,
-    PROMISED,
-    Holdings,
-    Snapshot,
-    State,
-    Verdict,
-    judge,
-    workload_shares,
-)
+from chain.holdings import Holdings
 from chain.labels import KUEUE_PODSET, KUEUE_WORKLOAD
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import default_manufacturers
 from chain.units import RESOURCE_MAX_UNITS
+from chain.verdicts import NODE_RETRY, PROMISED, Snapshot, Verdict, judge
+from chain.workload_state import State, workload_shares
 from hooks.admission.caches import Indexed, nodes_by_hostname, pods_by_node
 from hooks.admission.driver import Driver, as_written, verdict_patch
 from hooks.admission.health import Heartbeat
@@ -127,7 +121,8 @@ def test_a_burst_is_judged_in_linear_time_without_reading_the_api(
         calls[0] += 1
         return workload_shares(wl, table)
 
-    monkeypatch.setattr(feasibility, "workload_shares", counted)
+    monkeypatch.setattr(verdicts, "workload_shares", counted)
+    monkeypatch.setattr(holdings, "workload_shares", counted)
     monkeypatch.setattr("hooks.admission.driver.workload_shares", counted)
     driver = _driver(kube)
     reads = kube.reads

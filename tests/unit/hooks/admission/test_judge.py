@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from chain.feasibility import NODE_READY, NODE_RETRY, POOL_READY, POOL_RETRY, PROMISED
+from chain.verdicts import NODE_READY, NODE_RETRY, POOL_READY, POOL_RETRY, PROMISED
 from tests.unit.hooks.admission.helpers import GPU, client, post
 
 FLAVOR = "gpustack--generic--nvidia-t4-linux-amd64-2d"

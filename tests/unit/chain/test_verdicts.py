@@ -12,9 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chain.charged_pods import charged_pods
+from chain.charging import Demand, Miss, demands, first_miss
 from chain.devices import Devices
 from chain.families import Family
-from chain.feasibility import (
+from chain.ledger import Mode
+from chain.ledger_rebuild import PodAllocations
+from chain.manufacturers import ManufacturerTable, manufacturers
+from chain.requests import PodDemand
+from chain.topology_assignment import Domain, hostname_domains
+from chain.units import RESOURCE_MAX_UNITS
+from chain.verdicts import (
     LEDGER_NOT_READY,
     NO_KEY,
     NODE_READY,
@@ -26,26 +34,11 @@ from chain.feasibility import (
     PROMISE_FLAVOR,
     PROMISED,
     UNRESOLVED,
-    Demand,
-    Domain,
-    Miss,
-    Share,
     Snapshot,
-    State,
     Verdict,
-    charged_pods,
-    demands,
-    fit,
-    holds_cards,
-    hostname_domains,
     judge,
-    needs_verdict,
 )
-from chain.ledger import Mode
-from chain.ledger_rebuild import PodAllocations
-from chain.manufacturers import ManufacturerTable, manufacturers
-from chain.requests import PodDemand
-from chain.units import RESOURCE_MAX_UNITS
+from chain.workload_state import Share, State, holds_cards, needs_verdict
 
 TABLE = manufacturers({})
 GPU = "nvidia.com/gpu"
@@ -645,7 +638,7 @@ def test_a_shared_demand_of_a_billion_pods_misses_at_once() -> None:
     """Once no host has room for a share, none appears later in the same verdict: the fit stops
     there instead of trying every one of the PodSet's Pods."""
     demand = Demand(Family.SHARED, 10**9, holders=((1, 10**9),))
-    assert fit([], demand) == Miss.CARDS
+    assert first_miss([], demand) == Miss.CARDS
 
 
 def test_mixed_slice_sizes_are_placed_together() -> None:
