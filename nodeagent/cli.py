@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -49,14 +50,14 @@ from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
-from nodeagent.plugin.ascend import ContainerShare
-from nodeagent.plugin.grants import DeviceNodes
+from nodeagent.plugin.ascend import Ascend, ContainerShare
+from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
-from nodeagent.simulate.host import simulated_host
+from nodeagent.simulate.host import SimulatedHost, simulated_host
 
 HOST_ROOT = "/host"
 """Where a preflight container finds the host's root filesystem (bind-mounted read-only)."""
@@ -198,7 +199,7 @@ def run_preflight(args: argparse.Namespace) -> int:
             host = stack.enter_context(simulated_host(args.simulate))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             nodes = host.device_nodes or nodes
-            share = _no_share
+            share = partial(_simulated_share, host)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
@@ -211,9 +212,9 @@ def run_preflight(args: argparse.Namespace) -> int:
     return report.exit_status()
 
 
-def _no_share() -> ContainerShare | None:
-    """A simulated host has no DCMI library to read the container-share flag from."""
-    return None
+def _simulated_share(host: SimulatedHost) -> ContainerShare | None:
+    """A simulated host's DCMI container-share flag (None where it has no Ascend card)."""
+    return host.ascend_share
 
 
 def simulated_profile(flag: str | None, node: str) -> str | None:
@@ -270,11 +271,14 @@ def serve(args: argparse.Namespace) -> int:
         # (the simulator keeps its instances in that one object).
         partitions: MigNvml | None
         device_nodes: DeviceNodes | None = None
+        responders: dict[str, Responder] = {}
         profile = simulated_profile(args.simulate, node)
         if profile:
             host = stack.enter_context(simulated_host(profile))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             partitions, device_nodes = host.nvml, host.device_nodes
+            if host.ascend_share is not None:  # its DCMI's share flag, not the host's library
+                responders["ascend"] = Ascend(partial(_simulated_share, host))
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = cast(MigNvml | None, load_nvml())
@@ -299,6 +303,7 @@ def serve(args: argparse.Namespace) -> int:
                 environ=os.environ,
                 journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
                 device_nodes=device_nodes,
+                responders=responders,
             )
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger

@@ -8,8 +8,9 @@ Three questions per manufacturer, each answerable on its own (node-agent §7.1):
    `chroot`). A count that differs from the detector's is `unavailable`: the host has cards this
    agent cannot see.
 2. **can they be sliced**: the manufacturer's own responder renders a slice of each card (half
-   its memory), and the quota it would inject is asserted on (`sliced-quota-in-force`); every
-   library the slice would mount must be staged on the host (`sliced-runtime-loaded`).
+   its memory and compute), and the quota it would inject is asserted on
+   (`sliced-quota-in-force`); every library the slice would mount must be staged on the host
+   (`sliced-runtime-loaded`).
 3. **can they be managed while sliced**: `sidecar-visibility` (an owner's slice, then its
    sidecar's visibility grant, which must name nothing the owner was not granted) and
    `co-tenancy` (two slices of one card, each with its own quota).
@@ -298,8 +299,10 @@ class Rehearsal:
         maker = self.responder.manufacturer
         return Channel(maker, self.runtime, pod_runtime_class=self.runtime)
 
-    def slice(self, card: GrantedCard, container: str, memory_percentage: int) -> ContainerResponse:
-        limits = SlicedLimits(memory_percentage=memory_percentage)
+    def slice(self, card: GrantedCard, container: str, share: int) -> ContainerResponse:
+        """A slice of `share` percent of the card's memory and compute (a spatial partition
+        such as Hygon's then leaves the rehearsal's next slices their room)."""
+        limits = SlicedLimits(cores_percentage=share, memory_percentage=share)
         request = SliceRequest(
             limits, "preflight", container, self._channel(), pods_dir=self.pods_dir
         )
@@ -309,17 +312,26 @@ class Rehearsal:
         return self.responder.shown((card,), mode, self._channel(), self.nodes)
 
 
+QUOTA_FILES = (".config", ".conf")
+"""Quota files a slice's runtime reads (Ascend's `npu_info.config`, Hygon's `vdev<i>.conf`)."""
+QUOTA_WORDS = ("quota", "cu_count", "mem:")
+
+
 def quota_of(response: ContainerResponse) -> str:
-    """What a sliced response says the container's limit is (its quota variables or file)."""
+    """What a sliced response says the container's limit is: its quota variables, and the
+    quota lines of the files it mounts (a file, or the files of a mounted directory)."""
     quota = sorted(
         f"{name}={value}"
         for name, value in response.envs.items()
         if any(word in name for word in ("LIMIT", "QUOTA", "QOS", "CU_MASK"))
     )
-    configs = [m.host_path for m in response.mounts if m.host_path.endswith(".config")]
-    for path in configs:
-        text = Path(path).read_text() if Path(path).is_file() else ""
-        quota += [line for line in text.splitlines() if "quota" in line]
+    for mount in response.mounts:
+        source = Path(mount.host_path)
+        files = sorted(source.iterdir()) if source.is_dir() else [source]
+        for path in files:
+            if path.suffix in QUOTA_FILES and path.is_file():
+                lines = path.read_text().splitlines()
+                quota += [line for line in lines if any(w in line for w in QUOTA_WORDS)]
     return ", ".join(quota)
 
 

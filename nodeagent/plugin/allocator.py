@@ -60,6 +60,7 @@ from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percenta
 from nodeagent.plugin.grants import (
     OPERATOR_PODS_DIR,
     DeviceNodes,
+    Responder,
     SlicedLimits,
     SliceRequest,
     declared_env,
@@ -155,6 +156,7 @@ class Allocator:
         make_dirs: Callable[[str], None] = _make_dirs,
         pods_dir: str = OPERATOR_PODS_DIR,
         nodes: DeviceNodes | None = None,
+        responder: Responder | None = None,
     ) -> None:
         if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
@@ -167,6 +169,7 @@ class Allocator:
         self.make_dirs = make_dirs
         self.pods_dir = pods_dir
         self.nodes = nodes or DeviceNodes()
+        self.responder = responder or responder_for(maker.name)
 
     # --- ListAndWatch -----------------------------------------------------------------------
 
@@ -490,7 +493,7 @@ class Allocator:
         threading.Thread(target=retry, name=f"give-back-{name}", daemon=True).start()
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
-        responder = responder_for(self.maker.name)
+        responder = self.responder
         if responder is None:
             raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name}")
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))

@@ -22,6 +22,7 @@ import os
 import threading
 from pathlib import Path
 
+from nodeagent.plugin.amd_topology import card_topology
 from nodeagent.plugin.drm import optional_drm_nodes
 from nodeagent.plugin.grants import (
     Cards,
@@ -102,7 +103,7 @@ class Hygon(VendorResponder):
         folder = Path(request.work_dir + VDEV_DIR)
         with self._slots:  # two slices of one card must not both take the lowest free CUs
             for position, granted in enumerate(cards):
-                self._write_slot(folder, position, granted, request)
+                self._write_slot(folder, position, granted, request, nodes)
         mounts = [*shown.mounts, Mount(VDEV_DIR, str(folder), read_only=True)]
         if nodes.exists(DTK):
             mounts.insert(0, Mount("/opt/hygondriver", DTK, read_only=True))
@@ -111,7 +112,12 @@ class Hygon(VendorResponder):
         )
 
     def _write_slot(
-        self, folder: Path, position: int, granted: GrantedCard, request: SliceRequest
+        self,
+        folder: Path,
+        position: int,
+        granted: GrantedCard,
+        request: SliceRequest,
+        nodes: DeviceNodes,
     ) -> None:
         if position >= VDEV_IDS:
             raise ValueError(
@@ -123,7 +129,8 @@ class Hygon(VendorResponder):
             kept = read_vdev(own.read_text())
             if kept.get("PciBusId") == [bus] and kept.get("vdev_id") == [str(position)]:
                 return
-        total = granted.group.cores
+        # The detector reads no CU count (ROCm SMI has none); the driver's KFD topology does.
+        total = granted.group.cores or card_topology(nodes, granted).compute_units
         if total > MASK_BITS:
             raise ValueError(f"card compute unit count {total} exceeds the 128-bit cu_mask width")
         need = min(-(-request.limits.cores() * total // 100), total)

@@ -27,7 +27,7 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
-from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes
+from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
     Channel,
@@ -105,6 +105,7 @@ class DevicePlugins:
         journal: Path | None = None,
         record_events: bool = True,
         device_nodes: DeviceNodes | None = None,
+        responders: Mapping[str, Responder] | None = None,
     ) -> None:
         """`env` carries the switches (release of finished Pods, the sliced gate, identifying
         through the kubelet); `environ` the per-manufacturer injection strategy
@@ -149,6 +150,8 @@ class DevicePlugins:
         )
         self.pods_dir = pods_dir
         self.device_nodes = device_nodes
+        self.responders = {**RESPONDERS, **(responders or {})}
+        """Each manufacturer's responder (a simulated host replaces Ascend's, for its DCMI)."""
         """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
@@ -196,6 +199,7 @@ class DevicePlugins:
                 channel=self._channel(self.table[name]),
                 events=self.events,
                 nodes=self.device_nodes,
+                responder=self.responders.get(name),
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)
@@ -211,7 +215,7 @@ class DevicePlugins:
         """How this manufacturer's grants reach containers; the host is read only for `auto`
         (containerd's config, the CDI specs), once per manufacturer started."""
         strategy = strategy_from_env(self.environ, maker.name)
-        if strategy != Strategy.ENVVAR and not RESPONDERS[maker.name].channels:
+        if strategy != Strategy.ENVVAR and not self.responders[maker.name].channels:
             log.warning(
                 "GPUSTACK_%s_DEVICE_INJECTION_STRATEGY=%s is ignored: %s grants have one way "
                 "into a container (their device nodes or their runtime's variable)",

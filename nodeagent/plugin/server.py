@@ -26,13 +26,13 @@ from kubeapi.events import WARNING, EventRecorder
 from nodeagent.metrics import ALLOCATE_REFUSALS, ALLOCATE_SECONDS
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
-from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes
+from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
 from nodeagent.plugin.node import NodeState, RefusedFor
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
-from nodeagent.plugin.responders import slices
+from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import LivePartition, VisibilityAllocator
 from nodeagent.plugin.workdirs import WorkDirGC
@@ -317,12 +317,15 @@ def plugin_servers(
     channel: Channel | None = None,
     events: EventRecorder | None = None,
     nodes: DeviceNodes | None = None,
+    responder: Responder | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
     the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
     runs only with a `partitioner` (an NVML to make MIG instances with)."""
     servers = []
-    for mode in served_modes(maker, shared, sliced and slices(maker.name)):
+    responder = responder or responder_for(maker.name)
+    sliceable = responder is not None and responder.slices
+    for mode in served_modes(maker, shared, sliced and sliceable):
         if mode == Mode.PARTITIONED and partitioner is not None:
             partitioned = PartitionedAllocator(node, maker, partitioner, kubelet)
             servers.append(
@@ -336,11 +339,18 @@ def plugin_servers(
         allocator: ModeAllocator
         if mode == Mode.VISIBILITY:
             allocator = VisibilityAllocator(
-                node, maker, kubelet, channel, _live_partitions(partitioner), nodes
+                node, maker, kubelet, channel, _live_partitions(partitioner), nodes, responder
             )
         else:
             allocator = Allocator(
-                node, maker, mode, kubelet, channel, pods_dir=pods_dir, nodes=nodes
+                node,
+                maker,
+                mode,
+                kubelet,
+                channel,
+                pods_dir=pods_dir,
+                nodes=nodes,
+                responder=responder,
             )
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc, events=events))

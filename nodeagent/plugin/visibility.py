@@ -46,7 +46,7 @@ from nodeagent.plugin.allocator import (
     numa_nodes,
     runtime_class,
 )
-from nodeagent.plugin.grants import DeviceNodes, granted_cards
+from nodeagent.plugin.grants import DeviceNodes, Responder, granted_cards
 from nodeagent.plugin.identify import (
     Candidate,
     KubeletDevices,
@@ -77,6 +77,7 @@ class VisibilityAllocator:
         channel: Channel | None = None,
         partitions: LivePartition | None = None,
         nodes: DeviceNodes | None = None,
+        responder: Responder | None = None,
     ) -> None:
         self.node = node
         self.maker = maker
@@ -85,6 +86,7 @@ class VisibilityAllocator:
         self.channel = channel or Channel(maker.name, maker.runtime_name)
         self.partitions = partitions
         self.nodes = nodes or DeviceNodes()
+        self.responder = responder or responder_for(maker.name)
         self._advertised: tuple[DevicesSpec, list[Advertised]] | None = None
 
     def advertised(self) -> list[Advertised]:
@@ -243,7 +245,7 @@ class VisibilityAllocator:
         partitioned = shown_partitions(record)
         if partitioned:
             return self._show_partition(holder, partitioned)
-        responder = responder_for(self.maker.name)
+        responder = self.responder
         if responder is None:
             raise Refusal(Code.INTERNAL, f"no container response for {self.maker.name}")
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))

@@ -12,7 +12,8 @@ from nodeagent.plugin.grants import DeviceNodes
 from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
-from nodeagent.simulate.recorded_host import PCI_VENDORS, recording_of, simulated_nvmlike_node
+from nodeagent.simulate.recorded import RecordedDcmi
+from nodeagent.simulate.recorded_host import RECORDED, recording_of, simulated_recorded_node
 from nodeagent.simulate.sysfs import simulated_node
 
 
@@ -24,6 +25,9 @@ class SimulatedHost:
     """Another manufacturer's simulated library, as its detector's keywords (`DetectorSetup`)."""
     device_nodes: DeviceNodes | None = None
     """The `/dev` nodes Allocate checks and injects; None: the real host's."""
+    ascend_share: RecordedDcmi | None = None
+    """A simulated Ascend host's DCMI, whose container-share flag the Ascend responder reads
+    and turns on (`ContainerShare`); None on every other host."""
 
 
 @contextmanager
@@ -36,19 +40,25 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
             nvidia = parse_profile(path.stem, body)
         elif maker == "amd":
             amd = parse_amd_profile(path.stem, body)
-        elif maker in PCI_VENDORS:
-            recording_of(body)
+        elif maker in RECORDED:
+            recording_of(maker, body)
         else:
-            simulated = ", ".join(("nvidia", "amd", *PCI_VENDORS))
+            simulated = ", ".join(("nvidia", "amd", *RECORDED))
             raise ValueError(f"simulates {maker!r} hardware; simulated here: {simulated}")
     except ValueError as error:
         raise ValueError(f"{path}: {error}") from None
     if maker == "nvidia":
         with simulated_node(nvidia) as (nvml, sysfs):
             yield SimulatedHost(sysfs, nvml=nvml)
-    elif maker in PCI_VENDORS:
-        with simulated_nvmlike_node(maker, body) as (library, sysfs, nodes):
-            yield SimulatedHost(sysfs, injected={maker: {"interface": library}}, device_nodes=nodes)
+    elif maker in RECORDED:
+        with simulated_recorded_node(maker, body) as recorded:
+            share = recorded.library if isinstance(recorded.library, RecordedDcmi) else None
+            yield SimulatedHost(
+                recorded.sysfs,
+                injected={maker: recorded.keywords},
+                device_nodes=recorded.nodes,
+                ascend_share=share,
+            )
     else:
         with simulated_amd_node(amd) as (smi, sysfs):
             injected = {"amd": {"smi": smi}}

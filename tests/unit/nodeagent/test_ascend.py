@@ -18,79 +18,18 @@ from nodeagent.detect.ascend import (
     toolkit_home,
     toolkit_version,
 )
-from nodeagent.detect.dcmi import ChipInfo, Dcmi, EccInfo, HbmInfo, MemoryInfo, open_dcmi
-from nodeagent.simulate.recorded import refuse
+from nodeagent.detect.dcmi import Dcmi, open_dcmi
+from nodeagent.simulate.recorded import RecordedDcmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
-class FakeDcmi:
-    """DCMI answering from a recording; `"refused"` answers fail with a DCMI error code."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        self.api: int = recording["api"]
-        self._driver: str = recording["driver_version"]
-        self._cards = {entry["card"]: entry["devices"] for entry in recording["cards"]}
-        self.listing_refused = False
-
-    def _device(self, card: int, device: int, key: str) -> Any:
-        answer = self._cards[card][device][key]
-        if answer == "refused":
-            raise refuse(key)
-        return answer
-
-    def card_list(self) -> list[int]:
-        if self.listing_refused:
-            raise refuse("card list")
-        return list(self._cards)
-
-    def device_count(self, card: int) -> int:
-        devices = self._cards[card]
-        if devices == "refused":
-            raise refuse("device count")
-        return len(devices)
-
-    def device_type(self, card: int, device: int) -> int:
-        kind: int = self._device(card, device, "type")
-        return kind
-
-    def die_id(self, card: int, device: int) -> tuple[int, ...]:
-        return tuple(self._device(card, device, "die"))
-
-    def bus_id(self, card: int, device: int) -> str:
-        return str(self._device(card, device, "bus"))
-
-    def chip_info(self, card: int, device: int) -> ChipInfo:
-        return ChipInfo(**self._device(card, device, "chip"))
-
-    def hbm_info(self, card: int, device: int) -> HbmInfo:
-        return HbmInfo(**self._device(card, device, "hbm"))
-
-    def memory_info(self, card: int, device: int) -> MemoryInfo:
-        return MemoryInfo(**self._device(card, device, "memory"))
-
-    def ecc_info(self, card: int, device: int, memory_type: int) -> EccInfo:
-        counters = self._device(card, device, "ecc")
-        if str(memory_type) not in counters:
-            raise refuse("ecc")
-        return EccInfo(**counters[str(memory_type)])
-
-    def physical_id(self, card: int, device: int) -> int:
-        physical: int = self._device(card, device, "physical_id")
-        return physical
-
-    def driver_version(self) -> str:
-        if self._driver == "refused":
-            raise refuse("driver version")
-        return self._driver
-
-
 def detector(
-    dcmi: FakeDcmi, tmp_path: Path, table: ManufacturerTable, runtime: str = "8.0.RC2"
+    dcmi: RecordedDcmi, tmp_path: Path, table: ManufacturerTable, runtime: str = "8.0.RC2"
 ) -> AscendDetector:
     buses = [
         device["bus"]
-        for devices in dcmi._cards.values()
+        for devices in dcmi.cards.values()
         if devices != "refused"
         for device in devices
         if "bus" in device
@@ -100,7 +39,7 @@ def detector(
 
 
 def test_the_fake_is_a_dcmi_surface() -> None:
-    surface: Dcmi = FakeDcmi(recorded("ascend", "atlas-800t-a2"))  # checked by mypy
+    surface: Dcmi = RecordedDcmi(recorded("ascend", "atlas-800t-a2"))  # checked by mypy
     assert surface.api == 1
 
 
@@ -112,7 +51,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_atlas_800t_a2(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeDcmi(recorded("ascend", "atlas-800t-a2")), tmp_path, table).detect()
+    (group,) = detector(RecordedDcmi(recorded("ascend", "atlas-800t-a2")), tmp_path, table).detect()
     assert (group.id, group.name, group.memory, group.cores) == ("910b3", "910B3", 65536, 20)
     assert (group.driver_version, group.runtime_version, group.family) == (
         "24.1.rc2",
@@ -132,14 +71,16 @@ def test_atlas_800t_a2(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_a2_on_a_runtime_without_a_vcann_build(tmp_path: Path, table: ManufacturerTable) -> None:
-    dcmi = FakeDcmi(recorded("ascend", "atlas-800t-a2"))
+    dcmi = RecordedDcmi(recorded("ascend", "atlas-800t-a2"))
     (group,) = detector(dcmi, tmp_path, table, runtime="7.0.0").detect()
     assert {card.status.logical_sliced.count for card in group.accelerators} == {0}
     assert not group.sliced_detail
 
 
 def test_atlas_300i_duo(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table).detect()
+    (group,) = detector(
+        RecordedDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table
+    ).detect()
     # Two chips of the first card; its MCU is no NPU, the second card's die cannot be read
     # and the third card will not say how many devices it holds.
     assert (group.id, group.memory, group.cores, group.family) == ("310p3", 44280, 8, "310P")
@@ -148,13 +89,15 @@ def test_atlas_300i_duo(tmp_path: Path, table: ManufacturerTable) -> None:
     # 310P slices only on CANN 9.
     assert {card.status.logical_sliced.count for card in group.accelerators} == {0}
     (sliced,) = detector(
-        FakeDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table, "9.1.0"
+        RecordedDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table, "9.1.0"
     ).detect()
     assert {card.status.logical_sliced.count for card in sliced.accelerators} == {63}
 
 
 def test_v2_driver(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeDcmi(recorded("ascend", "a5-950pr")), tmp_path, table, "9.0.0").detect()
+    (group,) = detector(
+        RecordedDcmi(recorded("ascend", "a5-950pr")), tmp_path, table, "9.0.0"
+    ).detect()
     assert (group.id, group.name, group.memory, group.family) == ("950pr", "950PR", 131072, "950")
     assert group.driver_version == ""  # V2 has no driver-version query
     assert [card.physical_indexes for card in group.accelerators] == [(8, 0, 0), (9, 1, 0)]
@@ -163,17 +106,17 @@ def test_v2_driver(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    ascend = detector(FakeDcmi(recorded("ascend", "atlas-800t-a2")), tmp_path, table)
+    ascend = detector(RecordedDcmi(recorded("ascend", "atlas-800t-a2")), tmp_path, table)
     metrics = ascend.monitor()
     assert len(metrics) == 8
     assert (metrics[5].memory_total_mib, metrics[5].memory_used_mib) == (65536, 61802)
     assert metrics[4].unhealthy
-    duo = detector(FakeDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table).monitor()
+    duo = detector(RecordedDcmi(recorded("ascend", "atlas-300i-duo")), tmp_path, table).monitor()
     assert [(m.memory_total_mib, m.memory_used_mib) for m in duo] == [(44280, 1268), (44280, 0)]
 
 
 def test_no_card_list_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    dcmi = FakeDcmi(recorded("ascend", "atlas-800t-a2"))
+    dcmi = RecordedDcmi(recorded("ascend", "atlas-800t-a2"))
     dcmi.listing_refused = True
     assert detector(dcmi, tmp_path, table).detect() == ()
 
@@ -189,9 +132,9 @@ def test_no_card_list_means_no_cards(tmp_path: Path, table: ManufacturerTable) -
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    dcmi = FakeDcmi(recorded("ascend", "atlas-800t-a2"))
-    dcmi._cards[2][0][key] = value
-    dcmi._cards[2][0]["memory"] = {"total_mb": -1, "available_mb": 0}
+    dcmi = RecordedDcmi(recorded("ascend", "atlas-800t-a2"))
+    dcmi.cards[2][0][key] = value
+    dcmi.cards[2][0]["memory"] = {"total_mb": -1, "available_mb": 0}
     with pytest.raises(ValueError):
         detector(dcmi, tmp_path, table).detect()
 

@@ -9,61 +9,19 @@ import pytest
 
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.cambricon import CambriconDetector, neuware_version
-from nodeagent.detect.cndev import Cndev, MluMemory, open_cndev
-from nodeagent.simulate.recorded import refuse
+from nodeagent.detect.cndev import Cndev, open_cndev
+from nodeagent.simulate.recorded import RecordedCndev
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
-class FakeCndev:
-    """CNDev answering from a recording; `"refused"` answers fail with a CNDev code."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        self.cards: list[dict[str, Any]] = recording["cards"]
-        self._by_handle = {card["handle"]: card for card in self.cards}
-        self.count_refused = False
-
-    def _answer(self, handle: int, key: str) -> Any:
-        answer = self._by_handle[handle][key]
-        if answer == "refused":
-            raise refuse(key)
-        return answer
-
-    def device_count(self) -> int:
-        if self.count_refused:
-            raise refuse("count")
-        return len(self.cards)
-
-    def handle(self, index: int) -> int:
-        handle: int = self.cards[index]["handle"]
-        return handle
-
-    def uuid(self, handle: int) -> str:
-        return str(self._answer(handle, "uuid"))
-
-    def bus_id(self, handle: int) -> str:
-        return str(self._answer(handle, "bus"))
-
-    def card_name(self, handle: int) -> str:
-        return str(self._answer(handle, "name"))
-
-    def memory(self, handle: int) -> MluMemory:
-        return MluMemory(**self._answer(handle, "memory"))
-
-    def health(self, handle: int) -> int:
-        return int(self._answer(handle, "health"))
-
-    def driver_version(self, handle: int) -> str:
-        return str(self._answer(handle, "driver_version"))
-
-
-def detector(cndev: FakeCndev, tmp_path: Path, table: ManufacturerTable) -> CambriconDetector:
+def detector(cndev: RecordedCndev, tmp_path: Path, table: ManufacturerTable) -> CambriconDetector:
     sysfs = fake_sysfs(tmp_path, "cabc", [card["bus"] for card in cndev.cards])
     return CambriconDetector(cndev, sysfs, table["cambricon"], runtime_version=lambda: "3.8.4")
 
 
 def test_the_fake_is_a_cndev_surface() -> None:
-    surface: Cndev = FakeCndev(recorded("cambricon", "mlu370-x8-x4"))  # checked by mypy
+    surface: Cndev = RecordedCndev(recorded("cambricon", "mlu370-x8-x4"))  # checked by mypy
     assert surface.device_count() == 4
 
 
@@ -75,7 +33,9 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_four_mlu370(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeCndev(recorded("cambricon", "mlu370-x8-x4")), tmp_path, table).detect()
+    (group,) = detector(
+        RecordedCndev(recorded("cambricon", "mlu370-x8-x4")), tmp_path, table
+    ).detect()
     assert (group.id, group.name, group.memory) == ("mlu370-x8", "MLU370-X8", 49152)
     assert (group.driver_version, group.runtime_version, group.cores) == ("5.10", "3.8.4", 0)
     cards = group.accelerators
@@ -90,7 +50,7 @@ def test_four_mlu370(tmp_path: Path, table: ManufacturerTable) -> None:
 
 def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
     (group,) = detector(
-        FakeCndev(recorded("cambricon", "mlu590-partial")), tmp_path, table
+        RecordedCndev(recorded("cambricon", "mlu590-partial")), tmp_path, table
     ).detect()
     (card,) = group.accelerators  # the second card has no readable UUID
     assert (group.name, group.memory, group.driver_version) == ("MLU590", 81920, "")
@@ -98,7 +58,9 @@ def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeCndev(recorded("cambricon", "mlu370-x8-x4")), tmp_path, table).monitor()
+    metrics = detector(
+        RecordedCndev(recorded("cambricon", "mlu370-x8-x4")), tmp_path, table
+    ).monitor()
     assert [(m.memory_used_mib, m.unhealthy) for m in metrics][1:4] == [
         (40960, False),
         (1024, False),
@@ -107,7 +69,7 @@ def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    cndev = FakeCndev(recorded("cambricon", "mlu370-x8-x4"))
+    cndev = RecordedCndev(recorded("cambricon", "mlu370-x8-x4"))
     cndev.count_refused = True
     assert detector(cndev, tmp_path, table).detect() == ()
 
@@ -118,7 +80,7 @@ def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> No
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    cndev = FakeCndev(recorded("cambricon", "mlu370-x8-x4"))
+    cndev = RecordedCndev(recorded("cambricon", "mlu370-x8-x4"))
     cndev.cards[0][key] = value
     with pytest.raises(ValueError):
         detector(cndev, tmp_path, table).detect()

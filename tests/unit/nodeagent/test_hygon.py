@@ -11,57 +11,14 @@ from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.hygon import HygonDetector, dtk_version, graphics_target, rsmi_candidates
 from nodeagent.detect.rsmi import Rsmi, bus_id_of, open_rsmi
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.simulate.recorded import refuse
+from nodeagent.simulate.recorded import RecordedRsmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 DRM_DIR = "sys/module/hycu/drivers/pci:hycu"
 
 
-class FakeRsmi:
-    """ROCm SMI answering from a recording; `"refused"` answers fail with an RSMI code."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        self.devices: list[dict[str, Any]] = recording["devices"]
-        self.count_refused = False
-
-    def _answer(self, index: int, key: str) -> Any:
-        answer = self.devices[index][key]
-        if answer == "refused":
-            raise refuse(key)
-        return answer
-
-    def device_count(self) -> int:
-        if self.count_refused:
-            raise refuse("count")
-        return len(self.devices)
-
-    def vendor_id(self, index: int) -> int:
-        return int(self._answer(index, "vendor_id"))
-
-    def unique_id(self, index: int) -> int:
-        return int(self._answer(index, "unique_id"))
-
-    def pci_id(self, index: int) -> int:
-        return int(self._answer(index, "pci_id"))
-
-    def name(self, index: int) -> str:
-        return str(self._answer(index, "name"))
-
-    def memory_total(self, index: int) -> int:
-        return int(self._answer(index, "memory_total"))
-
-    def memory_used(self, index: int) -> int:
-        return int(self._answer(index, "memory_used"))
-
-    def uncorrectable_errors(self, index: int) -> int:
-        return int(self._answer(index, "uncorrectable_errors"))
-
-    def target_graphics_version(self, index: int) -> int:
-        return int(self._answer(index, "target_graphics_version"))
-
-
-def detector(rsmi: FakeRsmi, tmp_path: Path, table: ManufacturerTable) -> HygonDetector:
+def detector(rsmi: RecordedRsmi, tmp_path: Path, table: ManufacturerTable) -> HygonDetector:
     buses = [bus_id_of(device["pci_id"]) for device in rsmi.devices]
     drm = {bus: (number, 128 + number) for number, bus in enumerate(buses)}
     sysfs = fake_sysfs(tmp_path, "1d94", buses, drm, DRM_DIR)
@@ -70,7 +27,7 @@ def detector(rsmi: FakeRsmi, tmp_path: Path, table: ManufacturerTable) -> HygonD
 
 
 def test_the_fake_is_an_rsmi_surface() -> None:
-    surface: Rsmi = FakeRsmi(recorded("hygon", "k100-ai-x8"))  # checked by mypy
+    surface: Rsmi = RecordedRsmi(recorded("hygon", "k100-ai-x8"))  # checked by mypy
     assert surface.device_count() == 9
 
 
@@ -82,7 +39,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_eight_k100_ai(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeRsmi(recorded("hygon", "k100-ai-x8")), tmp_path, table).detect()
+    (group,) = detector(RecordedRsmi(recorded("hygon", "k100-ai-x8")), tmp_path, table).detect()
     # The AMD MI210 ROCm SMI also lists is not a Hygon card.
     assert (group.id, group.name, group.memory) == ("k100_ai", "K100_AI", 65520)
     assert (group.driver_version, group.runtime_version) == ("6.3.16-V1.5.2", "24.04.2")
@@ -100,21 +57,21 @@ def test_eight_k100_ai(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_cards_without_identity_or_ecc(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeRsmi(recorded("hygon", "z100l-x2")), tmp_path, table).detect()
+    (group,) = detector(RecordedRsmi(recorded("hygon", "z100l-x2")), tmp_path, table).detect()
     assert (group.name, group.memory, group.compute_capability) == ("Z100L", 32752, "gfx906")
     (card,) = group.accelerators
     assert (card.id, card.index, card.status.unhealthy) == ("GPU-4b1c2d3e4f5a6b7c", 0, False)
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeRsmi(recorded("hygon", "k100-ai-x8")), tmp_path, table).monitor()
+    metrics = detector(RecordedRsmi(recorded("hygon", "k100-ai-x8")), tmp_path, table).monitor()
     assert len(metrics) == 8
     assert (metrics[0].memory_total_mib, metrics[0].memory_used_mib) == (65520, 57344)
     assert [m.unhealthy for m in metrics].count(True) == 1
 
 
 def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    rsmi = FakeRsmi(recorded("hygon", "k100-ai-x8"))
+    rsmi = RecordedRsmi(recorded("hygon", "k100-ai-x8"))
     rsmi.count_refused = True
     assert detector(rsmi, tmp_path, table).detect() == ()
 
@@ -123,7 +80,7 @@ def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> No
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    rsmi = FakeRsmi(recorded("hygon", "k100-ai-x8"))
+    rsmi = RecordedRsmi(recorded("hygon", "k100-ai-x8"))
     rsmi.devices[1][key] = value
     with pytest.raises(ValueError):
         detector(rsmi, tmp_path, table).detect()
@@ -160,6 +117,6 @@ def test_library_candidates() -> None:
 
 def test_driver_version_from_the_other_module(tmp_path: Path, table: ManufacturerTable) -> None:
     write(tmp_path / "sys/module/hydcu/version", "5.16.22")
-    rsmi = FakeRsmi(recorded("hygon", "z100l-x2"))
+    rsmi = RecordedRsmi(recorded("hygon", "z100l-x2"))
     (group,) = HygonDetector(rsmi, Sysfs(tmp_path), table["hygon"]).detect()
     assert group.driver_version == "5.16.22"

@@ -9,58 +9,21 @@ import pytest
 
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.metax import MetaxDetector, product_line
-from nodeagent.detect.mxsml import MxDeviceInfo, MxMemory, Mxsml, open_mxsml
-from nodeagent.simulate.recorded import refuse
+from nodeagent.detect.mxsml import Mxsml, open_mxsml
+from nodeagent.simulate.recorded import RecordedMxsml
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 DRM_DIR = "sys/module/metax/drivers/pci:metax"
 
 
-class FakeMxsml:
-    """MXSML answering from a recording; `"refused"` answers fail with an MXSML code."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        self.devices: list[dict[str, Any]] = recording["devices"]
-        self._versions = {key: recording[key] for key in ("driver_version", "maca_version")}
-
-    def _answer(self, index: int, key: str) -> Any:
-        answer = self.devices[index][key]
-        if answer == "refused":
-            raise refuse(key)
-        return answer
-
-    def _version(self, key: str) -> str:
-        if self._versions[key] == "refused":
-            raise refuse(key)
-        return str(self._versions[key])
-
-    def device_count(self) -> int:
-        return len(self.devices)
-
-    def device_info(self, index: int) -> MxDeviceInfo:
-        return MxDeviceInfo(**self._answer(index, "info"))
-
-    def memory(self, index: int) -> MxMemory:
-        return MxMemory(**self._answer(index, "memory"))
-
-    def dram_uncorrectable_errors(self, index: int) -> int:
-        return int(self._answer(index, "dram_ue"))
-
-    def driver_version(self) -> str:
-        return self._version("driver_version")
-
-    def maca_version(self) -> str:
-        return self._version("maca_version")
-
-
-def detector(mxsml: FakeMxsml, tmp_path: Path, table: ManufacturerTable) -> MetaxDetector:
+def detector(mxsml: RecordedMxsml, tmp_path: Path, table: ManufacturerTable) -> MetaxDetector:
     buses = [d["info"]["bus_id"] for d in mxsml.devices if d["info"] != "refused"]
     drm = {bus: (number + 1, 128 + number) for number, bus in enumerate(buses)}
     return MetaxDetector(mxsml, fake_sysfs(tmp_path, "9999", buses, drm, DRM_DIR), table["metax"])
 
 
 def test_the_fake_is_an_mxsml_surface() -> None:
-    surface: Mxsml = FakeMxsml(recorded("metax", "mxc500-x8"))  # checked by mypy
+    surface: Mxsml = RecordedMxsml(recorded("metax", "mxc500-x8"))  # checked by mypy
     assert surface.device_count() == 9
 
 
@@ -72,7 +35,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_eight_mxc500(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeMxsml(recorded("metax", "mxc500-x8")), tmp_path, table).detect()
+    (group,) = detector(RecordedMxsml(recorded("metax", "mxc500-x8")), tmp_path, table).detect()
     # The SR-IOV virtual function is not a card of this node.
     assert (group.id, group.name, group.memory, group.family) == ("mxc500", "MXC500", 65536, "MXC")
     assert (group.driver_version, group.runtime_version) == ("2.12.13", "2.29.0.19")
@@ -87,7 +50,9 @@ def test_eight_mxc500(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
-    (group,) = detector(FakeMxsml(recorded("metax", "mxn260-partial")), tmp_path, table).detect()
+    (group,) = detector(
+        RecordedMxsml(recorded("metax", "mxn260-partial")), tmp_path, table
+    ).detect()
     (card,) = group.accelerators
     assert (group.name, group.memory, group.family) == ("MXN260", 32768, "MXN")
     assert (group.driver_version, group.runtime_version) == ("", "")
@@ -95,7 +60,7 @@ def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeMxsml(recorded("metax", "mxc500-x8")), tmp_path, table).monitor()
+    metrics = detector(RecordedMxsml(recorded("metax", "mxc500-x8")), tmp_path, table).monitor()
     assert (metrics[7].memory_total_mib, metrics[7].memory_used_mib) == (65536, 59392)
 
 
@@ -109,7 +74,7 @@ def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    mxsml = FakeMxsml(recorded("metax", "mxc500-x8"))
+    mxsml = RecordedMxsml(recorded("metax", "mxc500-x8"))
     mxsml.devices[2][key] = value
     with pytest.raises(ValueError):
         detector(mxsml, tmp_path, table).detect()

@@ -25,7 +25,7 @@ def sample(name: str, **labels: str) -> float:
 
 def test_allocate_latency_and_refusals_are_counted() -> None:
     granted = sample("gpustack_allocate_seconds_count", resource=GPU, outcome="granted")
-    refused = sample("gpustack_allocate_refusals_total", resource=SLICED, code="FailedPrecondition")
+    refused = sample("gpustack_allocate_refusals_total", resource=SLICED, code="Internal")
     with rig() as r:
         r.ready()
         r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))

@@ -9,72 +9,18 @@ import pytest
 
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.mthreads import MthreadsDetector
-from nodeagent.detect.mtml import MtMemory, Mtml
-from nodeagent.simulate.recorded import refuse
+from nodeagent.detect.mtml import Mtml
+from nodeagent.simulate.recorded import RecordedMtml
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 
-class FakeMtml:
-    """MTML answering from a recording; device objects are positions, tracked while open."""
-
-    def __init__(self, recording: dict[str, Any]) -> None:
-        self.devices: list[dict[str, Any]] = recording["devices"]
-        self._driver: str = recording["driver_version"]
-        self.open: set[int] = set()
-        self.count_refused = False
-
-    def _answer(self, device: Any, key: str) -> Any:
-        assert device in self.open, "a device object used after it was freed"
-        answer = self.devices[device][key]
-        if answer == "refused":
-            raise refuse(key)
-        return answer
-
-    def device_count(self) -> int:
-        if self.count_refused:
-            raise refuse("count")
-        return len(self.devices)
-
-    def open_device(self, index: int) -> Any:
-        if self.devices[index].get("open") == "refused":
-            raise refuse("open")
-        self.open.add(index)
-        return index
-
-    def close_device(self, device: Any) -> None:
-        self.open.remove(device)
-
-    def virt_role(self, device: Any) -> int:
-        return int(self._answer(device, "virt_role"))
-
-    def uuid(self, device: Any) -> str:
-        return str(self._answer(device, "uuid"))
-
-    def name(self, device: Any) -> str:
-        return str(self._answer(device, "name"))
-
-    def bus_id(self, device: Any) -> str:
-        return str(self._answer(device, "bus"))
-
-    def memory(self, device: Any) -> MtMemory:
-        return MtMemory(**self._answer(device, "memory"))
-
-    def core_count(self, device: Any) -> int:
-        return int(self._answer(device, "cores"))
-
-    def driver_version(self) -> str:
-        if self._driver == "refused":
-            raise refuse("driver")
-        return self._driver
-
-
-def detector(mtml: FakeMtml, tmp_path: Path, table: ManufacturerTable) -> MthreadsDetector:
+def detector(mtml: RecordedMtml, tmp_path: Path, table: ManufacturerTable) -> MthreadsDetector:
     buses = [device["bus"] for device in mtml.devices if "bus" in device]
     return MthreadsDetector(mtml, fake_sysfs(tmp_path, "1ed5", buses), table["mthreads"])
 
 
 def test_the_fake_is_an_mtml_surface() -> None:
-    surface: Mtml = FakeMtml(recorded("mthreads", "s4000-x8"))  # checked by mypy
+    surface: Mtml = RecordedMtml(recorded("mthreads", "s4000-x8"))  # checked by mypy
     assert surface.device_count() == 9
 
 
@@ -85,7 +31,7 @@ def test_no_library_means_no_cards(table: ManufacturerTable) -> None:
 
 
 def test_eight_s4000(tmp_path: Path, table: ManufacturerTable) -> None:
-    mtml = FakeMtml(recorded("mthreads", "s4000-x8"))
+    mtml = RecordedMtml(recorded("mthreads", "s4000-x8"))
     (group,) = detector(mtml, tmp_path, table).detect()
     # The guest virtual device is not a card of this node.
     assert (group.id, group.name, group.memory, group.cores) == (
@@ -108,7 +54,7 @@ def test_eight_s4000(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
-    mtml = FakeMtml(recorded("mthreads", "s80-partial"))
+    mtml = RecordedMtml(recorded("mthreads", "s80-partial"))
     (group,) = detector(mtml, tmp_path, table).detect()
     (card,) = group.accelerators
     assert (group.name, group.memory, group.cores, group.driver_version) == (
@@ -122,7 +68,7 @@ def test_partial_answers(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
-    metrics = detector(FakeMtml(recorded("mthreads", "s4000-x8")), tmp_path, table).monitor()
+    metrics = detector(RecordedMtml(recorded("mthreads", "s4000-x8")), tmp_path, table).monitor()
     assert [(m.memory_used_mib, m.unhealthy) for m in metrics][:3] == [
         (0, False),
         (0, True),
@@ -131,7 +77,7 @@ def test_monitor(tmp_path: Path, table: ManufacturerTable) -> None:
 
 
 def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> None:
-    mtml = FakeMtml(recorded("mthreads", "s4000-x8"))
+    mtml = RecordedMtml(recorded("mthreads", "s4000-x8"))
     mtml.count_refused = True
     assert detector(mtml, tmp_path, table).detect() == ()
 
@@ -143,7 +89,7 @@ def test_no_count_means_no_cards(tmp_path: Path, table: ManufacturerTable) -> No
 def test_malformed_answers_fail_the_pass(
     key: str, value: Any, tmp_path: Path, table: ManufacturerTable
 ) -> None:
-    mtml = FakeMtml(recorded("mthreads", "s4000-x8"))
+    mtml = RecordedMtml(recorded("mthreads", "s4000-x8"))
     mtml.devices[0][key] = value
     with pytest.raises(ValueError):
         detector(mtml, tmp_path, table).detect()

@@ -84,7 +84,7 @@ def test_a_staged_sliced_node_answers_every_question_ok(tmp_path: Path) -> None:
     }
     assert len(entry.checks) == 4 * 5
     quota = next(c for c in entry.checks if c.capability == "sliced-quota-in-force")
-    assert quota.detail == "CUDA_DEVICE_MEMORY_LIMIT_0=8192m, CUDA_DEVICE_SM_LIMIT=100"
+    assert quota.detail == "CUDA_DEVICE_MEMORY_LIMIT_0=8192m, CUDA_DEVICE_SM_LIMIT=50"
     assert all(c.depth != Depth.MEASURED for c in entry.checks)  # no container ran
     assert report.exit_status() == 0
     assert report.render()["accelerators"][0]["timestamp"] == "2026-12-02T00:00:00Z"

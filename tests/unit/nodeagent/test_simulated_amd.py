@@ -56,7 +56,9 @@ def test_the_simulated_host_has_the_nodes_the_plugin_injects() -> None:
 
 def test_a_profile_of_an_unsimulated_manufacturer_is_refused(tmp_path: Path) -> None:
     profile = tmp_path / "npu.yaml"
-    profile.write_text("manufacturer: ascend\ncards: []\n")
-    refused = pytest.raises(ValueError, match="simulated here: nvidia, amd")
+    profile.write_text("manufacturer: acme\ncards: []\n")
+    refused = pytest.raises(
+        ValueError, match="'acme' hardware; simulated here: nvidia, amd, ascend"
+    )
     with refused, simulated_host(str(profile)):
         pass
