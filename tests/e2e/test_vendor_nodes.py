@@ -1,17 +1,20 @@
-"""One simulated node per other manufacturer family, end to end under the kubelet emulator: the
+"""One simulated node per other manufacturer, end to end under the kubelet emulator: the
 real agent detects the cards through the manufacturer's own detector (over its simulated
-library), registers the manufacturer's device plugins, and answers a whole card and a slice
-with the manufacturer's own injection (Iluvatar: its runtime's variable and HAMi-core;
-T-Head: device nodes proven by minor number and the hggc pair; Ascend: the driver's index, the
-container-share flag of the simulated DCMI turned on for the slice, and vcann-rt's
-`npu_info.config`); the grants reach the Pods' annotations and the ledger. (AMD has its own
-module, with pools and CU masks.)"""
+library), registers the manufacturer's device plugins (no `.sliced` one for MetaX and
+Cambricon, whose slices are not served), and answers a whole card and a slice with the
+manufacturer's own injection (Iluvatar: its runtime's variable and HAMi-core; T-Head: device
+nodes proven by minor number and the hggc pair; Ascend: the driver's index, the simulated DCMI's
+container-share flag turned on for the slice, and vcann-rt's `npu_info.config`; Hygon: its
+control and DRM nodes and a `vdev.conf`; MThreads: its QoS variables; MetaX and Cambricon: their
+nodes); the grants reach the Pods' annotations and the ledger. (AMD has its own module, with
+pools and CU masks.)"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,15 +34,105 @@ class Family:
     profile: str
     manufacturer: str
     base: str
-    runtime_class: str
+    cards: int
+    whole: Callable[[dict[str, str], list[str], set[str]], None]
+    """Checks a whole card's answer: its variables, its device nodes, the node's card ids."""
+    slice: Callable[[Any, Devices], None] | None = None
+    """Checks a quarter slice's answer against the node's Devices; None: no slices served."""
+    runtime_class: str = ""
     """What a sliced Pod of this manufacturer names (Iluvatar's slices need their runtime)."""
-    cards: int = 2
+
+
+def _iluvatar_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs["IX_VISIBLE_DEVICES"] in cards and devices == []
+
+
+def _iluvatar_slice(response: Any, found: Devices) -> None:
+    memory = found.spec.groups[0].memory
+    assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{memory // 4}m"
+    assert response.envs["CUDA_DEVICE_SM_LIMIT"] == "100"
+
+
+def _thead_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs == {}  # no variable: the nodes are the grant
+    assert devices[:2] == ["/dev/alixpu", "/dev/alixpu_ctl"]
+    assert devices[2] in ("/dev/alixpu_ppu0", "/dev/alixpu_ppu1")
+
+
+def _thead_slice(response: Any, found: Devices) -> None:
+    memory = found.spec.groups[0].memory
+    assert response.envs["HGGC_DEVICE_MEMORY_LIMIT_0"] == str(memory // 4)
+    assert response.envs["HGGC_DEVICE_SM_LIMIT"] == "100"
+
+
+def _ascend_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs["ASCEND_VISIBLE_DEVICES"] in {str(n) for n in range(8)} and devices == []
+
+
+def _ascend_slice(response: Any, found: Devices) -> None:
+    envs = dict(response.envs)
+    assert envs["ENPU_DSMI_HOOK"] == "1"
+    text = _mounted(response, "/etc/enpu/vcann-rt/npu_info.config").read_text()
+    memory = found.spec.groups[0].memory
+    assert f"physical-npu-id={envs['ASCEND_VISIBLE_DEVICES']}\n" in text
+    assert f"aicore-quota=100\nmemory-quota={memory // 4}\n" in text
+
+
+def _hygon_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs == {}
+    assert devices[:2] == ["/dev/kfd", "/dev/mkfd"]
+    assert {d.rsplit("/", 1)[1][:4] for d in devices[2:]} == {"card", "rend"}
+
+
+def _hygon_slice(response: Any, found: Devices) -> None:
+    text = (_mounted(response, "/etc/vdev/docker") / "vdev0.conf").read_text()
+    memory = found.spec.groups[0].memory
+    assert "cu_count: 120\n" in text and f"mem: {memory // 4} MiB\n" in text
+
+
+def _mthreads_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs["MTHREADS_VISIBLE_DEVICES"] in cards and devices == []
+
+
+def _mthreads_slice(response: Any, found: Devices) -> None:
+    memory = found.spec.groups[0].memory
+    assert response.envs["MTHREADS_QOS_MEMORY_LIMIT"] == str(memory // 4 * 1024 * 1024)
+    assert response.envs["MTHREADS_QOS_COMPUTING_POWER_WEIGHT"] == "100"
+
+
+def _metax_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    assert envs == {}
+    assert devices[:3] == ["/dev/mxcd", "/dev/mxnd", "/dev/mxgd"]
+    assert len(devices) == 5  # and the card's DRM card and render nodes
+
+
+def _cambricon_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
+    index = envs["CAMBRICON_VISIBLE_DEVICES"]
+    assert devices[0] == f"/dev/cambricon_dev{index}"
+    assert devices[-1] == "/dev/cambricon_ctl"
+
+
+def _mounted(response: Any, container_path: str) -> Path:
+    [found] = [m.host_path for m in response.mounts if m.container_path == container_path]
+    return Path(found)
 
 
 FAMILIES = (
-    Family("bi-v150-x2", "iluvatar", "iluvatar.com/gpu", "iluvatar"),
-    Family("ppu-zw810e-x2", "thead", "alibabacloud.com/ppu", ""),
-    Family("atlas-800t-a2", "ascend", "huawei.com/npu", "", cards=8),
+    Family(
+        "bi-v150-x2",
+        "iluvatar",
+        "iluvatar.com/gpu",
+        2,
+        _iluvatar_whole,
+        _iluvatar_slice,
+        runtime_class="iluvatar",
+    ),
+    Family("ppu-zw810e-x2", "thead", "alibabacloud.com/ppu", 2, _thead_whole, _thead_slice),
+    Family("atlas-800t-a2", "ascend", "huawei.com/npu", 8, _ascend_whole, _ascend_slice),
+    Family("k100-ai-x2", "hygon", "hygon.com/dcu", 2, _hygon_whole, _hygon_slice),
+    Family("s4000-x2", "mthreads", "mthreads.com/gpu", 2, _mthreads_whole, _mthreads_slice),
+    Family("mxc500-x2", "metax", "metax-tech.com/gpu", 2, _metax_whole),
+    Family("mlu370-x4", "cambricon", "cambricon.com/mlu", 4, _cambricon_whole),
 )
 
 
@@ -88,52 +181,33 @@ def test_a_whole_card_and_a_slice_get_the_manufacturers_injection(
     sliced = family.base + ".sliced"
     whole = kubelet.wait_devices(family.base, lambda d: len(d) == family.cards, timeout=90)
     cards = {token.split(":")[1] for token in whole}
-    kubelet.wait_devices(sliced, lambda d: len(d) > 0, timeout=30)
+    registered = {resource for resource, _ in kubelet.registrations}
+    assert (sliced in registered) == (family.slice is not None)
+    found = Devices.parse(wait_for(lambda: kube.get(WORKER, "Devices", node.name), 30, "Devices"))
 
     kubelet.admit(kube.create(_pod(node, "whole", {family.base: "1"})))
     response = kubelet.responses[-1][2]
-    envs = dict(response.envs)
-    devices = [d.host_path for d in response.devices]
-    if family.manufacturer == "iluvatar":
-        assert envs["IX_VISIBLE_DEVICES"] in cards and devices == []
-    elif family.manufacturer == "ascend":
-        assert envs["ASCEND_VISIBLE_DEVICES"] in {str(n) for n in range(8)} and devices == []
-    else:
-        assert envs == {}  # no variable: the nodes are the grant
-        assert devices[:2] == ["/dev/alixpu", "/dev/alixpu_ctl"]
-        assert devices[2] in ("/dev/alixpu_ppu0", "/dev/alixpu_ppu1")
-
-    limits = {sliced: "1", f"{sliced}.memory-percentage": "25"}
-    kubelet.admit(kube.create(_pod(node, "slice", limits, family.runtime_class)))
-    sliced_response = kubelet.responses[-1][2]
-    envs = dict(sliced_response.envs)
-    if family.manufacturer == "iluvatar":
-        assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{32768 // 4}m"
-        assert envs["CUDA_DEVICE_SM_LIMIT"] == "100"
-    elif family.manufacturer == "ascend":
-        assert envs["ENPU_DSMI_HOOK"] == "1"
-        [config] = [
-            m.host_path
-            for m in sliced_response.mounts
-            if m.container_path == "/etc/enpu/vcann-rt/npu_info.config"
-        ]
-        text = Path(config).read_text()
-        assert f"physical-npu-id={envs['ASCEND_VISIBLE_DEVICES']}\n" in text
-        assert "aicore-quota=100\nmemory-quota=16384\n" in text
-    else:
-        assert envs["HGGC_DEVICE_MEMORY_LIMIT_0"] == str(98304 // 4)
-        assert envs["HGGC_DEVICE_SM_LIMIT"] == "100"
+    family.whole(dict(response.envs), [d.host_path for d in response.devices], cards)
+    names = ["whole"]
+    if family.slice is not None:
+        # The whole card's slice tokens turn Unhealthy (held in another mode) before kubelet
+        # picks one, as the real kubelet would see them after the grant.
+        kubelet.wait_devices(sliced, lambda d: "Unhealthy" in d.values(), timeout=30)
+        limits = {sliced: "1", f"{sliced}.memory-percentage": "25"}
+        kubelet.admit(kube.create(_pod(node, "slice", limits, family.runtime_class)))
+        family.slice(kubelet.responses[-1][2], found)
+        names.append("slice")
 
     def recorded(name: str) -> str | None:
         stored = kube.get("v1", "Pod", name, node.namespace) or {}
         return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
 
     modes = {}
-    for name in ("whole", "slice"):
+    for name in names:
         annotation = wait_for(lambda n=name: recorded(n), 10, f"the {name} grant's annotation")
         [claim] = parse_allocated(annotation)["main"].claims()
         modes[claim.row.id] = claim.row.mode
-    assert sorted(modes.values()) == [Mode.EXCLUSIVE, Mode.SLICED]
+    assert sorted(modes.values()) == [Mode.EXCLUSIVE, Mode.SLICED][: len(names)]
 
     def ledger() -> dict[str, Mode]:
         found = kube.get(WORKER, "Devices", node.name)
