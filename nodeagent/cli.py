@@ -50,10 +50,11 @@ from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
-from nodeagent.plugin.ascend import Ascend, ContainerShare
+from nodeagent.plugin.ascend import ContainerShare
 from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
+from nodeagent.plugin.sgpu import SgpuDriver
 from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
@@ -194,16 +195,18 @@ def run_preflight(args: argparse.Namespace) -> int:
     names = requested_manufacturers(args.manufacturer, table)
     with ExitStack() as stack:
         nodes = DeviceNodes(args.host_root)
+        sgpu: SgpuDriver | None = None
         share: Callable[[], ContainerShare | None] = open_dcmi
         if args.simulate:
             host = stack.enter_context(simulated_host(args.simulate))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             nodes = host.device_nodes or nodes
             share = partial(_simulated_share, host)
+            sgpu = host.sgpu
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
-        report = preflight(passes, table, nodes, args.host_root, share=share)
+        report = preflight(passes, table, nodes, args.host_root, share=share, sgpu=sgpu)
     rendered = report.render()
     if args.output == "json":
         print(json.dumps(rendered, indent=2))
@@ -277,8 +280,7 @@ def serve(args: argparse.Namespace) -> int:
             host = stack.enter_context(simulated_host(profile))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             partitions, device_nodes = host.nvml, host.device_nodes
-            if host.ascend_share is not None:  # its DCMI's share flag, not the host's library
-                responders["ascend"] = Ascend(partial(_simulated_share, host))
+            responders = host.responders()  # its simulated drivers, not the host's
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = cast(MigNvml | None, load_nvml())

@@ -22,8 +22,8 @@ it was asserted on; nothing on the hardware changed) or `measured` (something ra
 observed). This preflight starts no probe container, so nothing here is `measured`; each row says
 why it went no deeper. Only `unavailable` makes the exit status 1.
 
-Nothing on the host changes: slices render into a throwaway directory, and Ascend's
-container-share flag is read, never written.
+Nothing on the host changes: slices render into a throwaway directory, Ascend's container-share
+flag is read, never written, and MetaX's `sgpu` subdevices are read, never made.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ from nodeagent.plugin.grants import (
     SliceRequest,
 )
 from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.response import ContainerResponse
+from nodeagent.plugin.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
 
 NO_PROBE = (
     "no probe container was started: this preflight renders the allocation, it does not run it"
@@ -323,7 +325,7 @@ def quota_of(response: ContainerResponse) -> str:
     quota = sorted(
         f"{name}={value}"
         for name, value in response.envs.items()
-        if any(word in name for word in ("LIMIT", "QUOTA", "QOS", "CU_MASK"))
+        if any(word in name for word in ("LIMIT", "QUOTA", "QOS", "CU_MASK", "SGPUS"))
     )
     for mount in response.mounts:
         source = Path(mount.host_path)
@@ -431,13 +433,21 @@ def card_checks(rehearsal: Rehearsal, card: GrantedCard) -> list[Check]:
 
 
 def sidecar_check(rehearsal: Rehearsal, card: GrantedCard, owner: ContainerResponse) -> Check:
+    """The sidecar is shown its owner's card and nothing more: every node and variable value it
+    gets is one the owner's slice or a whole grant of that same card carries (the sidecar's
+    answer is the non-sliced one, so a slice's narrower node set is not the bound)."""
     name = card.card.id
     try:
         sidecar = rehearsal.shown(card, Mode.VISIBILITY)
+        whole = rehearsal.shown(card, Mode.EXCLUSIVE)
     except Exception as error:
         return refused(name, "sidecar-visibility", "visibility", str(error))
-    wider = set(sidecar.devices) - set(owner.devices)
-    named = {k: v for k, v in sidecar.envs.items() if owner.envs.get(k, v) != v}
+    wider = set(sidecar.devices) - set(owner.devices) - set(whole.devices)
+    named = {
+        key: value
+        for key, value in sidecar.envs.items()
+        if value not in (owner.envs.get(key, value), whole.envs.get(key, value))
+    }
     if wider or named:
         shown = sorted(d.host_path for d in wider) + sorted(named)
         return refused(
@@ -494,10 +504,15 @@ def manufacturer_report(
     return ManufacturerReport(found.manufacturer, now, detection, tuple(checks))
 
 
-def preflight_responder(name: str, share: ContainerShare | None) -> Responder | None:
-    """The responder a preflight drives: Ascend's reads its share flag and never writes it."""
+def preflight_responder(
+    name: str, share: ContainerShare | None, sgpu: SgpuDriver
+) -> Responder | None:
+    """The responder a preflight drives, touching nothing on the host: Ascend's reads its share
+    flag and never writes it; MetaX's reads the cards' subdevices and makes none."""
     if name == "ascend":
         return Ascend(lambda: ReadOnlyShare(share))
+    if name == "metax":
+        return Metax(DrySgpu(sgpu))
     return RESPONDERS.get(name)
 
 
@@ -516,7 +531,10 @@ def preflight(
     run: Runner = run_host,
     share: Callable[[], ContainerShare | None] = lambda: None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    sgpu: SgpuDriver | None = None,
 ) -> Report:
+    """`sgpu`: the MetaX driver whose subdevices are read (default: the host root's sysfs)."""
+    cards = sgpu or SysfsSgpu(host_root)
     now = clock().strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = []
     for found in passes:
@@ -526,7 +544,7 @@ def preflight(
             manufacturer_report(
                 found,
                 ask_host(maker, host_root, run),
-                preflight_responder(maker, ascend_share),
+                preflight_responder(maker, ascend_share, cards),
                 table[maker].runtime_name if maker in table else "",
                 nodes,
                 host_root,

@@ -38,6 +38,7 @@ from nodeagent.plugin.injection import (
 )
 from nodeagent.plugin.journal import Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
+from nodeagent.plugin.metax import Metax, MetaxReclaimer
 from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import AnnotationWriter, NodeState
 from nodeagent.plugin.nvidia import MANUFACTURER as NVIDIA
@@ -156,7 +157,8 @@ class DevicePlugins:
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
         self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
-        self.reclaim: ReclaimLoop | None = None
+        self.reclaims: list[ReclaimLoop] = []
+        """The MIG reclaimer and MetaX's subdevice reclaimer, each fed every live-Pod set."""
 
     def start_watching(self) -> None:
         """Follow the node's Pods (a no-op without `watch_pods`)."""
@@ -203,6 +205,9 @@ class DevicePlugins:
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)
+            metax = self.responders.get(name)
+            if isinstance(metax, Metax):
+                self._start_sgpu_reclaim(metax)
             started: list[PluginServer] = []
             self.servers[name] = started
             for server in servers:
@@ -235,9 +240,22 @@ class DevicePlugins:
             spec = self.node.spec()
             return [c.id for g, c in spec.cards() if g.manufacturer == NVIDIA and c.is_partitioned]
 
-        self.reclaim = ReclaimLoop(MigReclaimer(partitioner, cards).reconcile)
-        self.node.live_listeners.append(self.reclaim.broadcast)
-        self.reclaim.start()
+        self._reclaim(MigReclaimer(partitioner, cards).reconcile)
+
+    def _start_sgpu_reclaim(self, metax: Metax) -> None:
+        """MetaX's subdevices, destroyed once their Pod is gone."""
+
+        def cards() -> list[str]:
+            spec = self.node.spec()
+            return [c.topology.pci_bus_id for g, c in spec.cards() if g.manufacturer == "metax"]
+
+        self._reclaim(MetaxReclaimer(metax.sgpu, cards).reconcile)
+
+    def _reclaim(self, reconcile: Callable[[frozenset[str]], object]) -> None:
+        loop = ReclaimLoop(reconcile)
+        self.node.live_listeners.append(loop.broadcast)
+        loop.start()
+        self.reclaims.append(loop)
 
     def refresh(self) -> None:
         """The agent just reported: read the spec again, and ListAndWatch lists again."""
@@ -254,9 +272,9 @@ class DevicePlugins:
             for server in servers:
                 server.stop()
         self.servers.clear()
-        if self.reclaim is not None:
-            self.reclaim.stop()
-            self.reclaim = None
+        for loop in self.reclaims:
+            loop.stop()
+        self.reclaims.clear()
         if self.writer is not None:
             self.writer.drain(5.0)  # let the records on their way land before the agent goes
             self.writer.stop()

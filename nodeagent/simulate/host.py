@@ -8,7 +8,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.plugin.grants import DeviceNodes
+from nodeagent.plugin.ascend import Ascend
+from nodeagent.plugin.grants import DeviceNodes, Responder
+from nodeagent.plugin.metax import Metax
+from nodeagent.plugin.sgpu import SimulatedSgpu
 from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
@@ -28,6 +31,18 @@ class SimulatedHost:
     ascend_share: RecordedDcmi | None = None
     """A simulated Ascend host's DCMI, whose container-share flag the Ascend responder reads
     and turns on (`ContainerShare`); None on every other host."""
+    sgpu: SimulatedSgpu | None = None
+    """A simulated MetaX host's `sgpu` driver; None on every other host."""
+
+    def responders(self) -> dict[str, Responder]:
+        """The responders that act on this host's simulated drivers instead of the real ones."""
+        found: dict[str, Responder] = {}
+        if self.ascend_share is not None:
+            share = self.ascend_share
+            found["ascend"] = Ascend(lambda: share)
+        if self.sgpu is not None:
+            found["metax"] = Metax(self.sgpu)
+        return found
 
 
 @contextmanager
@@ -58,6 +73,7 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
                 injected={maker: recorded.keywords},
                 device_nodes=recorded.nodes,
                 ascend_share=share,
+                sgpu=SimulatedSgpu() if maker == "metax" else None,
             )
     else:
         with simulated_amd_node(amd) as (smi, sysfs):

@@ -1,13 +1,13 @@
 """One simulated node per other manufacturer, end to end under the kubelet emulator: the
 real agent detects the cards through the manufacturer's own detector (over its simulated
-library), registers the manufacturer's device plugins (no `.sliced` one for MetaX and
-Cambricon, whose slices are not served), and answers a whole card and a slice with the
-manufacturer's own injection (Iluvatar: its runtime's variable and HAMi-core; T-Head: device
-nodes proven by minor number and the hggc pair; Ascend: the driver's index, the simulated DCMI's
-container-share flag turned on for the slice, and vcann-rt's `npu_info.config`; Hygon: its
-control and DRM nodes and a `vdev.conf`; MThreads: its QoS variables; MetaX and Cambricon: their
-nodes); the grants reach the Pods' annotations and the ledger. (AMD has its own module, with
-pools and CU masks.)"""
+library), registers the manufacturer's device plugins (no `.sliced` one for Cambricon, whose
+slices are not served), and answers a whole card and a slice with the manufacturer's own
+injection (Iluvatar: its runtime's variable and HAMi-core; T-Head: device nodes proven by minor
+number and the hggc pair; Ascend: the driver's index, the simulated DCMI's container-share flag
+turned on for the slice, and vcann-rt's `npu_info.config`; Hygon: its control and DRM nodes and
+a `vdev.conf`; MThreads: its QoS variables; MetaX: an `sgpu` subdevice made on the simulated
+card; Cambricon: its nodes); the grants reach the Pods' annotations and the ledger. (AMD has its
+own module, with pools and CU masks.)"""
 
 from __future__ import annotations
 
@@ -106,6 +106,13 @@ def _metax_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> N
     assert len(devices) == 5  # and the card's DRM card and render nodes
 
 
+def _metax_slice(response: Any, found: Devices) -> None:
+    memory = found.spec.groups[0].memory
+    subdevice = response.envs["METAX_SGPUS"]
+    assert f";compute=100;vram={memory // 4};alias=gpustack-" in subdevice
+    assert response.devices[0].host_path == "/dev/mxcd"
+
+
 def _cambricon_whole(envs: dict[str, str], devices: list[str], cards: set[str]) -> None:
     index = envs["CAMBRICON_VISIBLE_DEVICES"]
     assert devices[0] == f"/dev/cambricon_dev{index}"
@@ -131,7 +138,7 @@ FAMILIES = (
     Family("atlas-800t-a2", "ascend", "huawei.com/npu", 8, _ascend_whole, _ascend_slice),
     Family("k100-ai-x2", "hygon", "hygon.com/dcu", 2, _hygon_whole, _hygon_slice),
     Family("s4000-x2", "mthreads", "mthreads.com/gpu", 2, _mthreads_whole, _mthreads_slice),
-    Family("mxc500-x2", "metax", "metax-tech.com/gpu", 2, _metax_whole),
+    Family("mxc500-x2", "metax", "metax-tech.com/gpu", 2, _metax_whole, _metax_slice),
     Family("mlu370-x4", "cambricon", "cambricon.com/mlu", 4, _cambricon_whole),
 )
 

@@ -126,13 +126,13 @@ def test_unserved_slices_are_not_declared_and_the_nodes_are_checked(tmp_path: Pa
     sliced = [c for c in checks if c.mode == "sliced"]
     assert {c.state for c in sliced} == {State.UNAVAILABLE}  # a slice needs the nodes too
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=4))
-    card = Accelerator(id="gpu-0", index=0, status=sliceable)
-    group = DevicesGroup(id="c500", manufacturer="metax", name="C500", memory=65536)
-    metax = DetectionPass("metax", (replace(group, accelerators=(card,)),))
-    report = preflight([metax], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
+    card = Accelerator(id="mlu-0", index=0, physical_indexes=(0,), status=sliceable)
+    group = DevicesGroup(id="mlu370", manufacturer="cambricon", name="MLU370", memory=65536)
+    mlu = DetectionPass("cambricon", (replace(group, accelerators=(card,)),))
+    report = preflight([mlu], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
     unserved = [c for c in report.accelerators[0].checks if c.mode == "sliced"]
     assert {c.state for c in unserved} == {State.NOT_DECLARED}
-    assert "serves no metax slices" in unserved[0].reason
+    assert "serves no cambricon slices" in unserved[0].reason
 
 
 def test_host_cli_counts() -> None:

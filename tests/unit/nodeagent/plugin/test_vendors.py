@@ -98,6 +98,7 @@ def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -
         "ascend",
         "hygon",
         "iluvatar",
+        "metax",
         "mthreads",
         "nvidia",
         "thead",
@@ -108,11 +109,11 @@ def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -
 def test_a_manufacturer_that_does_not_slice_registers_no_sliced_server(tmp_path: Path) -> None:
     table = manufacturers({})
     node = NodeState(lambda: DevicesSpec(()), FakeCluster(), FakeCluster())
-    metax = plugin_servers(node, table["metax"], str(tmp_path))
-    assert [s.allocator.resource for s in metax] == [
-        "metax-tech.com/gpu",
-        "metax-tech.com/gpu.shared",
-        "device.gpustack.ai/metax.visibility",
+    cambricon = plugin_servers(node, table["cambricon"], str(tmp_path))
+    assert [s.allocator.resource for s in cambricon] == [
+        "cambricon.com/mlu",
+        "cambricon.com/mlu.shared",
+        "device.gpustack.ai/cambricon.visibility",
     ]
     mthreads = plugin_servers(node, table["mthreads"], str(tmp_path))
     assert "mthreads.com/gpu.sliced" in [s.allocator.resource for s in mthreads]
@@ -465,19 +466,19 @@ def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
     from nodeagent.agent import published_groups
 
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=128))
-    metax = DevicesGroup(
-        id="c500",
-        manufacturer="metax",
-        name="C500",
+    mlu = DevicesGroup(
+        id="mlu370",
+        manufacturer="cambricon",
+        name="MLU370",
         memory=196608,
         accelerators=(Accelerator(id="GPU-1", index=0, status=sliceable),),
     )
-    nvidia = replace(metax, id="h100", manufacturer="nvidia")
-    published = published_groups([metax, nvidia], ("metax", "nvidia"), slices)
+    nvidia = replace(mlu, id="h100", manufacturer="nvidia")
+    published = published_groups([mlu, nvidia], ("cambricon", "nvidia"), slices)
     assert published[0].accelerators[0].status.logical_sliced == LogicalSliced()
     assert published[1] is nvidia
-    assert published_groups([metax], ("nvidia",), slices) == []
-    assert metax.without_logical_slices().without_logical_slices() == published[0]
+    assert published_groups([mlu], ("nvidia",), slices) == []
+    assert mlu.without_logical_slices().without_logical_slices() == published[0]
 
 
 # --- Hygon: a vdev.conf per slice -----------------------------------------------------------
