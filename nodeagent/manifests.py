@@ -40,7 +40,8 @@ HEADER = """\
 #   asks the toolkit for the capability's device node. A cluster that never partitions may drop it.
 # - the other manufacturers: their management libraries open each card's control devices, which
 #   no runtime hook hands to an unprivileged container here, so those agents stay privileged
-#   with the host's /dev, as those vendors' own device plugins run.
+#   with the host's /dev, as those vendors' own device plugins run. MetaX's agent also mounts
+#   the host's /sys writable: its slices are sgpu subdevices made through the card's sysfs.
 """
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
@@ -61,9 +62,13 @@ def host_paths(maker: Manufacturer) -> tuple[tuple[str, str, bool, str], ...]:
     """The host paths one manufacturer's agent mounts: the common ones, plus for NVIDIA the
     HAMi-core lock directory its sliced grants mount into every sliced container (the agent
     creates it on the host before answering), and for the others the host's /dev (their
-    management libraries open the cards' control devices; NVIDIA's come from its toolkit)."""
+    management libraries open the cards' control devices; NVIDIA's come from its toolkit), with
+    /sys writable for MetaX (`nodeagent/plugin/sgpu.py`)."""
     if maker.name == "nvidia":
         return (*HOST_PATHS, ("vgpu-lock", VGPU_LOCK_DIR, False, "DirectoryOrCreate"))
+    if maker.name == "metax":  # sgpu subdevices are made by writing the card's sysfs files
+        writable = tuple((n, p, ro and p != "/sys", k) for n, p, ro, k in HOST_PATHS)
+        return (*writable, HOST_DEV)
     return (*HOST_PATHS, HOST_DEV)
 
 
