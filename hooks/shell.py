@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,12 +22,13 @@ from types import FrameType
 from typing import Any
 
 import jsonschema
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from chain.pools import PoolIdentity
 from chain.settings import Settings
+from hooks import metrics
 
 Obj = dict[str, Any]
 Handler = Callable[[Obj], Obj]
@@ -402,7 +404,25 @@ def make_app(
         view = endpoint(handler, limit, limits[path], path in webhooks)
         app.add_url_rule(path, endpoint=path, view_func=view, methods=["POST"])
     app.add_url_rule("/healthz", endpoint="healthz", view_func=lambda: ("ok", 200))
+    app.add_url_rule("/metrics", endpoint="metrics", view_func=_metrics)
+
+    @app.before_request
+    def started() -> None:
+        g.started = time.monotonic()
+
+    @app.after_request
+    def measured(response: Response) -> Response:
+        if request.path in routes:  # not the probes and scrapes: they would drown the rest
+            seconds = time.monotonic() - g.get("started", time.monotonic())
+            size = request.content_length or 0
+            metrics.observe(name, request.path, response.status_code, seconds, size)
+        return response
+
     return app
+
+
+def _metrics() -> Response:
+    return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4")
 
 
 def of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:

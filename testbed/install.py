@@ -132,6 +132,8 @@ def install(
             installed.projections.append(projection)
             mounts[volume.mount_path] = projection.directory
         env = {**container_env(container, mounts), "KUBERNETES_POD_NAMESPACE": namespace}
+        if "PROMETHEUS_MULTIPROC_DIR" in env:  # a Pod's own /dev/shm; here one host serves all
+            env["PROMETHEUS_MULTIPROC_DIR"] = str(bed.root / "metrics" / name)
         if capture is not None:
             env |= {"CAPTURE_APP": app, "CAPTURE_DIR": str(capture / name)}
             app = "testbed.capture:app"

@@ -382,21 +382,33 @@ def test_every_gunicorn_deployment_loads_the_shared_log_settings() -> None:
 
 
 def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
-    """The optional component's PodMonitor and NetworkPolicy reach the port every component
-    serving `/metrics` names `health` (the node agents, the verdict driver)."""
+    """The optional component's PodMonitor reaches every port serving `/metrics` (the node
+    agents' and the driver's `health`, the hooks' `http`, the webhooks' `https`), and its
+    NetworkPolicy opens those the default deny closes."""
     monitoring = {o["kind"]: o for o in kustomize(MANIFESTS / "monitoring")}
     monitor, policy = monitoring["PodMonitor"], monitoring["NetworkPolicy"]
     selected = monitor["spec"]["selector"]["matchLabels"]
-    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
-    assert (endpoint["port"], endpoint["path"]) == ("health", "/metrics")
+    scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
+    assert {e["path"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"/metrics"}
     assert policy["spec"]["podSelector"]["matchLabels"] == selected
-    assert [p["port"] for p in policy["spec"]["ingress"][0]["ports"]] == ["health"]
-    serving = _of("DaemonSet") + [
-        d for d in _of("Deployment") if d["metadata"]["name"] == "gpustack-admission-driver"
-    ]
-    assert len(serving) == 10  # nine agents and the driver
+    opened = {p["port"] for p in policy["spec"]["ingress"][0]["ports"]}
+    assert opened == {"health", "http"}
+    serving = [*_of("DaemonSet"), *_of("Deployment")]
+    metered = 0
     for workload in serving:
         template = workload["spec"]["template"]
+        containers = template["spec"]["containers"]
+        ports = {p["name"] for c in containers for p in c.get("ports", [])}
+        argv = [a for c in containers for a in (*c.get("command", []), *c.get("args", []))]
+        is_agent = workload["kind"] == "DaemonSet"
+        is_driver = workload["metadata"]["name"] == "gpustack-admission-driver"
+        is_hook = bool(argv) and argv[0] == "gunicorn"
+        if not (is_agent or is_driver or is_hook):
+            continue
+        metered += 1
         assert selected.items() <= template["metadata"]["labels"].items()
-        ports = [p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])]
-        assert "health" in ports, workload["metadata"]["name"]
+        assert ports & scraped, workload["metadata"]["name"]
+        if is_hook:  # gunicorn's workers add up their metrics in a shared directory
+            env = {e["name"]: e.get("value") for c in containers for e in c.get("env", [])}
+            assert env.get("PROMETHEUS_MULTIPROC_DIR", "").startswith("/dev/shm/")
+    assert metered == 9 + 1 + 6  # nine agents, the driver, five hooks and the webhook
