@@ -55,6 +55,7 @@ from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.plugin.sgpu import SgpuDriver
+from nodeagent.plugin.smlu import SmluDriver, open_cndev_smlu
 from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
@@ -195,6 +196,7 @@ def run_preflight(args: argparse.Namespace) -> int:
     names = requested_manufacturers(args.manufacturer, table)
     with ExitStack() as stack:
         nodes = DeviceNodes(args.host_root)
+        smlu: Callable[[], SmluDriver] = open_cndev_smlu
         sgpu: SgpuDriver | None = None
         share: Callable[[], ContainerShare | None] = open_dcmi
         if args.simulate:
@@ -203,10 +205,13 @@ def run_preflight(args: argparse.Namespace) -> int:
             nodes = host.device_nodes or nodes
             share = partial(_simulated_share, host)
             sgpu = host.sgpu
+            if host.smlu is not None:
+                simulated = host.smlu
+                smlu = partial(_simulated_smlu, simulated)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
-        report = preflight(passes, table, nodes, args.host_root, share=share, sgpu=sgpu)
+        report = preflight(passes, table, nodes, args.host_root, share=share, sgpu=sgpu, smlu=smlu)
     rendered = report.render()
     if args.output == "json":
         print(json.dumps(rendered, indent=2))
@@ -218,6 +223,10 @@ def run_preflight(args: argparse.Namespace) -> int:
 def _simulated_share(host: SimulatedHost) -> ContainerShare | None:
     """A simulated host's DCMI container-share flag (None where it has no Ascend card)."""
     return host.ascend_share
+
+
+def _simulated_smlu(smlu: SmluDriver) -> SmluDriver:
+    return smlu
 
 
 def simulated_profile(flag: str | None, node: str) -> str | None:

@@ -23,7 +23,8 @@ observed). This preflight starts no probe container, so nothing here is `measure
 why it went no deeper. Only `unavailable` makes the exit status 1.
 
 Nothing on the host changes: slices render into a throwaway directory, Ascend's container-share
-flag is read, never written, and MetaX's `sgpu` subdevices are read, never made.
+flag is read, never written, MetaX's `sgpu` subdevices and Cambricon's sMLU instances are read,
+never made.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from chain.ledger import Mode
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.held import DetectionPass
 from nodeagent.plugin.ascend import Ascend, ContainerShare
+from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
@@ -57,6 +59,7 @@ from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
+from nodeagent.plugin.smlu import DrySmlu, SmluDriver, open_cndev_smlu
 
 NO_PROBE = (
     "no probe container was started: this preflight renders the allocation, it does not run it"
@@ -305,9 +308,8 @@ class Rehearsal:
         """A slice of `share` percent of the card's memory and compute (a spatial partition
         such as Hygon's then leaves the rehearsal's next slices their room)."""
         limits = SlicedLimits(cores_percentage=share, memory_percentage=share)
-        request = SliceRequest(
-            limits, "preflight", container, self._channel(), pods_dir=self.pods_dir
-        )
+        pod = f"preflight-{card.card.index}"  # one rehearsed Pod per card
+        request = SliceRequest(limits, pod, container, self._channel(), pods_dir=self.pods_dir)
         return self.responder.sliced((card,), request, self.nodes)
 
     def shown(self, card: GrantedCard, mode: Mode) -> ContainerResponse:
@@ -317,6 +319,9 @@ class Rehearsal:
 QUOTA_FILES = (".config", ".conf")
 """Quota files a slice's runtime reads (Ascend's `npu_info.config`, Hygon's `vdev<i>.conf`)."""
 QUOTA_WORDS = ("quota", "cu_count", "mem:")
+QUOTA_VARIABLES = ("LIMIT", "QUOTA", "QOS", "CU_MASK", "SGPUS", "VIRTUAL_DEVICES")
+"""Variables that carry a slice's limits, or name the driver object that enforces them (MetaX's
+subdevice, Cambricon's sMLU instance)."""
 
 
 def quota_of(response: ContainerResponse) -> str:
@@ -325,7 +330,7 @@ def quota_of(response: ContainerResponse) -> str:
     quota = sorted(
         f"{name}={value}"
         for name, value in response.envs.items()
-        if any(word in name for word in ("LIMIT", "QUOTA", "QOS", "CU_MASK", "SGPUS"))
+        if any(word in name for word in QUOTA_VARIABLES)
     )
     for mount in response.mounts:
         source = Path(mount.host_path)
@@ -505,14 +510,18 @@ def manufacturer_report(
 
 
 def preflight_responder(
-    name: str, share: ContainerShare | None, sgpu: SgpuDriver
+    name: str, share: ContainerShare | None, sgpu: SgpuDriver, smlu: Callable[[], SmluDriver]
 ) -> Responder | None:
     """The responder a preflight drives, touching nothing on the host: Ascend's reads its share
-    flag and never writes it; MetaX's reads the cards' subdevices and makes none."""
+    flag and never writes it; MetaX's reads the cards' subdevices and makes none; Cambricon's
+    reads the sMLU mode and instances and changes neither."""
     if name == "ascend":
         return Ascend(lambda: ReadOnlyShare(share))
     if name == "metax":
         return Metax(DrySgpu(sgpu))
+    if name == "cambricon":
+        dry = DrySmlu(smlu)
+        return Cambricon(lambda: dry)
     return RESPONDERS.get(name)
 
 
@@ -532,8 +541,10 @@ def preflight(
     share: Callable[[], ContainerShare | None] = lambda: None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sgpu: SgpuDriver | None = None,
+    smlu: Callable[[], SmluDriver] = open_cndev_smlu,
 ) -> Report:
-    """`sgpu`: the MetaX driver whose subdevices are read (default: the host root's sysfs)."""
+    """`sgpu`: the MetaX driver whose subdevices are read (default: the host root's sysfs);
+    `smlu`: opens Cambricon's cnDev, whose sMLU state is read."""
     cards = sgpu or SysfsSgpu(host_root)
     now = clock().strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = []
@@ -544,7 +555,7 @@ def preflight(
             manufacturer_report(
                 found,
                 ask_host(maker, host_root, run),
-                preflight_responder(maker, ascend_share, cards),
+                preflight_responder(maker, ascend_share, cards, smlu),
                 table[maker].runtime_name if maker in table else "",
                 nodes,
                 host_root,

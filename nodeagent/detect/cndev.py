@@ -156,6 +156,11 @@ class CndevLibrary:
     def __init__(self, library: Library) -> None:
         self._lib = library
 
+    @property
+    def library(self) -> Library:
+        """The loaded library, for the sMLU calls the allocator makes (`plugin/smlu.py`)."""
+        return self._lib
+
     def device_count(self) -> int:
         info = _CardInfo(version=VERSION_6)
         self._lib.call("cndevGetDeviceCount", ctypes.byref(info))

@@ -27,6 +27,7 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Cache, Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
+from nodeagent.plugin.cambricon import Cambricon, CambriconReclaimer
 from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
@@ -158,7 +159,8 @@ class DevicePlugins:
         # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
         self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
         self.reclaims: list[ReclaimLoop] = []
-        """The MIG reclaimer and MetaX's subdevice reclaimer, each fed every live-Pod set."""
+        """The MIG reclaimer and MetaX's and Cambricon's slice reclaimers, each fed every
+        live-Pod set."""
 
     def start_watching(self) -> None:
         """Follow the node's Pods (a no-op without `watch_pods`)."""
@@ -205,9 +207,11 @@ class DevicePlugins:
             )
             if partitioner is not None:
                 self._start_reclaim(partitioner)
-            metax = self.responders.get(name)
-            if isinstance(metax, Metax):
-                self._start_sgpu_reclaim(metax)
+            responder = self.responders.get(name)
+            if isinstance(responder, Metax):
+                self._start_sgpu_reclaim(responder)
+            elif isinstance(responder, Cambricon):
+                self._reclaim(CambriconReclaimer(responder, self.pods_dir).reconcile)
             started: list[PluginServer] = []
             self.servers[name] = started
             for server in servers:

@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.plugin.ascend import Ascend
+from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.sgpu import SimulatedSgpu
+from nodeagent.plugin.smlu import SimulatedSmlu
 from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
@@ -33,6 +35,8 @@ class SimulatedHost:
     and turns on (`ContainerShare`); None on every other host."""
     sgpu: SimulatedSgpu | None = None
     """A simulated MetaX host's `sgpu` driver; None on every other host."""
+    smlu: SimulatedSmlu | None = None
+    """A simulated Cambricon host's sMLU calls; None on every other host."""
 
     def responders(self) -> dict[str, Responder]:
         """The responders that act on this host's simulated drivers instead of the real ones."""
@@ -42,6 +46,9 @@ class SimulatedHost:
             found["ascend"] = Ascend(lambda: share)
         if self.sgpu is not None:
             found["metax"] = Metax(self.sgpu)
+        if self.smlu is not None:
+            smlu = self.smlu
+            found["cambricon"] = Cambricon(lambda: smlu)
         return found
 
 
@@ -74,6 +81,7 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
                 device_nodes=recorded.nodes,
                 ascend_share=share,
                 sgpu=SimulatedSgpu() if maker == "metax" else None,
+                smlu=SimulatedSmlu(recorded.positions) if maker == "cambricon" else None,
             )
     else:
         with simulated_amd_node(amd) as (smi, sysfs):

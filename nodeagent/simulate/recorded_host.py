@@ -112,6 +112,8 @@ class RecordedHost:
     keywords: Mapping[str, object] = field(default_factory=dict)
     """The detector's constructor keywords (`DetectorSetup.injected`)."""
     nodes: SimulatedNodes | None = None
+    positions: Mapping[str, int] = field(default_factory=dict)
+    """Each card's bus id -> its place in the library's enumeration."""
 
 
 def _numa(entry: fields.Obj, where: str) -> int:
@@ -331,4 +333,5 @@ def simulated_recorded_node(manufacturer: str, body: fields.Obj) -> Iterator[Rec
         on_bus = [(card.bus, card.numa_node) for card in placed]
         sysfs = write_pci_sysfs(root, vendor, ACCELERATOR_CLASS, on_bus, numa or None)
         nodes = kind.nodes(placed) if kind.nodes else None
-        yield RecordedHost(library, sysfs, keywords, nodes)
+        positions = {card.bus: card.position for card in placed}
+        yield RecordedHost(library, sysfs, keywords, nodes, positions)

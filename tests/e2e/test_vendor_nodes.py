@@ -1,12 +1,12 @@
 """One simulated node per other manufacturer, end to end under the kubelet emulator: the
 real agent detects the cards through the manufacturer's own detector (over its simulated
-library), registers the manufacturer's device plugins (no `.sliced` one for Cambricon, whose
-slices are not served), and answers a whole card and a slice with the manufacturer's own
-injection (Iluvatar: its runtime's variable and HAMi-core; T-Head: device nodes proven by minor
-number and the hggc pair; Ascend: the driver's index, the simulated DCMI's container-share flag
-turned on for the slice, and vcann-rt's `npu_info.config`; Hygon: its control and DRM nodes and
-a `vdev.conf`; MThreads: its QoS variables; MetaX: an `sgpu` subdevice made on the simulated
-card; Cambricon: its nodes); the grants reach the Pods' annotations and the ledger. (AMD has its
+library), registers the manufacturer's device plugins, and answers a whole card and a slice
+with the manufacturer's own injection (Iluvatar: its runtime's variable and HAMi-core; T-Head:
+device nodes proven by minor number and the hggc pair; Ascend: the driver's index, the
+simulated DCMI's container-share flag turned on for the slice, and vcann-rt's
+`npu_info.config`; Hygon: its control and DRM nodes and a `vdev.conf`; MThreads: its QoS
+variables; MetaX: an `sgpu` subdevice made on the simulated card; Cambricon: an sMLU instance
+of the simulated cnDev); the grants reach the Pods' annotations and the ledger. (AMD has its
 own module, with pools and CU masks.)"""
 
 from __future__ import annotations
@@ -119,6 +119,12 @@ def _cambricon_whole(envs: dict[str, str], devices: list[str], cards: set[str]) 
     assert devices[-1] == "/dev/cambricon_ctl"
 
 
+def _cambricon_slice(response: Any, found: Devices) -> None:
+    instance = response.envs["VIRTUAL_DEVICES"]
+    assert instance.startswith("/dev/cambricon-caps/cap_dev")
+    assert response.devices[0].host_path.startswith("/dev/cambricon_dev")
+
+
 def _mounted(response: Any, container_path: str) -> Path:
     [found] = [m.host_path for m in response.mounts if m.container_path == container_path]
     return Path(found)
@@ -139,7 +145,7 @@ FAMILIES = (
     Family("k100-ai-x2", "hygon", "hygon.com/dcu", 2, _hygon_whole, _hygon_slice),
     Family("s4000-x2", "mthreads", "mthreads.com/gpu", 2, _mthreads_whole, _mthreads_slice),
     Family("mxc500-x2", "metax", "metax-tech.com/gpu", 2, _metax_whole, _metax_slice),
-    Family("mlu370-x4", "cambricon", "cambricon.com/mlu", 4, _cambricon_whole),
+    Family("mlu370-x4", "cambricon", "cambricon.com/mlu", 4, _cambricon_whole, _cambricon_slice),
 )
 
 

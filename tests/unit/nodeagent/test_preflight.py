@@ -17,6 +17,7 @@ from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
 from nodeagent.detect.held import DetectionPass
 from nodeagent.plugin.grants import DeviceNodes
+from nodeagent.plugin.mthreads import MThreads
 from nodeagent.preflight import (
     Depth,
     ReadOnlyShare,
@@ -116,7 +117,9 @@ def test_a_failed_pass_and_a_missing_host_root(tmp_path: Path) -> None:
     assert detection.host.missing_mounts == (str(tmp_path / "absent"),)
 
 
-def test_unserved_slices_are_not_declared_and_the_nodes_are_checked(tmp_path: Path) -> None:
+def test_unserved_slices_are_not_declared_and_the_nodes_are_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     amd = DetectionPass("amd", detect("mi300x-x2"))
     without_nodes = preflight([amd], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
     checks = without_nodes.accelerators[0].checks
@@ -126,13 +129,21 @@ def test_unserved_slices_are_not_declared_and_the_nodes_are_checked(tmp_path: Pa
     sliced = [c for c in checks if c.mode == "sliced"]
     assert {c.state for c in sliced} == {State.UNAVAILABLE}  # a slice needs the nodes too
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=4))
-    card = Accelerator(id="mlu-0", index=0, physical_indexes=(0,), status=sliceable)
-    group = DevicesGroup(id="mlu370", manufacturer="cambricon", name="MLU370", memory=65536)
-    mlu = DetectionPass("cambricon", (replace(group, accelerators=(card,)),))
-    report = preflight([mlu], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
+    card = Accelerator(id="gpu-0", index=0, status=sliceable)
+    group = DevicesGroup(id="s4000", manufacturer="mthreads", name="S4000", memory=49152)
+    passed = DetectionPass("mthreads", (replace(group, accelerators=(card,)),))
+    unsliced = replace_responder(MThreads(), slices=False)
+    monkeypatch.setattr("nodeagent.preflight.RESPONDERS", {"mthreads": unsliced})
+    report = preflight([passed], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
     unserved = [c for c in report.accelerators[0].checks if c.mode == "sliced"]
     assert {c.state for c in unserved} == {State.NOT_DECLARED}
-    assert "serves no cambricon slices" in unserved[0].reason
+    assert "serves no mthreads slices" in unserved[0].reason
+
+
+def replace_responder(responder: MThreads, slices: bool) -> MThreads:
+    """The responder as an agent built without its manufacturer's slice isolation has it."""
+    responder.slices = slices
+    return responder
 
 
 def test_host_cli_counts() -> None:

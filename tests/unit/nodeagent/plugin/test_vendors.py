@@ -22,10 +22,12 @@ from nodeagent.plugin.ascend import Ascend
 from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (
     Cards,
+    DeviceNodes,
     GrantedCard,
     SimulatedNodes,
     SlicedLimits,
     SliceRequest,
+    VendorResponder,
 )
 from nodeagent.plugin.hygon import Hygon
 from nodeagent.plugin.iluvatar import Iluvatar
@@ -34,7 +36,7 @@ from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.mthreads import MThreads
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.responders import RESPONDERS, slices
-from nodeagent.plugin.response import DeviceNode, Mount
+from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 from nodeagent.plugin.server import plugin_servers
 from nodeagent.plugin.thead import Thead
 from tests.unit.nodeagent.plugin.fakes import FakeCluster
@@ -91,25 +93,25 @@ WORK = "/var/lib/gpustack/operator/pods/uid-1/c-main"
 # --- What each manufacturer serves -------------------------------------------------------------
 
 
-def test_every_manufacturer_has_a_responder_and_only_the_isolated_ones_slice() -> None:
+def test_every_manufacturer_has_a_responder_with_slice_isolation() -> None:
     assert set(RESPONDERS) == set(manufacturers({}))
-    assert {name for name in RESPONDERS if slices(name)} == {
-        "amd",
-        "ascend",
-        "hygon",
-        "iluvatar",
-        "metax",
-        "mthreads",
-        "nvidia",
-        "thead",
-    }
+    assert {name for name in RESPONDERS if slices(name)} == set(manufacturers({}))
     assert not slices("intel")
+
+
+class ShowOnly(VendorResponder):
+    """A responder whose manufacturer's slice isolation is not built."""
+
+    manufacturer = "cambricon"
+
+    def show(self, cards: Cards, nodes: DeviceNodes) -> ContainerResponse:
+        return ContainerResponse()
 
 
 def test_a_manufacturer_that_does_not_slice_registers_no_sliced_server(tmp_path: Path) -> None:
     table = manufacturers({})
     node = NodeState(lambda: DevicesSpec(()), FakeCluster(), FakeCluster())
-    cambricon = plugin_servers(node, table["cambricon"], str(tmp_path))
+    cambricon = plugin_servers(node, table["cambricon"], str(tmp_path), responder=ShowOnly())
     assert [s.allocator.resource for s in cambricon] == [
         "cambricon.com/mlu",
         "cambricon.com/mlu.shared",
@@ -474,10 +476,14 @@ def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
         accelerators=(Accelerator(id="GPU-1", index=0, status=sliceable),),
     )
     nvidia = replace(mlu, id="h100", manufacturer="nvidia")
-    published = published_groups([mlu, nvidia], ("cambricon", "nvidia"), slices)
+
+    def serves(manufacturer: str) -> bool:
+        return manufacturer != "cambricon"
+
+    published = published_groups([mlu, nvidia], ("cambricon", "nvidia"), serves)
     assert published[0].accelerators[0].status.logical_sliced == LogicalSliced()
     assert published[1] is nvidia
-    assert published_groups([mlu], ("nvidia",), slices) == []
+    assert published_groups([mlu], ("nvidia",), serves) == []
     assert mlu.without_logical_slices().without_logical_slices() == published[0]
 
 
