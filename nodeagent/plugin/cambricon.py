@@ -24,17 +24,18 @@ unmeasured upstream.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
+    HostRecord,
     SliceRequest,
     VendorResponder,
     memory_limit_mib,
@@ -73,7 +74,7 @@ def pod_of(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Marker:
+class Marker(HostRecord):
     pod_uid: str
     container: str
     card: str
@@ -82,35 +83,19 @@ class Marker:
     cores: int
     memory_mib: int
 
-    def render(self) -> str:
-        return json.dumps(
-            {
-                "podUID": self.pod_uid,
-                "container": self.container,
-                "card": self.card,
-                "instance": self.instance,
-                "profileID": self.profile,
-                "coresPct": self.cores,
-                "memMiB": self.memory_mib,
-            }
-        )
+    KEYS: ClassVar[Mapping[str, str]] = {
+        "pod_uid": "podUID",
+        "container": "container",
+        "card": "card",
+        "instance": "instance",
+        "profile": "profileID",
+        "cores": "coresPct",
+        "memory_mib": "memMiB",
+    }
 
-    @classmethod
-    def read(cls, path: Path) -> Marker | None:
-        try:
-            raw = json.loads(path.read_text())
-            found = cls(
-                str(raw["podUID"]),
-                str(raw["container"]),
-                str(raw["card"]),
-                str(raw["instance"]),
-                int(raw["profileID"]),
-                int(raw["coresPct"]),
-                int(raw["memMiB"]),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return found if found.pod_uid and found.card and found.instance else None
+    @property
+    def valid(self) -> bool:
+        return bool(self.pod_uid and self.card and self.instance)
 
 
 def cndev_index(granted_id: str, found: int | None) -> int:
@@ -184,7 +169,7 @@ class Cambricon(VendorResponder):
         driver = self.driver()
         own = Path(request.work_dir, MARKER)
         mine = Marker.read(own)
-        if mine is not None:
+        if mine is not None and mine.valid:
             if (mine.card, mine.cores, mine.memory_mib) != (card, cores, mib):
                 raise ValueError(
                     f"marker {str(own)!r} mismatches request (card={card} cores={cores} "
@@ -274,7 +259,7 @@ class CambriconReclaimer:
             paths: dict[str, list[Path]] = {}
             for path in Path(self.pods_dir).glob(f"*/*/{MARKER}"):
                 marker = Marker.read(path)
-                if marker is not None:
+                if marker is not None and marker.valid:
                     owned.setdefault(marker.pod_uid, []).append((marker.card, marker.instance))
                     paths.setdefault(marker.pod_uid, []).append(path)
             marked = {name for held in owned.values() for _, name in held}

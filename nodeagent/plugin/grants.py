@@ -17,12 +17,13 @@ ascending accelerator index, the enumeration the detector recorded.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol, Self
 
 from chain.accelerators import Accelerator
 from chain.devices import DevicesGroup, DevicesSpec
@@ -168,6 +169,30 @@ def ledgered_preload(
         Mount(ledger, region),
     )
     return ContainerResponse(mounts=mounts, directories=(request.work_dir, region))
+
+
+class HostRecord:
+    """A frozen dataclass kept on the host as one JSON object, under the keys `KEYS` names for
+    its fields (a grant's marker): `render` writes it, `read` gives it back, or None when the
+    file is missing or is not such a record."""
+
+    KEYS: ClassVar[Mapping[str, str]] = {}
+
+    def render(self) -> str:
+        return json.dumps({key: getattr(self, name) for name, key in self.KEYS.items()})
+
+    @classmethod
+    def read(cls, path: Path) -> Self | None:
+        try:
+            raw = json.loads(path.read_text())
+            kinds = {f.name: f.type for f in fields(cls)}  # type: ignore[arg-type]
+            values = {
+                name: int(raw[key]) if kinds[name] == "int" else str(raw[key])
+                for name, key in cls.KEYS.items()
+            }
+            return cls(**values)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
 
 def write_host_file(path: Path, text: str) -> None:

@@ -20,18 +20,19 @@ then (`chain.ledger_rebuild.STATEFUL_SLICED_MANUFACTURERS`).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from nodeagent.plugin.drm import optional_drm_nodes
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
+    HostRecord,
     SliceRequest,
     VendorResponder,
     memory_limit_mib,
@@ -51,7 +52,7 @@ WHOLE = -1
 
 
 @dataclass(frozen=True)
-class Marker:
+class Marker(HostRecord):
     pod_uid: str
     container: str
     card: str
@@ -59,32 +60,14 @@ class Marker:
     cores: int
     memory_mib: int
 
-    def render(self) -> str:
-        return json.dumps(
-            {
-                "podUID": self.pod_uid,
-                "container": self.container,
-                "cardBDF": self.card,
-                "index": self.index,
-                "coresPct": self.cores,
-                "memMiB": self.memory_mib,
-            }
-        )
-
-    @classmethod
-    def read(cls, path: Path) -> Marker | None:
-        try:
-            raw = json.loads(path.read_text())
-            return cls(
-                str(raw["podUID"]),
-                str(raw["container"]),
-                str(raw["cardBDF"]),
-                int(raw["index"]),
-                int(raw["coresPct"]),
-                int(raw["memMiB"]),
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
+    KEYS: ClassVar[Mapping[str, str]] = {
+        "pod_uid": "podUID",
+        "container": "container",
+        "card": "cardBDF",
+        "index": "index",
+        "cores": "coresPct",
+        "memory_mib": "memMiB",
+    }
 
 
 class Metax(VendorResponder):
