@@ -15,18 +15,7 @@ NAME_MAX = 63
 SUBDOMAIN_MAX = 253
 
 _NAME_PART = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def is_label_value(value: str) -> bool:
-    """True if `value` may be a label value (empty is allowed)."""
-    return value == "" or (len(value) <= LABEL_VALUE_MAX and bool(_NAME_PART.fullmatch(value)))
-
-
-def is_dns_label(value: str) -> bool:
-    """True for an RFC 1123 label (namespace, LocalQueue-style names)."""
-    return len(value) <= NAME_MAX and bool(_DNS_LABEL.fullmatch(value))
 
 
 def is_dns_subdomain(value: str) -> bool:

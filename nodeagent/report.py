@@ -11,6 +11,10 @@ Judgment calls:
   `acceleratable.feature.gpustack.ai/<aKey>=true` per spec group with cards (never a `.count`).
 - The owner reference is a controller reference with `blockOwnerDeletion`, like
   controller-runtime's `SetControllerReference`; deleting the Node deletes its Devices.
+- The NodeFeature's labels are written whole, each report: a model that left the node takes its
+  keys with it. Upstream only adds and overwrites them, so a departed model's keys (its `.count`
+  too) stay until the NodeFeature is recreated, and a flavor selecting them would keep the node
+  in a pool whose cards are gone.
 """
 
 from __future__ import annotations
@@ -65,17 +69,6 @@ def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup], node
         },
         "spec": {"labels": node_feature_labels(groups)},
     }
-
-
-def updated_node_feature_labels(
-    existing: Mapping[str, str], desired: Mapping[str, str]
-) -> dict[str, str]:
-    """Upstream's update of an existing NodeFeature: accelerator keys are added or overwritten,
-    never removed (node-agent §2.1). A model that disappears keeps its keys until the NodeFeature
-    is recreated; `.count` still follows the cards that remain reported."""
-    merged = dict(existing)
-    merged.update(desired)
-    return merged
 
 
 def owner_reference(node: str, uid: str) -> Obj:

@@ -119,12 +119,6 @@ class NodeSummary:
             "spec": spec,
         }
 
-    @classmethod
-    def from_object(cls, obj: Obj, path: str) -> NodeSummary:
-        """The typed view of a related summary; BadRequest naming the field if malformed."""
-        node, acceleratable, cpu, raw = scan(obj, path)
-        return cls(node, acceleratable, cpu, tuple(entry_of(entry) for entry in raw))
-
 
 def scan(obj: Obj, path: str) -> tuple[str, bool, dict[str, str], list[Obj]]:
     """Check a related summary in place: (node, acceleratable, cpu, flavor entries).

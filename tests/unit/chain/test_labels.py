@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from chain import labels
 from chain.labels import AcceleratorGroupFacts, accelerator_labels, sanitize_label_value
 from chain.manufacturers import ManufacturerTable
-from chain.validation import is_label_value, is_qualified_name
+from chain.validation import is_qualified_name
+from tests.unit.kube_rules import is_label_value
 
 A = "acceleratable.feature.gpustack.ai/"
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chain import names
-from chain.validation import is_dns_label, is_label_value
+from tests.unit.kube_rules import is_dns_label, is_label_value
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from chain.validation import is_dns_label, is_dns_subdomain, is_label_value, is_qualified_name
+from chain.validation import is_dns_subdomain, is_qualified_name
+from tests.unit.kube_rules import is_dns_label, is_label_value
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ from nodeagent.report import (
     devices_object,
     node_feature,
     node_feature_labels,
-    updated_node_feature_labels,
 )
 from tests.unit.nodeagent.helpers import detect
 
@@ -84,13 +83,6 @@ def test_groups_without_cards_publish_nothing() -> None:
     assert node_feature_labels([t4_group(0)]) == {}
     feature = node_feature("n", "ns", [], "uid-n")
     assert feature["spec"] == {"labels": {}}
-
-
-def test_node_feature_update_adds_and_overwrites() -> None:
-    existing = {A + "nvidia-l4": "true", A + "nvidia-tesla-t4.count": "2"}
-    merged = updated_node_feature_labels(existing, node_feature_labels([t4_group(4)]))
-    assert merged[A + "nvidia-l4"] == "true"
-    assert merged[A + "nvidia-tesla-t4.count"] == "4"
 
 
 FOREIGN: dict[str, Any] = {

@@ -19,7 +19,7 @@ from benchmarks.cluster import (
 )
 from chain.pools import FlavorIdentity
 from hooks.flavor import node, pools
-from hooks.flavor.summary import FlavorEntry, NodeSummary
+from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
 
 GKEYS = ("amd-epyc-7763", "intel-xeon-platinum-8358", "amd-25-1")
 AKEYS = ("", "", "nvidia-tesla-t4", "nvidia-a10g")
@@ -114,4 +114,6 @@ def test_node_answer_ignores_heartbeats(cpu: Any, card: Any, beat: int, other: i
 @given(summaries())
 def test_summary_round_trip(items: list[NodeSummary]) -> None:
     for item in items:
-        assert NodeSummary.from_object(item.to_object(), "$") == item
+        node, acceleratable, cpu, entries = scan(item.to_object(), "$")
+        rebuilt = NodeSummary(node, acceleratable, cpu, tuple(entry_of(e) for e in entries))
+        assert rebuilt == item
