@@ -15,9 +15,9 @@ from typing import Any
 from chain.apis import CHAIN_API, INSTANCE_TYPE, RESOURCE_FLAVOR, SETTINGS, WORKLOAD
 from chain.devices import DEVICES_KIND
 from chain.manufacturers import ManufacturerTable
-from hooks.admission.catalog import Catalog, parse_catalog
 from hooks.admission.judge import judge_request
 from hooks.admission.pods import mutate_pods
+from hooks.admission.pool_catalog import Catalog, parse_catalog
 from hooks.admission.workloads import mutate_workloads
 from hooks.catalog_file import catalog_settings
 from hooks.instancetype.webhook import desired_labels

@@ -196,6 +196,18 @@ def read_settings(obj: Obj | None, path: str) -> Settings:
         raise BadRequest(f"{path}.{field}", message) from err
 
 
+def parent_settings(request: DecoratorRequest) -> Settings | None:
+    """The settings of a controller whose parent is the Settings singleton; None when the parent
+    is another Settings object (only the singleton carries the chain's settings, and any other
+    owns nothing). BadRequest when the parent is not a Settings at all."""
+    parent = request.object
+    if parent["kind"] != SETTINGS or parent["apiVersion"] != CHAIN_API:
+        raise BadRequest("$.object.kind", f"expected a {CHAIN_API} Settings, got {parent['kind']}")
+    if parent["metadata"]["name"] != SETTINGS_NAME:
+        return None
+    return read_settings(parent, "$.object")
+
+
 def related_settings(request: DecoratorRequest) -> Settings:
     """The chain settings among the related objects; defaults when the singleton is absent."""
     for obj in request.related.of(SETTINGS, CHAIN_API):

@@ -70,8 +70,8 @@ def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
 def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
     """Kueue as its release installs it (`config/default` of its module, rendered by the real
     kubectl, applied server-side), with the chain's configuration merged into its ConfigMap the
-    documented way (`python -m hooks.queue.kueue_config --merge`, README), and its image swapped
-    for one packing the testbed's binary (pulled never: upstream's `Always` would ask a
+    documented way (`python -m hooks.queue.write_kueue_config --merge`, README), and its image
+    swapped for one packing the testbed's binary (pulled never: upstream's `Always` would ask a
     registry this machine cannot reach)."""
     rendered = kubectl(bed, "kustomize", str(build.module_dir("kueue") / "config/default"))
     objects = [o for o in yaml.safe_load_all(rendered) if o]
@@ -80,7 +80,7 @@ def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
         if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == KUEUE_MANAGER_CONFIG:
             stock = bed.root / "kueue-stock-config.yaml"
             stock.write_text(obj["data"][KUEUE_CONFIG_KEY])
-            merge = [sys.executable, "-m", "hooks.queue.kueue_config", "--merge", str(stock)]
+            merge = [sys.executable, "-m", "hooks.queue.write_kueue_config", "--merge", str(stock)]
             done = subprocess.run(merge, capture_output=True, text=True, check=True)
             obj["data"][KUEUE_CONFIG_KEY] = done.stdout
         if obj["kind"] == "Deployment":

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from flask import Flask
 
 from chain.manufacturers import ManufacturerTable, default_manufacturers
-from hooks.admission.catalog import Catalog, catalog_from_env
 from hooks.admission.judge import judge_request
 from hooks.admission.pods import mutate_jobs, mutate_pods
+from hooks.admission.pool_catalog import Catalog, catalog_from_env
 from hooks.admission.workloads import mutate_workloads
 from hooks.shell import Obj, make_app
 

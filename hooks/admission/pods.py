@@ -30,7 +30,7 @@ from chain.requests import (
 )
 from chain.validation import is_qualified_name
 from hooks.admission.affinity import greater_than, with_requirements
-from hooks.admission.catalog import Catalog
+from hooks.admission.pool_catalog import Catalog
 from hooks.admissionreview import allow, deny, parse_review
 from hooks.shell import BadRequest, Obj
 

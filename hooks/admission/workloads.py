@@ -24,7 +24,7 @@ from chain.manufacturers import ManufacturerTable
 from chain.names import LOCAL_QUEUE_PREFIX
 from chain.requests import FitDemand, fit_demand, read_containers
 from hooks.admission.affinity import greater_than, with_requirements
-from hooks.admission.catalog import Catalog
+from hooks.admission.pool_catalog import Catalog
 from hooks.admissionreview import allow, parse_review
 from hooks.shell import Obj
 

@@ -36,8 +36,6 @@ from chain.apis import (
     NODE_FLAVORS_RESOURCE,
     RESOURCE_FLAVOR,
     RESOURCE_FLAVORS_RESOURCE,
-    SETTINGS,
-    SETTINGS_NAME,
     TOPOLOGIES_RESOURCE,
     TOPOLOGY,
     WORKER_API,
@@ -51,8 +49,8 @@ from hooks.shell import (
     BadRequest,
     Obj,
     object_path,
+    parent_settings,
     parse_shallow,
-    read_settings,
     validate,
 )
 
@@ -129,13 +127,9 @@ def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
 
 def sync(body: Any) -> Obj:
     request = parse_shallow(body)
-    parent = request.object
-    if parent["kind"] != SETTINGS or parent["apiVersion"] != CHAIN_API:
-        raise BadRequest("$.object.kind", f"expected a {CHAIN_API} Settings, got {parent['kind']}")
-    if parent["metadata"]["name"] != SETTINGS_NAME:
-        # Only the singleton carries the chain's settings; any other Settings object owns nothing.
+    settings = parent_settings(request)
+    if settings is None:
         return {"attachments": []}
-    settings = read_settings(parent, "$.object")
     summaries = request.related.of(NODE_FLAVORS, CHAIN_API)
     observed = [as_observed(obj) for obj in request.attachments.of(INSTANCE_TYPE, WORKER_API)]
     attached = {_identity(obj) for obj in request.attachments}

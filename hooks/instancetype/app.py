@@ -13,7 +13,7 @@ from typing import Any
 
 from chain.settings import Settings
 from hooks.catalog_file import catalog_settings, catalog_source
-from hooks.instancetype import catalog
+from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
 from hooks.shell import Obj, make_app

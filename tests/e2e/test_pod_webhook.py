@@ -17,7 +17,7 @@ import pytest
 from chain.catalog import ANNOTATIONS_HEADROOM, annotation_bytes, catalog_configmap
 from chain.names import local_queue_name
 from chain.requests import PoolFacts
-from hooks.admission.catalog import parse_catalog
+from hooks.admission.pool_catalog import parse_catalog
 from hooks.catalog_file import load_document
 from testbed.harness import Testbed
 from testbed.install import Installed

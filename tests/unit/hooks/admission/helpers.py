@@ -12,7 +12,7 @@ from flask.testing import FlaskClient
 from chain.manufacturers import manufacturers
 from chain.names import local_queue_name
 from hooks.admission.app import create_app
-from hooks.admission.catalog import Catalog, parse_catalog
+from hooks.admission.pool_catalog import Catalog, parse_catalog
 
 TABLE = manufacturers({})
 T4 = "gpustack--nvidia-t4-linux-amd64"

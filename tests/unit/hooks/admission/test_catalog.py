@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from chain.requests import PoolFacts
-from hooks.admission.catalog import FileCatalog, catalog_from_env, parse_catalog
+from hooks.admission.pool_catalog import FileCatalog, catalog_from_env, parse_catalog
 from hooks.catalog_file import CATALOG_ENV, load_document
 from tests.unit.hooks.admission.helpers import QUEUE, T4, catalog, instance_type
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hooks.admission.catalog import Catalog
+from hooks.admission.pool_catalog import Catalog
 from tests.unit.hooks.admission.helpers import (
     CATALOG,
     GPU,

@@ -13,10 +13,10 @@ from flask.testing import FlaskClient
 from chain.names import local_queue_name
 from chain.requests import PoolFacts
 from chain.settings import Settings
-from hooks.admission.catalog import parse_catalog
+from hooks.admission.pool_catalog import parse_catalog
 from hooks.catalog_file import load_document
 from hooks.instancetype.app import app
-from hooks.instancetype.catalog import CATALOG_BUDGET, sync
+from hooks.instancetype.catalog_decorator import CATALOG_BUDGET, sync
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.catalog_cases import (
     A100_TYPE,

@@ -9,12 +9,12 @@ import yaml
 
 from chain.kueue_config import configuration_fragment
 from chain.manufacturers import manufacturers
-from hooks.queue.kueue_config import DEFAULT_OUTPUT, main, render
+from hooks.queue.write_kueue_config import DEFAULT_OUTPUT, main, render
 
 
 def test_checked_in_file_is_generated() -> None:
     assert DEFAULT_OUTPUT.read_text() == render(manufacturers({})), (
-        "run `python -m hooks.queue.kueue_config`"
+        "run `python -m hooks.queue.write_kueue_config`"
     )
 
 

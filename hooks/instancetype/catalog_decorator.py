@@ -20,11 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from chain.apis import (
-    CHAIN_API,
     INSTANCE_TYPE,
     INSTANCE_TYPE_RESOURCE,
-    SETTINGS,
-    SETTINGS_NAME,
     WORKER_API,
 )
 from chain.catalog import (
@@ -37,10 +34,9 @@ from chain.catalog import (
 )
 from hooks.shell import (
     CUSTOMIZE_REQUEST_SCHEMA,
-    BadRequest,
     Obj,
+    parent_settings,
     parse_shallow,
-    read_settings,
     validate,
 )
 
@@ -59,14 +55,10 @@ def customize(body: Any) -> Obj:
 
 def sync(body: Any) -> Obj:
     request = parse_shallow(body)
-    parent = request.object
-    if parent["kind"] != SETTINGS or parent["apiVersion"] != CHAIN_API:
-        raise BadRequest("$.object.kind", f"expected a {CHAIN_API} Settings, got {parent['kind']}")
-    if parent["metadata"]["name"] != SETTINGS_NAME:
-        # Only the singleton carries the chain's settings; any other Settings object owns nothing.
+    if parent_settings(request) is None:
         return {"attachments": []}
-    read_settings(parent, "$.object")
-    document = catalog_document([parent, *request.related.of(INSTANCE_TYPE, WORKER_API)])
+    related = request.related.of(INSTANCE_TYPE, WORKER_API)
+    document = catalog_document([request.object, *related])
     configmap = catalog_configmap(render_catalog(document))
     size = annotation_bytes(configmap)
     if size > CATALOG_BUDGET:
