@@ -36,7 +36,10 @@ def test_the_shipped_webhook_reads_its_catalog_from_the_projected_directory(tmp_
         )
     }
     env = container_env(container, {"/etc/gpustack/catalog": tmp_path / "catalog"})
-    assert env == {"GPUSTACK_ADMISSION_CATALOG": str(tmp_path / "catalog" / "catalog.yaml")}
+    assert env == {
+        "GPUSTACK_ADMISSION_CATALOG": str(tmp_path / "catalog" / "catalog.yaml"),
+        "PROMETHEUS_MULTIPROC_DIR": "/dev/shm/gpustack-metrics",  # outside every mount
+    }
 
 
 def test_env_outside_every_mount_and_value_from_are_left_as_they_are(tmp_path: Path) -> None:
