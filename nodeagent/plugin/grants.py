@@ -248,13 +248,6 @@ class DeviceNodes:
         except OSError:
             return []
 
-    def required(self, path: str, what: str) -> DeviceNode:
-        """The node at `path`; ValueError naming `what` when the host does not expose it (a
-        container started without it would have no accelerator and no error)."""
-        if not self.exists(path):
-            raise ValueError(f"{what}: the host exposes no {path}")
-        return DeviceNode(path, path)
-
     def optional(self, *paths: str) -> tuple[DeviceNode, ...]:
         """Those of `paths` the host exposes, in the order given."""
         return tuple(DeviceNode(path, path) for path in paths if self.exists(path))
