@@ -249,6 +249,20 @@ def _journal_path(flag: str | None, pods_dir: str, manufacturer: str) -> Path | 
     return Path(os.path.dirname(os.path.normpath(pods_dir))) / name
 
 
+def _partition_libraries(names: Sequence[str]) -> dict[str, MigNvml]:
+    """The libraries this host's partitions are made with: pynvml for NVIDIA, HGML for T-Head
+    (imported only where asked for: the copy of pynvml it is read through costs a module)."""
+    found: dict[str, MigNvml] = {}
+    if "nvidia" in names and (nvml := load_nvml()) is not None:
+        found["nvidia"] = cast(MigNvml, nvml)
+    if "thead" in names:
+        from nodeagent.plugin.hgml_mig import open_hgml_mig
+
+        if (hgml := open_hgml_mig(os.environ)) is not None:
+            found["thead"] = hgml
+    return found
+
+
 def _ignore(detected: frozenset[str]) -> None:
     """`publish` without device plugins: nobody subscribes."""
 
@@ -279,20 +293,20 @@ def serve(args: argparse.Namespace) -> int:
         if args.health_port:
             probes = serve_health(health, args.health_port, metrics=exposition)
             stack.callback(probes.shutdown)
-        # The partitioned plugin cuts MIG instances through the same NVML the detector reads
-        # (the simulator keeps its instances in that one object).
-        partitions: MigNvml | None
+        # The partitioned plugins cut partitions through the same NVML-shaped library the
+        # detector reads (a simulator keeps its instances in that one object).
+        partitions: dict[str, MigNvml] = {}
         device_nodes: DeviceNodes | None = None
         responders: dict[str, Responder] = {}
         profile = simulated_profile(args.simulate, node)
         if profile:
             host = stack.enter_context(simulated_host(profile))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
-            partitions, device_nodes = host.nvml, host.device_nodes
+            partitions, device_nodes = host.partition_libraries(), host.device_nodes
             responders = host.responders()  # its simulated drivers, not the host's
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
-            partitions = cast(MigNvml | None, load_nvml())
+            partitions = _partition_libraries(names)
         if plugins:  # imported here: the gRPC stubs are generated on first use
             from nodeagent.plugin.responders import slices
             from nodeagent.plugin.running import DevicePlugins
@@ -306,7 +320,7 @@ def serve(args: argparse.Namespace) -> int:
                 args.device_plugin_dir,
                 args.pod_resources_socket,
                 args.pods_dir,
-                nvml=partitions,
+                partition_libraries=partitions,
                 mig_dir=args.mig_dir
                 or os.path.join(os.path.dirname(os.path.normpath(args.pods_dir)), "mig"),
                 watch_pods=kube,

@@ -56,6 +56,7 @@ from nodeagent.plugin.grants import (
 )
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.metax import Metax
+from nodeagent.plugin.mig import NAMINGS
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
@@ -380,7 +381,7 @@ def card_checks(rehearsal: Rehearsal, card: GrantedCard) -> list[Check]:
     maker = rehearsal.responder.manufacturer
     checks: list[Check] = []
     if card.card.is_partitioned:
-        if maker == "nvidia":
+        if maker in NAMINGS:  # NVIDIA's and T-Head's MIG, made at Allocate
             profiles = len(card.card.status.physical_sliced.profiles)
             detail = f"MIG mode on: {profiles} profiles offered"
             checks.append(

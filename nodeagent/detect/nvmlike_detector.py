@@ -46,9 +46,10 @@ class NvmlLikeDetector(VendorDetector[NvmlLike]):
         )
         self._handles: dict[str, int] = {}
 
-    def candidates(self, environ: Mapping[str, str]) -> list[str]:
-        home = Path(env_home(environ, self.home_variables, self.default_home))
-        return library_candidates(self.library, [home / "lib64", home / "lib"])
+    @classmethod
+    def candidates(cls, environ: Mapping[str, str]) -> list[str]:
+        home = Path(env_home(environ, cls.home_variables, cls.default_home))
+        return library_candidates(cls.library, [home / "lib64", home / "lib"])
 
     def read_cards(self, interface: NvmlLike) -> list[CardReading]:
         found = cards_by_handle(

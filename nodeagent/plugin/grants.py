@@ -23,7 +23,7 @@ import stat
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import ClassVar, Protocol, Self
+from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
 from chain.accelerators import Accelerator
 from chain.devices import DevicesGroup, DevicesSpec
@@ -33,6 +33,9 @@ from chain.ledger_rebuild import AllocationRecord
 from chain.quantity import parse_quantity
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
+
+if TYPE_CHECKING:
+    from nodeagent.plugin.mig import Made
 
 OPERATOR_LIB_DIR = "/var/lib/gpustack/operator/lib"
 """Where the device manager's init container stages the preload libraries on the host."""
@@ -314,6 +317,11 @@ class Responder(Protocol):
         """A logical slice: the shown cards plus the manufacturer's isolation."""
         ...
 
+    def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
+        """A hardware partition made on `card` for the container (and the visibility grant of
+        a partition-backed owner's sidecar): the partition, never its parent card alone."""
+        ...
+
 
 class VendorResponder:
     """What the responders share: a grant holds at least one card, `show` says what the
@@ -339,6 +347,9 @@ class VendorResponder:
 
     def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:
         raise ValueError(f"{self.manufacturer} logical slices are not served by this agent")
+
+    def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
+        raise ValueError(f"{self.manufacturer} partitions are not made by this agent")
 
 
 class VisibleById(VendorResponder):

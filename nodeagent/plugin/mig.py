@@ -29,9 +29,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from chain.partitions import Placement
-from nodeagent.detect.nvidia_mig import GRAPHICS_PROFILES, memory_slices, profile_info, profile_name
+from chain.partitions import Placement, normalize_profile_name
+from nodeagent.detect.nvidia_mig import (
+    GRAPHICS_PROFILES,
+    memory_slices,
+    profile_info,
+    profile_name,
+    text,
+)
 from nodeagent.detect.nvml import Nvml
+from nodeagent.detect.thead_mig import PROFILE_COUNT as HGML_PROFILE_COUNT
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +117,50 @@ def in_use(nvml: MigNvml, error: BaseException) -> bool:
     return getattr(cause, "value", None) == nvml.NVML_ERROR_IN_USE
 
 
+# --- profile names -----------------------------------------------------------------------------
+
+
+class ProfileNaming(Protocol):
+    """How one manufacturer's driver names its GPU instance profiles: the profile indexes to
+    probe, and the spelling a grant asks for (`vendor_profile_name`) for the profile at an
+    index, or None when that profile is never offered."""
+
+    def count(self, nvml: MigNvml) -> int: ...
+
+    def name(self, index: int, info: Any, card_mib: int) -> str | None: ...
+
+
+class NvidiaNaming:
+    """NVML's own profile indexes; graphics profiles are not offered; the name is the one the
+    detector published (`1g.10gb`), rebuilt the same way from the profile's geometry."""
+
+    def count(self, nvml: MigNvml) -> int:
+        return int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
+
+    def name(self, index: int, info: Any, card_mib: int) -> str | None:
+        if index in GRAPHICS_PROFILES:
+            return None
+        slices = memory_slices(int(info.memorySizeMB), card_mib)
+        return profile_name(info, slices, card_mib)
+
+
+class TheadNaming:
+    """HGML probes its whole profile-id space (`HGML_GPU_INSTANCE_PROFILE_COUNT`, wider than
+    NVML's); media and graphics variants (a `+` in the name) are not offered; the name is the
+    driver's own, normalized exactly as the detector normalized it before publishing."""
+
+    def count(self, nvml: MigNvml) -> int:
+        return HGML_PROFILE_COUNT
+
+    def name(self, index: int, info: Any, card_mib: int) -> str | None:
+        raw = text(info.name)
+        return None if "+" in raw else normalize_profile_name(raw) or None
+
+
+NAMINGS: dict[str, ProfileNaming] = {"nvidia": NvidiaNaming(), "thead": TheadNaming()}
+"""The manufacturers whose partitions are made through an NVML-shaped library."""
+
+
 # --- ownership markers --------------------------------------------------------------------------
 
 
@@ -178,16 +229,20 @@ class Instance:
     mig_uuids: tuple[str, ...]
     busy: bool
     """A process runs on one of its MIG devices."""
+    compute_ids: tuple[int, ...] = ()
+    """The compute instances that have a MIG device, in the order of `mig_uuids`."""
 
 
 def _array(kind: Any, size: int) -> Any:
     return (kind * max(size, 1))()
 
 
-def _gpu_instances(nvml: MigNvml, device: object) -> list[Any]:
+def _gpu_instances(nvml: MigNvml, device: object, profiles: int) -> list[Any]:
+    """Every GPU instance on the card, of any of the first `profiles` profile indexes (all of
+    them: an instance of a profile never offered still occupies its slots)."""
     handles: list[Any] = []
     seen: set[int] = set()
-    for index in range(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+    for index in range(profiles):
         info = profile_info(nvml, device, index)
         if info is None or int(info.id) in seen:
             continue
@@ -232,18 +287,21 @@ def _mig_devices(nvml: MigNvml, device: object) -> dict[tuple[int, int], object]
     return found
 
 
-def card_instances(nvml: MigNvml, card: str) -> list[Instance]:
-    """Every GPU instance on the card, by slot."""
+def card_instances(nvml: MigNvml, card: str, profiles: int | None = None) -> list[Instance]:
+    """Every GPU instance on the card, by slot; `profiles`: the profile indexes the driver
+    numbers (NVML's count when not given)."""
     device = nvml.nvmlDeviceGetHandleByUUID(card)
     migs = _mig_devices(nvml, device)
+    count = profiles if profiles is not None else int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
     found = []
-    for gpu in _gpu_instances(nvml, device):
+    for gpu in _gpu_instances(nvml, device, count):
         info = nvml.nvmlGpuInstanceGetInfo(gpu)
         gpu_id = int(info.id)
         computes = [
             int(nvml.nvmlComputeInstanceGetInfo(c).id) for c in _compute_instances(nvml, gpu)
         ]
-        devices = [migs[(gpu_id, c)] for c in sorted(computes) if (gpu_id, c) in migs]
+        addressed = [c for c in sorted(computes) if (gpu_id, c) in migs]
+        devices = [migs[(gpu_id, c)] for c in addressed]
         found.append(
             Instance(
                 card=card,
@@ -253,6 +311,7 @@ def card_instances(nvml: MigNvml, card: str) -> list[Instance]:
                 compute_instances=len(computes),
                 mig_uuids=tuple(nvml.nvmlDeviceGetUUID(m) for m in devices),
                 busy=any(nvml.nvmlDeviceGetComputeRunningProcesses(m) for m in devices),
+                compute_ids=tuple(addressed),
             )
         )
     return sorted(found, key=lambda instance: instance.placement.start)
@@ -263,20 +322,27 @@ def card_instances(nvml: MigNvml, card: str) -> list[Instance]:
 
 @dataclass(frozen=True)
 class Made:
-    """A partition ready for its container."""
+    """A partition ready for its container: its MIG device, and the instance ids a
+    manufacturer that injects the partition's capability nodes (T-Head) addresses it by."""
 
     mig_uuid: str
     new: bool
     """Made by this call (False: a retry found the instance made for the same container)."""
+    card: str = ""
+    gpu_instance: int = 0
+    compute_instance: int = 0
 
 
 class Partitioner:
     """Makes and unmakes one node's MIG partitions; one lock per card, so two grants (or a
     grant and the reclaimer) never cut the same card at once while other cards proceed."""
 
-    def __init__(self, nvml: MigNvml, markers: Markers) -> None:
+    def __init__(
+        self, nvml: MigNvml, markers: Markers, naming: ProfileNaming | None = None
+    ) -> None:
         self.nvml = nvml
         self.markers = markers
+        self.naming = naming or NvidiaNaming()
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._initialized = False
@@ -288,15 +354,20 @@ class Partitioner:
                 self._initialized = True
             return self._locks.setdefault(card, threading.Lock())
 
+    @property
+    def profiles(self) -> int:
+        """The profile indexes this driver numbers."""
+        return self.naming.count(self.nvml)
+
+    def instances(self, card: str) -> list[Instance]:
+        return card_instances(self.nvml, card, self.profiles)
+
     def _profile_id(self, device: object, profile: str, card_mib: int) -> int:
-        for index in range(self.nvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            if index in GRAPHICS_PROFILES:
-                continue
+        """The creation id of the profile the grant names (the probe index and the id the
+        later calls take differ on some drivers, so the id is read, never computed)."""
+        for index in range(self.profiles):
             info = profile_info(self.nvml, device, index)
-            if info is None:
-                continue
-            slices = memory_slices(int(info.memorySizeMB), card_mib)
-            if profile_name(info, slices, card_mib) == profile:
+            if info is not None and self.naming.name(index, info, card_mib) == profile:
                 return int(info.id)
         raise PartitionError(f"the card offers no MIG profile {profile}")
 
@@ -346,12 +417,18 @@ class Partitioner:
     ) -> Made:
         nvml = self.nvml
         marker = self.markers.read(card, placement.start)
-        for instance in card_instances(nvml, card):
+        for instance in self.instances(card):
             if not instance.placement.overlaps(placement):
                 continue
             mine = marker is not None and (marker.pod_uid, marker.container) == owner
             if mine and instance.placement == placement and len(instance.mig_uuids) == 1:
-                return Made(instance.mig_uuids[0], new=False)  # a retry: already made
+                return Made(  # a retry: already made
+                    instance.mig_uuids[0],
+                    False,
+                    card,
+                    instance.gpu_instance,
+                    instance.compute_ids[0],
+                )
             left = self.markers.read(card, instance.placement.start)
             if live is None or left is None or left.pod_uid in live or instance.busy:
                 raise PartitionError(
@@ -368,7 +445,10 @@ class Partitioner:
         slot.start, slot.size = placement.start, placement.length
         made: list[tuple[str, Any]] = []
         try:
-            gpu = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(device, profile_id, slot)
+            # The C call takes the placement by pointer; pynvml passes its argument through.
+            gpu = nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+                device, profile_id, ctypes.pointer(slot)
+            )
             made.append(("gpu", gpu))
             compute = nvml.nvmlGpuInstanceCreateComputeInstance(
                 gpu, self._whole_compute_profile(gpu)
@@ -383,7 +463,7 @@ class Partitioner:
                 raise PartitionError(f"no MIG device appeared for instance {key} on {card}")
             mig_uuid = nvml.nvmlDeviceGetUUID(mig)
             self.markers.write(Marker(**{**asdict(intent), "mig_uuid": mig_uuid}))
-            return Made(mig_uuid, new=True)
+            return Made(mig_uuid, True, card, *key)
         except BaseException:
             self._undo(made)
             self.markers.remove(card, placement.start)
@@ -411,7 +491,7 @@ class Partitioner:
     def _destroy(self, card: str, placement: Placement) -> bool:
         nvml = self.nvml
         device = nvml.nvmlDeviceGetHandleByUUID(card)
-        for gpu in _gpu_instances(nvml, device):
+        for gpu in _gpu_instances(nvml, device, self.profiles):
             info = nvml.nvmlGpuInstanceGetInfo(gpu)
             if int(info.placement.start) != placement.start:
                 continue
@@ -423,17 +503,20 @@ class Partitioner:
         self.markers.remove(card, placement.start)
         return False
 
-    def live_partition(self, pod_uid: str, container: str) -> str | None:
-        """The MIG UUID of a partition made for the container and still on its card, if any
-        (the liveness check behind a partition-backed visibility grant)."""
+    def live_partition(self, pod_uid: str, container: str) -> Made | None:
+        """The partition made for the container and still on its card, if any (the liveness
+        check behind a partition-backed visibility grant)."""
         for marker in self.markers.all():
             if (marker.pod_uid, marker.container) != (pod_uid, container) or not marker.mig_uuid:
                 continue
             with self.card_lock(marker.card):
                 try:
-                    present = card_instances(self.nvml, marker.card)
+                    present = self.instances(marker.card)
                 except self.nvml.NVMLError:
                     return None
-            if any(marker.mig_uuid in instance.mig_uuids for instance in present):
-                return marker.mig_uuid
+            for instance in present:
+                if marker.mig_uuid in instance.mig_uuids:
+                    at = instance.mig_uuids.index(marker.mig_uuid)
+                    compute = instance.compute_ids[at]
+                    return Made(marker.mig_uuid, False, marker.card, instance.gpu_instance, compute)
         return None

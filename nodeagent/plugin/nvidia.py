@@ -18,9 +18,10 @@ library), so it never conflicts with a 12.x group.
 from __future__ import annotations
 
 from chain.ledger import Mode
-from nodeagent.plugin.grants import Cards, DeviceNodes, SliceRequest
+from nodeagent.plugin.grants import Cards, DeviceNodes, GrantedCard, SliceRequest
 from nodeagent.plugin.hami_core import hami_core_response
 from nodeagent.plugin.injection import Channel, inject
+from nodeagent.plugin.mig import Made
 from nodeagent.plugin.response import ContainerResponse
 
 MANUFACTURER = "nvidia"
@@ -84,3 +85,6 @@ class Nvidia:
 
     def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:
         return sliced_response(cards, request)
+
+    def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
+        return partition_response(made.mig_uuid)

@@ -2,7 +2,9 @@
 
 Allocate: mutex { list Pods, identify the container, pick profile/card/slot and check modes
 (`decide_partition`), reserve } then, outside the mutex, make the partition (per-card lock),
-record the grant with the MIG UUID on the Pod, and answer `NVIDIA_VISIBLE_DEVICES=<MIG UUID>`.
+build the manufacturer's answer for it (`Responder.partition`: NVIDIA's
+`NVIDIA_VISIBLE_DEVICES=<MIG UUID>`, T-Head's capability nodes), record the grant with the MIG
+UUID on the Pod, and answer.
 Each step undoes the ones before it when it fails: a failed partition releases the reservation;
 a failed annotation write unmakes the partition it made and releases; a late answer restores
 the annotation, unmakes and releases. A retry of a recorded grant finds its instance again
@@ -43,7 +45,6 @@ from chain.partition_grant import (
     with_partition_id,
 )
 from chain.partitions import Placement, vendor_profile_name
-from nodeagent.plugin import nvidia
 from nodeagent.plugin.allocator import (
     DEFAULT_DEADLINE_S,
     Advertised,
@@ -52,9 +53,11 @@ from nodeagent.plugin.allocator import (
     Late,
     _annotations,
 )
+from nodeagent.plugin.grants import DeviceNodes, GrantedCard, Responder
 from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
 from nodeagent.plugin.mig import Partitioner, PartitionError
 from nodeagent.plugin.node import NodeState, Unidentified
+from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
 log = logging.getLogger(__name__)
@@ -101,9 +104,13 @@ class PartitionedAllocator(Allocator):
         maker: Manufacturer,
         partitioner: Partitioner,
         kubelet: KubeletPods | None = None,
+        responder: Responder | None = None,
+        nodes: DeviceNodes | None = None,
     ) -> None:
         super().__init__(node, maker, Mode.PARTITIONED, kubelet)
         self.partitioner = partitioner
+        self.responder = responder or responder_for(maker.name)
+        self.nodes = nodes or DeviceNodes()
 
     # --- ListAndWatch -----------------------------------------------------------------------
 
@@ -191,6 +198,18 @@ class PartitionedAllocator(Allocator):
             except PartitionError:  # its marker stays: the reclaimer takes it once the Pod goes
                 log.exception("cannot unmake the partition of a failed grant")
 
+        try:
+            if self.responder is None:
+                raise ValueError(f"no container response for {self.maker.name}")
+            response = self.responder.partition(
+                GrantedCard(site.group, site.card), made, self.nodes
+            )
+        except ValueError as error:  # the partition cannot be handed over: fail closed
+            try:
+                unmake()
+            finally:
+                self._release(holder, prior)
+            raise Refusal(Code.FAILED_PRECONDITION, str(error)) from error
         record = with_partition_id(grant.record, made.mig_uuid)
         with self.node.mutex:
             self.node.reservations[holder] = record
@@ -208,7 +227,6 @@ class PartitionedAllocator(Allocator):
             if isinstance(error, Late):
                 raise
             raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
-        response = nvidia.partition_response(made.mig_uuid)
         if not attempt.commit():
             try:
                 self._rollback(found, before, holder, prior)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from chain.partitions import Placement
-from nodeagent.plugin.mig import Instance, Partitioner, PartitionError, card_instances, in_use
+from nodeagent.plugin.mig import Instance, Partitioner, PartitionError, in_use
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,8 @@ class Sweep:
 
 
 class MigReclaimer:
-    """One node's NVIDIA partition reclaimer; `cards` lists the partitioned card UUIDs."""
+    """One manufacturer's partition reclaimer on a node (NVIDIA, T-Head); `cards` lists its
+    partitioned card UUIDs."""
 
     def __init__(
         self,
@@ -79,7 +80,7 @@ class MigReclaimer:
         for card in self.cards():
             with self.partitioner.card_lock(card):
                 try:
-                    found[card] = card_instances(nvml, card)
+                    found[card] = self.partitioner.instances(card)
                 except nvml.NVMLError as error:
                     log.warning("cannot list the MIG instances of %s: %s", card, error)
         cut = [i for instances in found.values() for i in instances if i.compute_instances > 1]

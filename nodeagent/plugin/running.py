@@ -40,9 +40,8 @@ from nodeagent.plugin.injection import (
 from nodeagent.plugin.journal import Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.metax import Metax, MetaxReclaimer
-from nodeagent.plugin.mig import OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
+from nodeagent.plugin.mig import NAMINGS, OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import AnnotationWriter, NodeState
-from nodeagent.plugin.nvidia import MANUFACTURER as NVIDIA
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
@@ -108,8 +107,11 @@ class DevicePlugins:
         record_events: bool = True,
         device_nodes: DeviceNodes | None = None,
         responders: Mapping[str, Responder] | None = None,
+        partition_libraries: Mapping[str, MigNvml] | None = None,
     ) -> None:
-        """`env` carries the switches (release of finished Pods, the sliced gate, identifying
+        """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
+        the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
+        `env` carries the switches (release of finished Pods, the sliced gate, identifying
         through the kubelet); `environ` the per-manufacturer injection strategy
         (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host. With
         `journal` (a file on the host) a grant is journaled before Allocate answers and its
@@ -156,10 +158,23 @@ class DevicePlugins:
         """Each manufacturer's responder (a simulated host replaces Ascend's, for its DCMI)."""
         """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.servers: dict[str, list[PluginServer]] = {}
-        # Without an NVML (no pynvml) MIG instances cannot be made: no partitioned server.
-        self.partitioner = Partitioner(nvml, Markers(mig_dir)) if nvml is not None else None
+        # Without an NVML-shaped library (no pynvml, no HGML) partitions cannot be made: no
+        # partitioned server for that manufacturer.
+        libraries = {
+            **({"nvidia": nvml} if nvml is not None else {}),
+            **(partition_libraries or {}),
+        }
+        self.partitioners = {
+            name: Partitioner(
+                library,
+                Markers(mig_dir if name == "nvidia" else f"{mig_dir}-{name}"),
+                NAMINGS[name],
+            )
+            for name, library in libraries.items()
+            if name in NAMINGS
+        }
         self.reclaims: list[ReclaimLoop] = []
-        """The MIG reclaimer and MetaX's and Cambricon's slice reclaimers, each fed every
+        """The partition reclaimers and MetaX's and Cambricon's slice reclaimers, each fed every
         live-Pod set."""
 
     def start_watching(self) -> None:
@@ -192,7 +207,7 @@ class DevicePlugins:
         for name in sorted(detected & SERVED_MANUFACTURERS):
             if name in self.servers or name not in self.table:
                 continue
-            partitioner = self.partitioner if name == NVIDIA else None
+            partitioner = self.partitioners.get(name)
             servers = plugin_servers(
                 self.node,
                 self.table[name],
@@ -206,7 +221,7 @@ class DevicePlugins:
                 responder=self.responders.get(name),
             )
             if partitioner is not None:
-                self._start_reclaim(partitioner)
+                self._start_reclaim(name, partitioner)
             responder = self.responders.get(name)
             if isinstance(responder, Metax):
                 self._start_sgpu_reclaim(responder)
@@ -237,12 +252,13 @@ class DevicePlugins:
         log.info("%s grants reach containers by %s", maker.name, strategy)
         return Channel(maker.name, maker.runtime_name, strategy, facts)
 
-    def _start_reclaim(self, partitioner: Partitioner) -> None:
-        """The MIG reclaimer, fed every live-Pod set the plugins list (§6.3)."""
+    def _start_reclaim(self, maker: str, partitioner: Partitioner) -> None:
+        """A manufacturer's partition reclaimer, fed every live-Pod set the plugins list
+        (§6.3)."""
 
         def cards() -> list[str]:
             spec = self.node.spec()
-            return [c.id for g, c in spec.cards() if g.manufacturer == NVIDIA and c.is_partitioned]
+            return [c.id for g, c in spec.cards() if g.manufacturer == maker and c.is_partitioned]
 
         self._reclaim(MigReclaimer(partitioner, cards).reconcile)
 

@@ -320,14 +320,17 @@ def plugin_servers(
     responder: Responder | None = None,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
-    the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
-    runs only with a `partitioner` (an NVML to make MIG instances with)."""
+        the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
+        runs only with a `partitioner` (an NVML-shaped library to make MIG instances with: NVML, or
+    T-Head's HGML)."""
     servers = []
     responder = responder or responder_for(maker.name)
     sliceable = responder is not None and responder.slices
     for mode in served_modes(maker, shared, sliced and sliceable):
         if mode == Mode.PARTITIONED and partitioner is not None:
-            partitioned = PartitionedAllocator(node, maker, partitioner, kubelet)
+            partitioned = PartitionedAllocator(
+                node, maker, partitioner, kubelet, responder=responder, nodes=nodes
+            )
             servers.append(
                 PluginServer(
                     partitioned, plugin_dir, deadline_s=PARTITION_DEADLINE_S, events=events

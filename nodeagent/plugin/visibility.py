@@ -15,8 +15,9 @@ Judgment calls:
 - A failed identification is `Internal`, as for the workload modes; every refusal about the
   owner is `FailedPrecondition` with a message naming the container and what to change.
 - Showing a partition-backed owner needs the Partitioned plugin's capability (`partitions`,
-  which names the MIG instance after checking it is live); without one the call fails closed
-  rather than showing the parent card.
+  which names the partition after checking it is live, and the responder's `partition`, which
+  shows it as the owner was shown it); without one the call fails closed rather than showing
+  the parent card.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from chain.devices import DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations
 from chain.manufacturers import Manufacturer
-from nodeagent.plugin import nvidia
 from nodeagent.plugin.allocator import (
     KUBELET_LIST_TIMEOUT_S,
     Advertised,
@@ -46,7 +46,7 @@ from nodeagent.plugin.allocator import (
     numa_nodes,
     runtime_class,
 )
-from nodeagent.plugin.grants import DeviceNodes, Responder, granted_cards
+from nodeagent.plugin.grants import DeviceNodes, GrantedCard, Responder, granted_cards
 from nodeagent.plugin.identify import (
     Candidate,
     KubeletDevices,
@@ -55,13 +55,14 @@ from nodeagent.plugin.identify import (
     identify,
 )
 from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.mig import Made
 from nodeagent.plugin.node import NodeState, Pod, Unidentified
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
-LivePartition = Callable[[Holder], str | None]
-"""The Partitioned plugin's word on an owner container: the MIG device UUID of its partition
-when an ownership marker names it and the instance is still on its card, else None."""
+LivePartition = Callable[[Holder], Made | None]
+"""The Partitioned plugin's word on an owner container: its partition when an ownership marker
+names it and the instance is still on its card, else None."""
 
 
 class VisibilityAllocator:
@@ -253,14 +254,22 @@ class VisibilityAllocator:
         return responder.shown(cards, Mode.VISIBILITY, channel, self.nodes)
 
     def _show_partition(self, owner: Holder, cards: tuple[str, ...]) -> ContainerResponse:
-        """The owner's MIG device, never its parent card, and only once the Partitioned plugin
+        """The owner's partition, never its parent card, and only once the Partitioned plugin
         vouches that the instance is still there; fails closed otherwise."""
-        uuid = self.partitions(owner) if self.partitions is not None else None
-        if uuid is None:
+        made = self.partitions(owner) if self.partitions is not None else None
+        if made is None:
             raise Refusal(
                 Code.FAILED_PRECONDITION,
                 f"container {owner.container} holds a partition of card {', '.join(cards)} "
                 f"that this node cannot vouch for (no live MIG instance is recorded for it); "
                 f"restart the Pod so its partition is made again",
             )
-        return nvidia.partition_response(uuid)
+        granted = next(
+            (GrantedCard(g, c) for g, c in self.node.spec().cards() if c.id == made.card), None
+        )
+        try:
+            if granted is None or self.responder is None:
+                raise ValueError(f"card {made.card} of the owner's partition left this node")
+            return self.responder.partition(granted, made, self.nodes)
+        except ValueError as error:
+            raise Refusal(Code.FAILED_PRECONDITION, str(error)) from error

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import cast
 
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.plugin.ascend import Ascend
 from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.metax import Metax
+from nodeagent.plugin.mig import MigNvml
 from nodeagent.plugin.sgpu import SimulatedSgpu
 from nodeagent.plugin.smlu import SimulatedSmlu
 from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
@@ -20,6 +22,7 @@ from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read
 from nodeagent.simulate.recorded import RecordedDcmi
 from nodeagent.simulate.recorded_host import RECORDED, recording_of, simulated_recorded_node
 from nodeagent.simulate.sysfs import simulated_node
+from nodeagent.simulate.thead_mig import CapabilityNodes, partitioning
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,18 @@ class SimulatedHost:
     """A simulated MetaX host's `sgpu` driver; None on every other host."""
     smlu: SimulatedSmlu | None = None
     """A simulated Cambricon host's sMLU calls; None on every other host."""
+    hgml: MigNvml | None = None
+    """A simulated T-Head host's HGML partition calls, when a card is in MIG mode."""
+
+    def partition_libraries(self) -> dict[str, MigNvml]:
+        """The NVML-shaped libraries this host's partitions are made through (NVIDIA's NVML,
+        T-Head's HGML): the simulator keeps its instances in the object the detector reads."""
+        found: dict[str, MigNvml] = {}
+        if self.nvml is not None:
+            found["nvidia"] = cast(MigNvml, self.nvml)
+        if self.hgml is not None:
+            found["thead"] = self.hgml
+        return found
 
     def responders(self) -> dict[str, Responder]:
         """The responders that act on this host's simulated drivers instead of the real ones."""
@@ -63,7 +78,7 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
         elif maker == "amd":
             amd = parse_amd_profile(path.stem, body)
         elif maker in RECORDED:
-            recording_of(maker, body)
+            recording, _ = recording_of(maker, body)
         else:
             simulated = ", ".join(("nvidia", "amd", *RECORDED))
             raise ValueError(f"simulates {maker!r} hardware; simulated here: {simulated}")
@@ -75,10 +90,15 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
     elif maker in RECORDED:
         with simulated_recorded_node(maker, body) as recorded:
             share = recorded.library if isinstance(recorded.library, RecordedDcmi) else None
+            hgml = partitioning(recording) if maker == "thead" else None
+            nodes = recorded.nodes
+            if hgml is not None and nodes is not None:
+                nodes = CapabilityNodes(nodes, hgml)
             yield SimulatedHost(
                 recorded.sysfs,
                 injected={maker: recorded.keywords},
-                device_nodes=recorded.nodes,
+                device_nodes=nodes,
+                hgml=cast(MigNvml, hgml) if hgml is not None else None,
                 ascend_share=share,
                 sgpu=SimulatedSgpu() if maker == "metax" else None,
                 smlu=SimulatedSmlu(recorded.positions) if maker == "cambricon" else None,

@@ -177,7 +177,9 @@ class MigMaterialization:
             raise self._error("NOT_SUPPORTED")
         entry = self._mig_profile(card, "id", profile_id)
         self._maybe_fail("nvmlDeviceCreateGpuInstanceWithPlacement")
-        start, size = int(placement.start), int(placement.size)
+        if not isinstance(placement, ctypes._Pointer):  # NVML reads it through a pointer
+            raise self._error("INVALID_ARGUMENT")
+        start, size = int(placement.contents.start), int(placement.contents.size)
         if start not in entry.starts or size != entry.size:
             raise self._error("INVALID_ARGUMENT")
         gpus = self._gpus.setdefault(number, {})

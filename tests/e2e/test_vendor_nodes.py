@@ -234,3 +234,45 @@ def test_a_whole_card_and_a_slice_get_the_manufacturers_injection(
         15,
         f"the {family.manufacturer} ledger to hold both grants",
     )
+
+
+def test_a_thead_partition_is_made_and_handed_over_as_its_nodes(
+    testbed: Testbed, chain: Installed
+) -> None:
+    """Both PPUs in MIG mode: the agent serves the partitioned resource only (no slices, no
+    whole cards to slice), makes a `4g.48gb` instance through the simulated HGML at Allocate and
+    answers the five nodes of that partition; the grant reaches the annotation and the ledger."""
+    kube = testbed.kube
+    partitioned = "alibabacloud.com/ppu.partitioned"
+    with agent_node(testbed, "ppu-zw810e-mig-x2") as node:
+        node.kubelet.wait_devices(partitioned, lambda d: len(d) > 0, timeout=90)
+        for offered_none in ("alibabacloud.com/ppu", "alibabacloud.com/ppu.sliced"):
+            assert node.kubelet.wait_devices(offered_none, lambda d: True) == {}
+        limits = {partitioned: "1", f"{partitioned}.mig-4g.48gb": "1"}
+        node.kubelet.admit(kube.create(_pod(node, "part", limits)))
+        response = node.kubelet.responses[-1][2]
+        assert dict(response.envs) == {}
+        devices = [d.host_path for d in response.devices]
+        assert devices[:2] == ["/dev/alixpu", "/dev/alixpu_ctl"]
+        assert devices[2] in ("/dev/alixpu_ppu0", "/dev/alixpu_ppu1")
+        assert [d.startswith("/dev/alixpu-caps/alixpu-cap") for d in devices[3:]] == [True, True]
+
+        def recorded() -> str | None:
+            stored = kube.get("v1", "Pod", "part", node.namespace) or {}
+            return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+
+        annotation = wait_for(recorded, 10, "the partition's annotation")
+        [claim] = parse_allocated(annotation)["main"].claims()
+        assert (claim.row.mode, claim.row.allocated_physical_profile) == (
+            Mode.PARTITIONED,
+            "4g.48gb",
+        )
+
+        def ledger_mode() -> Mode | None:
+            found = kube.get(WORKER, "Devices", node.name)
+            if found is None:
+                return None
+            rows = {row.id: row.mode for _, row in Devices.parse(found).status.rows()}
+            return rows.get(claim.row.id)
+
+        wait_for(lambda: ledger_mode() == Mode.PARTITIONED or None, 15, "the partition's ledger")

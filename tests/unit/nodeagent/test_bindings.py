@@ -12,11 +12,13 @@ import ctypes
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from chain.manufacturers import ManufacturerTable
+from chain.partitions import Placement
 from nodeagent.detect.ascend import AscendDetector
 from nodeagent.detect.cambricon import CambriconDetector
 from nodeagent.detect.dcmi import API_V1, API_V2, DcmiLibrary, initialise, open_dcmi
@@ -30,6 +32,8 @@ from nodeagent.detect.rsmi import open_rsmi
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.vendor import Library, load_library
+from nodeagent.plugin.hgml_mig import open_hgml_mig
+from nodeagent.plugin.mig import Markers, Partitioner, PartitionError, TheadNaming
 from tests.unit.nodeagent.vendor_data import VENDOR_DIR, recorded
 
 Build = Callable[[str, Path, tuple[str, ...]], Path]
@@ -265,3 +269,32 @@ def test_mtml(build: Build, table: ManufacturerTable) -> None:
     assert [m.memory_used_mib for m in mthreads.monitor()] == [0, 40000]
     live = ctypes.CDLL(str(library)).fake_live_objects
     assert live() == 0  # every device, memory and system object was freed
+
+
+def test_hgml_partitions_through_pynvml(build: Build, tmp_path: Path) -> None:
+    """pynvml over HGML's renamed calls makes, finds and unmakes a PPU partition: the probe
+    index and the creation id differ, the placement goes by pointer, `hgmlInit_v2` stands in for
+    `nvmlInitWithFlags` and `hgmlComputeInstanceGetInfo` for its `_v2`."""
+    library = build("thead/fake_hgml_mig.c", Path("mig/libhgml.so"), ())
+    assert open_hgml_mig({}, [str(tmp_path / "absent.so")]) is None
+    hgml = open_hgml_mig({}, [str(library)])
+    assert hgml is not None
+    card = "GPU-5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b"
+    partitioner = Partitioner(hgml, Markers(str(tmp_path / "mig-thead")), TheadNaming())
+    made = partitioner.create(card, "4g48gb", Placement(4, 4), ("uid-a", "main"), 98304)
+    assert made.new and (made.card, made.gpu_instance, made.compute_instance) == (card, 1, 0)
+    assert made.mig_uuid.startswith("MIG-")
+    (instance,) = partitioner.instances(card)
+    assert (instance.profile_id, instance.placement) == (5, Placement(4, 4))
+    assert instance.mig_uuids == (made.mig_uuid,) and instance.compute_ids == (0,)
+    again = partitioner.create(card, "4g48gb", Placement(4, 4), ("uid-a", "main"), 98304)
+    assert again == replace(made, new=False)  # a retry finds the same instance
+    live = partitioner.live_partition("uid-a", "main")
+    assert live is not None and live.mig_uuid == made.mig_uuid
+    with pytest.raises(PartitionError, match="overlaps"):
+        partitioner.create(card, "4g48gb", Placement(4, 4), ("uid-b", "main"), 98304)
+    with pytest.raises(PartitionError, match="no MIG profile 1g12gb\\+me"):
+        partitioner.create(card, "1g12gb+me", Placement(0, 1), ("uid-c", "main"), 98304)
+    assert partitioner.destroy(card, Placement(4, 4))
+    assert partitioner.instances(card) == []
+    assert partitioner.live_partition("uid-a", "main") is None

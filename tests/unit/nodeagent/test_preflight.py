@@ -197,3 +197,13 @@ def test_preflight_runs_on_every_simulated_profile(profile: str) -> None:
     unavailable = {c["capability"] for c in detected[0]["checks"] if c["state"] == "unavailable"}
     assert unavailable <= {"sliced-runtime-loaded", "partitioning"}
     assert (done.returncode == 1) == bool(unavailable)
+
+
+def test_thead_cards_in_mig_mode_declare_their_partitions() -> None:
+    done = run("--simulate", "ppu-zw810e-mig-x2", "-o", "json")
+    report = json.loads(done.stdout)
+    (thead,) = [e for e in report["accelerators"] if e["detection"]["accelerators"]]
+    rows = [(c["capability"], c["mode"], c["state"], c["depth"]) for c in thead["checks"]]
+    partitioning = ("mig-partitioning", "partitioned", "ok", "declared")
+    assert rows.count(partitioning) == 2, rows
+    assert done.returncode == 0, done.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def hand_made(nvml: SimulatedNvml, start: int, profile_id: int = THREE_G) -> obj
     slot = nvml.c_nvmlGpuInstancePlacement_t()
     slot.start, slot.size = start, 4
     handle = nvml.nvmlDeviceGetHandleByIndex(0)
-    return nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, slot)
+    return nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, profile_id, ctypes.pointer(slot))
 
 
 def test_create_makes_one_instance_at_the_slot_and_marks_its_owner(
@@ -108,7 +109,13 @@ def test_destroy_unmakes_compute_then_gpu_instance_and_drops_the_marker(
     nvml: SimulatedNvml, partitioner: Partitioner
 ) -> None:
     made = partitioner.create(card(nvml), "3g.20gb", P(0, 4), ("uid-a", "main"), CARD_MIB)
-    assert partitioner.live_partition("uid-a", "main") == made.mig_uuid
+    live = partitioner.live_partition("uid-a", "main")
+    assert live is not None and live.mig_uuid == made.mig_uuid
+    assert (live.card, live.gpu_instance, live.compute_instance) == (
+        made.card,
+        made.gpu_instance,
+        made.compute_instance,
+    )
     assert partitioner.destroy(card(nvml), P(0, 4))
     assert nvml.instances() == []
     assert partitioner.markers.read(card(nvml), 0) is None
@@ -134,7 +141,7 @@ def test_the_simulator_keeps_the_driver_rules(nvml: SimulatedNvml) -> None:
     slot = nvml.c_nvmlGpuInstancePlacement_t()
     slot.start, slot.size = 1, 4  # 3g.20gb may start at 0 or 4 only
     with pytest.raises(pynvml.NVMLError_InvalidArgument):
-        nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, THREE_G, slot)
+        nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, THREE_G, ctypes.pointer(slot))
     gpu = hand_made(nvml, 4)
     with pytest.raises(pynvml.NVMLError_InsufficientResources):
         hand_made(nvml, 4)  # the memory slices are taken
@@ -155,14 +162,17 @@ def test_the_simulator_keeps_the_driver_rules(nvml: SimulatedNvml) -> None:
     plain = SimulatedNvml(load_profile("t4x4"))
     plain.nvmlInit()
     with pytest.raises(pynvml.NVMLError_NotSupported):
-        plain.nvmlDeviceCreateGpuInstanceWithPlacement(plain.nvmlDeviceGetHandleByIndex(0), 9, slot)
+        plain.nvmlDeviceCreateGpuInstanceWithPlacement(
+            plain.nvmlDeviceGetHandleByIndex(0), 9, ctypes.pointer(slot)
+        )
 
 
 def test_markers_survive_a_new_partitioner(nvml: SimulatedNvml, tmp_path: Path) -> None:
     first = Partitioner(nvml, Markers(str(tmp_path)))
     made = first.create(card(nvml, 3), "7g.40gb", P(0, 8), ("uid-a", "main"), CARD_MIB)
     restarted = Partitioner(nvml, Markers(str(tmp_path)))
-    assert restarted.live_partition("uid-a", "main") == made.mig_uuid
+    live = restarted.live_partition("uid-a", "main")
+    assert live is not None and live.mig_uuid == made.mig_uuid
     assert restarted.live_partition("uid-a", "other") is None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from pathlib import Path
 
@@ -119,7 +120,9 @@ def test_a_hand_subdivided_gpu_instance_stops_the_whole_sweep(rig: Rig) -> None:
     handle = rig.nvml.nvmlDeviceGetHandleByIndex(1)
     slot = rig.nvml.c_nvmlGpuInstancePlacement_t()
     slot.start, slot.size = 0, 2
-    gpu = rig.nvml.nvmlDeviceCreateGpuInstanceWithPlacement(handle, 14, slot)  # 2g.10gb
+    gpu = rig.nvml.nvmlDeviceCreateGpuInstanceWithPlacement(
+        handle, 14, ctypes.pointer(slot)
+    )  # 2g.10gb
     rig.nvml.nvmlGpuInstanceCreateComputeInstance(gpu, 0)
     rig.nvml.nvmlGpuInstanceCreateComputeInstance(gpu, 0)  # two 1-slice compute instances
     sweep = rig.reclaimer.reconcile(frozenset())

@@ -21,6 +21,7 @@ from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesS
 from chain.ledger_rebuild import AllocationRecord, Holder, render_allocated
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import Attempt, Late
+from nodeagent.plugin.mig import Made
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import VisibilityAllocator
@@ -238,9 +239,9 @@ def test_a_partition_owner_fails_closed_until_partitions_can_be_shown() -> None:
     assert n.state.grants == set()
     asked: list[Holder] = []
 
-    def live(owner: Holder) -> str | None:
+    def live(owner: Holder) -> Made | None:
         asked.append(owner)
-        return None if len(asked) == 1 else "MIG-0"
+        return None if len(asked) == 1 else Made("MIG-0", False, card.id, 1, 0)
 
     n.plugin.partitions = live
     refusal = n.refused()  # no live instance recorded: closed, and the grant revoked
