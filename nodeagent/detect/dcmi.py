@@ -200,6 +200,24 @@ class _EccInfo(ctypes.Structure):
     )
 
 
+MAIN_CMD_CHIP_INF = 12
+CHIP_INF_SUB_CMD_SUPER_POD = 1
+
+
+class _SuperPodInfo(ctypes.Structure):
+    """`struct dcmi_spod_info`, 48 bytes; the A5's product type is the byte at offset 20."""
+
+    _fields_ = (
+        ("sdid", ctypes.c_uint),
+        ("scale_type", ctypes.c_uint),
+        ("super_pod_id", ctypes.c_uint),
+        ("server_id", ctypes.c_uint),
+        ("chassis_id", ctypes.c_uint),
+        ("super_pod_type", ctypes.c_ubyte),
+        ("reserve", ctypes.c_ubyte * 27),
+    )
+
+
 def _bus_id(domain: int, bus: int, device: int, function: int) -> str:
     return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
@@ -364,6 +382,32 @@ class DcmiLibrary:
         buffer = ctypes.create_string_buffer(VERSION_LENGTH)
         self._lib.call("dcmi_get_driver_version", buffer, VERSION_LENGTH)
         return text(buffer.value)
+
+    def mainboard_id(self, card: int, device: int) -> int:
+        """The id of the mainboard the device sits on (an A5 inference card's carrier board).
+        Only V2 answers it (`dcmiv2_get_mainboard_id`); a V1 driver raises
+        `FUNCTION_NOT_FOUND`, as upstream binds no V1 reader."""
+        if not self._v2():
+            raise VendorError("dcmi get mainboard id", FUNCTION_NOT_FOUND)
+        found = ctypes.c_uint(0)
+        self._lib.call("dcmiv2_get_mainboard_id", self._flat(card, device), ctypes.byref(found))
+        return found.value
+
+    def super_pod_type(self, card: int, device: int) -> int:
+        """The product type of the super pod the device sits in (`super_pod_type` of the chip
+        information's super-pod record, main command 12, sub command 1)."""
+        info = _SuperPodInfo()
+        size = ctypes.c_uint(ctypes.sizeof(info))
+        symbol = "dcmiv2_get_device_info" if self._v2() else "dcmi_get_device_info"
+        self._lib.call(
+            symbol,
+            *self._at(card, device),
+            ctypes.c_int(MAIN_CMD_CHIP_INF),
+            ctypes.c_uint(CHIP_INF_SUB_CMD_SUPER_POD),
+            ctypes.byref(info),
+            ctypes.byref(size),
+        )
+        return int(info.super_pod_type)
 
     def share_enabled(self, card: int, device: int) -> bool:
         """The device's container-share flag. V2 declares no such flag: `VendorError` with

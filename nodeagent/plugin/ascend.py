@@ -13,8 +13,8 @@
   the vcann-rt preload (`libvruntime.so`, built per CANN major and family) and a per-container
   `npu_info.config` with `aicore-quota` and `memory-quota` (MiB), whose `virtual-npu-id` is the
   lowest one no other live container of the same card holds, reused on a retry.
-
-Not done: the A5's `HCCL_TOPO_FILE_PATH` (its per-product topology table is not in the seeds).
+- Every grant of an A5 card (any mode) also names the node's HCCL fabric topology file in
+  `HCCL_TOPO_FILE_PATH`, chosen by the product the driver reports (`ascend_product.py`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
 from chain.ledger import Mode
 from nodeagent.detect.dcmi import API_V2, open_dcmi
 from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
+from nodeagent.plugin.ascend_product import ProductResolver, topology_env
 from nodeagent.plugin.grants import (
     LD_SO_PRELOAD,
     Cards,
@@ -40,6 +42,7 @@ from nodeagent.plugin.grants import (
     visible_devices,
     write_host_file,
 )
+from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.response import ContainerResponse, Mount
 
 log = logging.getLogger(__name__)
@@ -170,6 +173,7 @@ class Ascend(VendorResponder):
         self._share: ContainerShare | None = None
         self._opened = False
         self._configs = threading.Lock()
+        self._product = ProductResolver()
 
     def share(self) -> ContainerShare | None:
         if not self._opened:
@@ -183,6 +187,19 @@ class Ascend(VendorResponder):
 
     def show(self, cards: Cards, nodes: DeviceNodes) -> ContainerResponse:
         return visible_devices(VISIBLE_DEVICES_ENV, [str(visible_index(c)) for c in cards])
+
+    def shown(
+        self, cards: Cards, mode: Mode, channel: Channel, nodes: DeviceNodes
+    ) -> ContainerResponse:
+        return self._with_topology(super().shown(cards, mode, channel, nodes), cards)
+
+    def _with_topology(self, response: ContainerResponse, cards: Cards) -> ContainerResponse:
+        """The response with the first A5 card's HCCL topology file, when it can be told."""
+        a5 = next((c for c in cards if c.group.family.lower() == A5_FAMILY), None)
+        if a5 is None:
+            return response
+        found = topology_env(self._product, self.share(), a5.card.id, a5.card.physical_indexes)
+        return replace(response, envs={**response.envs, **found}) if found else response
 
     def prepare(self, cards: Cards, mode: Mode) -> None:
         if mode in TENANTED:
@@ -217,7 +234,8 @@ class Ascend(VendorResponder):
             Mount(CONFIG, str(own), read_only=True),
             Mount("/dev/shm", "/dev/shm"),
         )
-        return ContainerResponse(envs=envs, mounts=mounts, directories=(request.work_dir,))
+        response = ContainerResponse(envs=envs, mounts=mounts, directories=(request.work_dir,))
+        return self._with_topology(response, cards)
 
 
 def _open_dcmi() -> ContainerShare | None:

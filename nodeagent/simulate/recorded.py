@@ -188,6 +188,18 @@ class RecordedDcmi:
             raise refuse("driver version")
         return self._driver
 
+    def mainboard_id(self, card: int, device: int) -> int:
+        """A V2 recording's `mainboard_id` (0 when not recorded: a training board, whose
+        product the super pod names); V1 has no reader, as `DcmiLibrary`."""
+        if self.api != API_V2:
+            raise VendorError("dcmi get mainboard id", FUNCTION_NOT_FOUND)
+        found: int = self.cards[card][device].get("mainboard_id", 0)
+        return found
+
+    def super_pod_type(self, card: int, device: int) -> int:
+        found: int = self._device(card, device, "super_pod_type")
+        return found
+
     def _share_target(self, card: int, device: int, call: str) -> tuple[int, int]:
         if self.api == API_V2:
             raise VendorError(call, FUNCTION_NOT_FOUND)

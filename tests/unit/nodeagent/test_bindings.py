@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from chain.ledger import Mode
 from chain.manufacturers import ManufacturerTable
 from chain.partitions import Placement
 from nodeagent.detect.ascend import AscendDetector
@@ -31,12 +32,16 @@ from nodeagent.detect.nvmlike import HGML_SYMBOLS, IXML_SYMBOLS, open_nvmlike
 from nodeagent.detect.rsmi import open_rsmi
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.thead import TheadDetector
-from nodeagent.detect.vendor import Library, load_library
+from nodeagent.detect.vendor import Library, VendorError, load_library
+from nodeagent.plugin.ascend import Ascend
+from nodeagent.plugin.grants import GrantedCard, SimulatedNodes
 from nodeagent.plugin.hgml_mig import open_hgml_mig
+from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Markers, Partitioner, PartitionError, TheadNaming
 from tests.unit.nodeagent.vendor_data import VENDOR_DIR, recorded
 
 Build = Callable[[str, Path, tuple[str, ...]], Path]
+NO_NODES = SimulatedNodes({})
 
 
 def open_dcmi_at(library: Path) -> DcmiLibrary | None:
@@ -89,6 +94,9 @@ def test_dcmi_v1(build: Build, table: ManufacturerTable) -> None:
         "0000:01:00.0",
     )
     assert (first.physical_indexes, second.physical_indexes) == ((4, 0, 0), (5, 1, 0))
+    assert dcmi.super_pod_type(0, 0) == 2  # V1 reads the same record with (card, device)
+    with pytest.raises(VendorError):
+        dcmi.mainboard_id(0, 0)  # no V1 reader, as upstream
     assert (first.status.unhealthy, second.status.unhealthy) == (False, True)
     assert first.status.logical_sliced.count == 63
     assert [m.memory_used_mib for m in ascend.monitor()] == [3349, 3350]
@@ -132,6 +140,13 @@ def test_dcmi_v2(build: Build, table: ManufacturerTable) -> None:
         "0000:1a:00.0",
         "0000:1b:00.0",
     ]
+    # The A5 product: the carrier board first, then the super pod's type (byte 20 of 48).
+    assert [dcmi.mainboard_id(n, 0) for n in (0, 1)] == [0x44, 0x6C]
+    assert dcmi.super_pod_type(0, 0) == 2
+    topology = Ascend(lambda: dcmi).shown(
+        (GrantedCard(group, group.accelerators[1]),), Mode.EXCLUSIVE, Channel("x", ""), NO_NODES
+    )
+    assert topology.envs["HCCL_TOPO_FILE_PATH"].endswith("/atlas_350_3.json")
 
 
 def test_rocm_smi(build: Build, table: ManufacturerTable) -> None:

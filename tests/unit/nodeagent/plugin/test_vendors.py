@@ -385,6 +385,87 @@ def test_ascend_a5_names_the_device_id_and_has_no_share_flag() -> None:
     assert share.writes == []
 
 
+class FakeA5(FakeShare):
+    """A V2 DCMI that also answers the product reads, counting them."""
+
+    def __init__(self, mainboard: int = 0x44, pod_type: int | Exception = 2) -> None:
+        super().__init__(api=API_V2)
+        self.mainboard = mainboard
+        self.pod_type = pod_type
+        self.reads: list[tuple[str, int, int]] = []
+
+    def mainboard_id(self, card: int, device: int) -> int:
+        self.reads.append(("mainboard", card, device))
+        return self.mainboard
+
+    def super_pod_type(self, card: int, device: int) -> int:
+        self.reads.append(("super pod", card, device))
+        if isinstance(self.pod_type, Exception):
+            raise self.pod_type
+        return self.pod_type
+
+
+TOPO = "/usr/local/Ascend/driver/topo/950/"
+
+
+@pytest.mark.parametrize(
+    ("mainboard", "pod_type", "file"),
+    [
+        (0x44, 0, "atlas_850_1.json"),
+        (0x44, 1, "atlas_950_1.json"),
+        (0x44, 2, "atlas_950_2.json"),
+        (0x44, 3, "atlas_850_2.json"),
+        (0x44, 4, "atlas_850_3.json"),
+        (0x68, 99, "atlas_350_1.json"),  # the carrier board answers first: the pod is not asked
+        (0x6C, 99, "atlas_350_3.json"),
+    ],
+)
+def test_an_a5_grant_names_the_products_hccl_topology_file(
+    mainboard: int, pod_type: int, file: str
+) -> None:
+    dcmi = FakeA5(mainboard, pod_type)
+    granted = cards("ascend", (7, 3, 0), family="950")
+    shown = ascend(dcmi).shown(granted, Mode.EXCLUSIVE, ENVVAR, NO_NODES)
+    assert shown.envs == {"ASCEND_VISIBLE_DEVICES": "3", "HCCL_TOPO_FILE_PATH": TOPO + file}
+    assert {(card, device) for _, card, device in dcmi.reads} == {(3, 0)}  # card, device index
+    assert ("super pod", 3, 0) in dcmi.reads or mainboard in (0x68, 0x6C)
+
+
+def test_every_a5_mode_carries_the_topology_file_read_once(tmp_path: Path) -> None:
+    dcmi = FakeA5()
+    responder = ascend(dcmi)
+    granted = cards("ascend", (7, 3, 0), family="950")
+    for mode in (Mode.EXCLUSIVE, Mode.SHARED, Mode.VISIBILITY):
+        shown = responder.shown(granted, mode, ENVVAR, NO_NODES)
+        assert shown.envs["HCCL_TOPO_FILE_PATH"] == TOPO + "atlas_950_2.json"
+    sliced = responder.sliced(granted, request(pods_dir=str(tmp_path)), NO_NODES)
+    assert sliced.envs["HCCL_TOPO_FILE_PATH"] == TOPO + "atlas_950_2.json"
+    assert dcmi.reads == [("mainboard", 3, 0), ("super pod", 3, 0)]  # a node fact: asked once
+
+
+def test_no_topology_file_when_the_product_cannot_be_told() -> None:
+    granted = cards("ascend", (7, 3, 0), family="950")
+    unknown = ascend(FakeA5(pod_type=99)).shown(granted, Mode.EXCLUSIVE, ENVVAR, NO_NODES)
+    assert unknown.envs == {"ASCEND_VISIBLE_DEVICES": "3"}  # granted all the same
+    failing = FakeA5(pod_type=VendorError("dcmiv2_get_device_info", -8005))
+    responder = ascend(failing)
+    assert (
+        "HCCL_TOPO_FILE_PATH" not in responder.shown(granted, Mode.EXCLUSIVE, ENVVAR, NO_NODES).envs
+    )
+    failing.pod_type = 1  # a failed read is asked again; an answer is kept
+    assert (
+        responder.shown(granted, Mode.EXCLUSIVE, ENVVAR, NO_NODES).envs["HCCL_TOPO_FILE_PATH"]
+        == TOPO + "atlas_950_1.json"
+    )
+    older = cards("ascend", (4, 2, 0), family="910B")
+    assert ascend(FakeA5()).shown(older, Mode.EXCLUSIVE, ENVVAR, NO_NODES).envs == {
+        "ASCEND_VISIBLE_DEVICES": "4"
+    }
+    unaddressed = cards("ascend", (7,), family="950")
+    with pytest.raises(ValueError, match="no dcmi device index"):
+        ascend(FakeA5()).shown(unaddressed, Mode.EXCLUSIVE, ENVVAR, NO_NODES)
+
+
 def test_ascend_share_failures_name_the_card_and_the_remedy() -> None:
     granted = cards("ascend", (4, 2, 1))
     missing = FakeShare()

@@ -6,11 +6,34 @@
  *   -DDCMI_OLD    a V1 driver with only the older queries (no `_v2` die, PCIe and chip calls,
  *                 no HBM: memory from the first-version memory query);
  *   -DDCMI_V2     an A5 driver serving only the V2 generation (devices listed flat; the
- *                 virtual die refused, the DDie answering).
+ *                 virtual die refused, the DDie answering): device 0 on a training board of a
+ *                 two-dimension super pod, device 1 on a four-chip inference card's board.
+ *
+ * Every build answers the chip information's super-pod record (main command 12, sub command 1)
+ * in the 48-byte `dcmi_spod_info`, whose product type is the byte at offset 20.
  */
 #include <string.h>
 
 #define NOT_SUPPORTED (-8255)
+#define MAIN_CMD_CHIP_INF 12
+#define SUPER_POD_INFO 1
+
+struct dcmi_spod_info {
+    unsigned int sdid, scale_type, super_pod_id, server_id, chassis_id;
+    unsigned char super_pod_type;
+    unsigned char reserve[27];
+};
+
+static int super_pod(int main_cmd, unsigned int sub_cmd, void *buf, unsigned int *size) {
+    if (main_cmd != MAIN_CMD_CHIP_INF || sub_cmd != SUPER_POD_INFO) return NOT_SUPPORTED;
+    if (*size < sizeof(struct dcmi_spod_info)) return -8001;
+    struct dcmi_spod_info *info = buf;
+    memset(info, 0xff, sizeof(*info));
+    info->super_pod_type = 2;
+    memset(info->reserve, 0, sizeof(info->reserve));
+    *size = sizeof(*info);
+    return 0;
+}
 
 struct dcmi_chip_info {
     unsigned char chip_type[32];
@@ -122,6 +145,17 @@ int dcmiv2_get_chip_phy_id_by_dev_id(unsigned int dev, unsigned int *physical) {
     return 0;
 }
 
+int dcmiv2_get_mainboard_id(int dev, unsigned int *mainboard) {
+    *mainboard = dev == 0 ? 0x44 : 0x6c;
+    return 0;
+}
+
+int dcmiv2_get_device_info(int dev, int main_cmd, unsigned int sub_cmd, void *buf,
+                           unsigned int *size) {
+    (void)dev;
+    return super_pod(main_cmd, sub_cmd, buf, size);
+}
+
 #else
 
 int dcmi_init(void) { return 0; }
@@ -157,6 +191,13 @@ int dcmi_get_device_logic_id(int *logic, int card, int dev) {
 int dcmi_get_device_phyid_from_logicid(unsigned int logic, unsigned int *physical) {
     *physical = logic + 4;
     return 0;
+}
+
+int dcmi_get_device_info(int card, int dev, int main_cmd, unsigned int sub_cmd, void *buf,
+                         unsigned int *size) {
+    (void)card;
+    (void)dev;
+    return super_pod(main_cmd, sub_cmd, buf, size);
 }
 
 int dcmi_get_device_ecc_info(int card, int dev, int type, struct dcmi_ecc_info *info) {
