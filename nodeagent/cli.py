@@ -32,6 +32,7 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
 from nodeagent.detect.dcmi import open_dcmi
+from nodeagent.detect.dmi import open_dmi
 from nodeagent.detect.loop import (
     MONITOR_PERIOD_SECONDS,
     REDETECT_EVERY_MONITOR_ROUNDS,
@@ -51,6 +52,7 @@ from nodeagent.health import serve as serve_health
 from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin.ascend import ContainerShare
+from nodeagent.plugin.dmi_mig import DmiMig
 from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
@@ -251,7 +253,8 @@ def _journal_path(flag: str | None, pods_dir: str, manufacturer: str) -> Path | 
 
 def _partition_libraries(names: Sequence[str]) -> dict[str, MigNvml]:
     """The libraries this host's partitions are made with: pynvml for NVIDIA, HGML for T-Head
-    (imported only where asked for: the copy of pynvml it is read through costs a module)."""
+    (imported only where asked for: the copy of pynvml it is read through costs a module), DMI
+    for Hygon."""
     found: dict[str, MigNvml] = {}
     if "nvidia" in names and (nvml := load_nvml()) is not None:
         found["nvidia"] = cast(MigNvml, nvml)
@@ -260,6 +263,8 @@ def _partition_libraries(names: Sequence[str]) -> dict[str, MigNvml]:
 
         if (hgml := open_hgml_mig(os.environ)) is not None:
             found["thead"] = hgml
+    if "hygon" in names and (dmi := open_dmi()) is not None:
+        found["hygon"] = cast(MigNvml, DmiMig(dmi))
     return found
 
 

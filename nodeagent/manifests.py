@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from chain.manufacturers import Manufacturer, manufacturers
+from nodeagent.plugin.dmi_mig import REGISTRY
 from nodeagent.plugin.hami_core import VGPU_LOCK_DIR
 
 TARGET = Path(__file__).resolve().parent.parent / "manifests" / "nodeagent" / "daemonsets.yaml"
@@ -42,6 +43,7 @@ HEADER = """\
 #   no runtime hook hands to an unprivileged container here, so those agents stay privileged
 #   with the host's /dev, as those vendors' own device plugins run. MetaX's agent also mounts
 #   the host's /sys writable: its slices are sgpu subdevices made through the card's sysfs.
+#   Hygon's mounts /etc/dmi_mig_config writable: its partitions' registry files live there.
 """
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
@@ -63,12 +65,15 @@ def host_paths(maker: Manufacturer) -> tuple[tuple[str, str, bool, str], ...]:
     HAMi-core lock directory its sliced grants mount into every sliced container (the agent
     creates it on the host before answering), and for the others the host's /dev (their
     management libraries open the cards' control devices; NVIDIA's come from its toolkit), with
-    /sys writable for MetaX (`nodeagent/plugin/sgpu.py`)."""
+    /sys writable for MetaX (`nodeagent/plugin/sgpu.py`) and DMI's registry folder writable for
+    Hygon (`nodeagent/plugin/dmi_mig.py`)."""
     if maker.name == "nvidia":
         return (*HOST_PATHS, ("vgpu-lock", VGPU_LOCK_DIR, False, "DirectoryOrCreate"))
     if maker.name == "metax":  # sgpu subdevices are made by writing the card's sysfs files
         writable = tuple((n, p, ro and p != "/sys", k) for n, p, ro, k in HOST_PATHS)
         return (*writable, HOST_DEV)
+    if maker.name == "hygon":  # DMI writes and removes the partitions' registry files there
+        return (*HOST_PATHS, HOST_DEV, ("dmi-mig-config", REGISTRY, False, "DirectoryOrCreate"))
     return (*HOST_PATHS, HOST_DEV)
 
 

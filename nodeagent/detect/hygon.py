@@ -10,15 +10,15 @@ Facts kept from upstream:
 - `computeCapability` is the gfx target (below 2000 the number reads in decimal, above in hex);
 - `physicalIndexes` are the card's DRM nodes `[card<N>, renderD<M>]`;
 - every card takes 4 logical slices without cores overcommit (`vdev.conf` gives each slice a
-  disjoint CU mask).
+  disjoint CU mask), unless the node is in Multi-Instance mode: its cards then offer their
+  partition profiles only (`hygon_mig`, read through DMI).
 
 Judgment calls:
 - the name is RSMI's device name (upstream asks the PCI id database and HSA first);
 - RSMI initialised for all GPUs also lists AMD cards on a mixed node, so a device whose PCI vendor
   is readable and not Hygon's is left to the AMD detector;
-- cores and family are not read (upstream takes both from HSA);
-- Multi-Instance (MIG) mode is not read: Hygon exposes it through a separate library this detector
-  does not bind, so a node in that mode is reported with logical slices it cannot serve.
+- cores and family are not read (upstream takes both from HSA; in Multi-Instance mode it counts
+  the widest profile's CUs times its count).
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from chain.manufacturers import Manufacturer
+from nodeagent.detect.dmi import Dmi, open_dmi
+from nodeagent.detect.hygon_mig import Mode, card_status, read_mode
+from nodeagent.detect.partitions import agree_within_groups
 from nodeagent.detect.rsmi import Rsmi, bus_id_of, open_rsmi
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.vendor import (
@@ -40,13 +43,11 @@ from nodeagent.detect.vendor import (
     environ_or,
     leading_version,
     library_candidates,
-    logically_sliced,
     optional,
     read_first,
 )
 
 HYGON = "hygon"
-LOGICAL_SLICES = 4
 DRIVER_DIRS = (
     "sys/module/hycu/drivers/pci:hycu",
     "sys/module/hydcu/drivers/pci:hydcu",
@@ -92,7 +93,11 @@ class HygonDetector(VendorDetector[Rsmi]):
         opener: Callable[[], Rsmi | None] | None = None,
         environ: Mapping[str, str] | None = None,
         runtime_version: Callable[[], str] | None = None,
+        dmi: Dmi | None = None,
+        dmi_opener: Callable[[], Dmi | None] | None = None,
     ) -> None:
+        """`dmi` (else `dmi_opener`, else the host's library, opened once) reads the node's
+        Multi-Instance mode and the cards' partition profiles."""
         env = environ_or(environ)
         super().__init__(
             rsmi,
@@ -103,6 +108,16 @@ class HygonDetector(VendorDetector[Rsmi]):
         )
         self._runtime_version = runtime_version or (lambda: dtk_version(rocm_home(env)))
         self._indexes: dict[str, int] = {}
+        self._dmi = dmi
+        self._open_dmi = dmi_opener or open_dmi
+        self._dmi_opened = dmi is not None
+        self._mode = Mode(False)
+
+    def dmi(self) -> Dmi | None:
+        if not self._dmi_opened:
+            self._dmi = self._open_dmi()
+            self._dmi_opened = True
+        return self._dmi
 
     def read_cards(self, interface: Rsmi) -> list[CardReading]:
         try:
@@ -110,13 +125,14 @@ class HygonDetector(VendorDetector[Rsmi]):
         except VendorError:
             return []
         self._indexes = {}
+        self._mode = read_mode(self.dmi())  # node-wide, read once a pass
         cards = []
         for index in range(count):
             card = self._card(interface, index)
             if card is not None:
                 self._indexes[card.id] = index
                 cards.append(card)
-        return cards
+        return agree_within_groups(cards)
 
     def _card(self, rsmi: Rsmi, index: int) -> CardReading | None:
         vendor = optional(lambda: rsmi.vendor_id(index), -1)
@@ -136,7 +152,7 @@ class HygonDetector(VendorDetector[Rsmi]):
             memory_mib=memory,
             bus_id=address,
             physical_indexes=drm_nodes(self._sysfs, address, DRIVER_DIRS),
-            status=logically_sliced(LOGICAL_SLICES, False, unhealthy),
+            status=card_status(self._mode, self.dmi(), address, self._maker, unhealthy),
             memory_used_mib=optional(lambda: rsmi.memory_used(index), 0) >> 20,
         )
 

@@ -21,7 +21,8 @@ from chain.devices import AcceleratorStatus
 from nodeagent.detect.nvidia import compute_capability, runtime_version
 from nodeagent.detect.nvmlike import DEVICE_MIG_ENABLE, HGML_SYMBOLS, NvmlLike
 from nodeagent.detect.nvmlike_detector import NvmlLikeDetector
-from nodeagent.detect.thead_mig import agree_within_groups, mig_profiles, physical_sliced
+from nodeagent.detect.partitions import agree_within_groups, physical_sliced
+from nodeagent.detect.thead_mig import mig_profiles
 from nodeagent.detect.vendor import (
     CardReading,
     GroupFacts,

@@ -16,14 +16,12 @@ Facts kept from upstream:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
-
-from chain.devices import AcceleratorStatus, PartitionProfile, PhysicalSliced
+from chain.devices import PartitionProfile
 from chain.manufacturers import Manufacturer
 from chain.partitions import normalize_profile_name, partitioned_profile_key, publish_profile_name
 from nodeagent.detect.nvmlike import NvmlLike
-from nodeagent.detect.vendor import CardReading, VendorError
+from nodeagent.detect.partitions import unique_by_name
+from nodeagent.detect.vendor import VendorError
 
 PROFILE_COUNT = 0x55
 """`HGML_GPU_INSTANCE_PROFILE_COUNT`: the profile ids a card may answer for."""
@@ -35,18 +33,10 @@ def memory_slices(profile_mib: int, card_mib: int) -> int:
     return (profile_mib + per_slice // 2) // per_slice if per_slice > 0 else 0
 
 
-def physical_sliced(profiles: Sequence[PartitionProfile]) -> PhysicalSliced:
-    """A card's partition capability; none at all when no profile survived."""
-    if not profiles:
-        return PhysicalSliced()
-    return PhysicalSliced(max(profile.count for profile in profiles), tuple(profiles))
-
-
 def mig_profiles(
     hgml: NvmlLike, handle: int, card_mib: int, maker: Manufacturer
 ) -> tuple[PartitionProfile, ...]:
-    found: dict[str, PartitionProfile] = {}
-    withheld: set[str] = set()
+    entries: list[PartitionProfile] = []
     for profile in range(PROFILE_COUNT):
         try:
             info = hgml.instance_profile(handle, profile)
@@ -70,34 +60,5 @@ def mig_profiles(
             memory_slices=slices or memory_slices(info.memory_mb, card_mib),
             placements=slots,
         )
-        if name in withheld or found.get(name, entry) != entry:
-            withheld.add(name)
-            found.pop(name, None)
-            continue
-        found[name] = entry
-    return tuple(found.values())
-
-
-def agree_within_groups(cards: Sequence[CardReading]) -> list[CardReading]:
-    """Cards of one group (name and memory) with the profiles they disagree on withheld."""
-    first: dict[tuple[str, int, str], PartitionProfile] = {}
-    divergent: set[tuple[str, int, str]] = set()
-    for card in cards:
-        for profile in card.status.physical_sliced.profiles:
-            key = (card.name, card.memory_mib, profile.name)
-            if first.setdefault(key, profile) != profile:
-                divergent.add(key)
-    if not divergent:
-        return list(cards)
-    agreed = []
-    for card in cards:
-        kept = [
-            profile
-            for profile in card.status.physical_sliced.profiles
-            if (card.name, card.memory_mib, profile.name) not in divergent
-        ]
-        status: AcceleratorStatus = card.status
-        if card.status.physical_sliced:
-            status = replace(card.status, physical_sliced=physical_sliced(kept))
-        agreed.append(replace(card, status=status))
-    return agreed
+        entries.append(entry)
+    return unique_by_name(entries)

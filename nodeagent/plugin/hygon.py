@@ -13,7 +13,14 @@ position (`device_id`, `vdev_id`), and a `pipe_id` no other slice of the card us
 already names the same card at that position is reused (a retry), so a slot's figures outlive
 the allocation as upstream says. The host's `/opt/dtk` is mounted at `/opt/hygondriver`.
 
-Hygon's MIG-named partitions are not served yet.
+A partition (DMI's "MIG", made at Allocate by `mig.Partitioner` over `dmi_mig.DmiMig`) is handed
+over as upstream does: the control nodes and the card's DRM nodes as above, the host's
+`/opt/dtk` at `/opt/hygondriver` and `/opt/hyhal`, the compute instance's registry file mounted
+read-only at its own path (`/etc/dmi_mig_config/ci/dev<i>gi<g>ci<c>.conf`: Hygon's runtime finds
+the instance there, by absolute path), and `DMI_MIG_VISIBLE_DEVICE=MIG-<uuid>` (the prefix is
+required: a bare UUID silently selects the first instance). The file is found by the UUID it
+names, read at every grant; none names it, and the grant fails closed. One partition per
+container: the runtime shows only one.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import threading
 from pathlib import Path
 
 from nodeagent.plugin.amd_topology import card_topology
+from nodeagent.plugin.dmi_mig import REGISTRY, UUID_PREFIX, registry_uuid
 from nodeagent.plugin.drm import optional_drm_nodes
 from nodeagent.plugin.grants import (
     Cards,
@@ -33,6 +41,7 @@ from nodeagent.plugin.grants import (
     memory_limit_mib,
     write_host_file,
 )
+from nodeagent.plugin.mig import Made
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 
 MANUFACTURER = "hygon"
@@ -43,6 +52,19 @@ VDEV_DIR = "/etc/vdev/docker"
 MASK_BITS = 128
 PIPES = 20
 VDEV_IDS = 200
+VISIBLE_PARTITION_ENV = "DMI_MIG_VISIBLE_DEVICE"
+
+
+def registry_file_of(nodes: DeviceNodes, mig_uuid: str) -> str | None:
+    """The compute instance registry file naming the partition, if the host has one."""
+    folder = f"{REGISTRY}/ci"
+    want = mig_uuid.removeprefix(UUID_PREFIX)
+    for name in nodes.listing(folder):
+        if name.endswith(".conf"):
+            text = nodes.read(f"{folder}/{name}")
+            if text is not None and registry_uuid(text) == want:
+                return f"{folder}/{name}"
+    return None
 
 
 def read_vdev(text: str) -> dict[str, list[str]]:
@@ -96,6 +118,23 @@ class Hygon(VendorResponder):
         mounts = (Mount(HYHAL, HYHAL, read_only=True),) if nodes.exists(HYHAL) else ()
         return ContainerResponse(
             mounts=mounts, devices=(*control, *optional_drm_nodes(cards, nodes))
+        )
+
+    def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
+        found = registry_file_of(nodes, made.mig_uuid)
+        if found is None:
+            raise ValueError(
+                f"partition {made.mig_uuid} of card {card.card.id}: no registry file under "
+                f"{REGISTRY}/ci names it: fail closed"
+            )
+        shown = self.show((card,), nodes)
+        mounts = [*shown.mounts, Mount(found, found, read_only=True)]
+        if nodes.exists(DTK):
+            mounts.insert(0, Mount("/opt/hygondriver", DTK, read_only=True))
+        return ContainerResponse(
+            envs={VISIBLE_PARTITION_ENV: made.mig_uuid},
+            mounts=tuple(mounts),
+            devices=shown.devices,
         )
 
     def sliced(self, cards: Cards, request: SliceRequest, nodes: DeviceNodes) -> ContainerResponse:

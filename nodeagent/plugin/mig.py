@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,7 +123,10 @@ def in_use(nvml: MigNvml, error: BaseException) -> bool:
 class ProfileNaming(Protocol):
     """How one manufacturer's driver names its GPU instance profiles: the profile indexes to
     probe, and the spelling a grant asks for (`vendor_profile_name`) for the profile at an
-    index, or None when that profile is never offered."""
+    index, or None when that profile is never offered; and whether it finds a card by its PCI
+    address (`by_bus`) rather than its UUID."""
+
+    by_bus: bool
 
     def count(self, nvml: MigNvml) -> int: ...
 
@@ -133,6 +136,8 @@ class ProfileNaming(Protocol):
 class NvidiaNaming:
     """NVML's own profile indexes; graphics profiles are not offered; the name is the one the
     detector published (`1g.10gb`), rebuilt the same way from the profile's geometry."""
+
+    by_bus = False
 
     def count(self, nvml: MigNvml) -> int:
         return int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
@@ -149,6 +154,8 @@ class TheadNaming:
     NVML's); media and graphics variants (a `+` in the name) are not offered; the name is the
     driver's own, normalized exactly as the detector normalized it before publishing."""
 
+    by_bus = False
+
     def count(self, nvml: MigNvml) -> int:
         return HGML_PROFILE_COUNT
 
@@ -157,7 +164,25 @@ class TheadNaming:
         return None if "+" in raw else normalize_profile_name(raw) or None
 
 
-NAMINGS: dict[str, ProfileNaming] = {"nvidia": NvidiaNaming(), "thead": TheadNaming()}
+class HygonNaming:
+    """DMI is asked by width (1 to 4 slices, indexes 0..3) and names a profile `MIG 2g.15gb`;
+    the key's spelling is its last word, as the detector published it. It knows cards by PCI
+    address only."""
+
+    by_bus = True
+
+    def count(self, nvml: MigNvml) -> int:
+        return 4
+
+    def name(self, index: int, info: Any, card_mib: int) -> str | None:
+        return normalize_profile_name(text(info.name)) or None
+
+
+NAMINGS: dict[str, ProfileNaming] = {
+    "nvidia": NvidiaNaming(),
+    "thead": TheadNaming(),
+    "hygon": HygonNaming(),
+}
 """The manufacturers whose partitions are made through an NVML-shaped library."""
 
 
@@ -287,10 +312,13 @@ def _mig_devices(nvml: MigNvml, device: object) -> dict[tuple[int, int], object]
     return found
 
 
-def card_instances(nvml: MigNvml, card: str, profiles: int | None = None) -> list[Instance]:
+def card_instances(
+    nvml: MigNvml, card: str, profiles: int | None = None, address: str | None = None
+) -> list[Instance]:
     """Every GPU instance on the card, by slot; `profiles`: the profile indexes the driver
-    numbers (NVML's count when not given)."""
-    device = nvml.nvmlDeviceGetHandleByUUID(card)
+    numbers (NVML's count when not given); `address`: how the library finds the card (its
+    UUID when not given)."""
+    device = nvml.nvmlDeviceGetHandleByUUID(address or card)
     migs = _mig_devices(nvml, device)
     count = profiles if profiles is not None else int(nvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
     found = []
@@ -338,11 +366,18 @@ class Partitioner:
     grant and the reclaimer) never cut the same card at once while other cards proceed."""
 
     def __init__(
-        self, nvml: MigNvml, markers: Markers, naming: ProfileNaming | None = None
+        self,
+        nvml: MigNvml,
+        markers: Markers,
+        naming: ProfileNaming | None = None,
+        address: Callable[[str], str] | None = None,
     ) -> None:
+        """`address` turns a card's id into what the library finds it by (Hygon's DMI knows
+        cards by PCI address only); the id itself by default (NVML, HGML)."""
         self.nvml = nvml
         self.markers = markers
         self.naming = naming or NvidiaNaming()
+        self.address: Callable[[str], str] = address or (lambda card: card)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
         self._initialized = False
@@ -360,7 +395,7 @@ class Partitioner:
         return self.naming.count(self.nvml)
 
     def instances(self, card: str) -> list[Instance]:
-        return card_instances(self.nvml, card, self.profiles)
+        return card_instances(self.nvml, card, self.profiles, self.address(card))
 
     def _profile_id(self, device: object, profile: str, card_mib: int) -> int:
         """The creation id of the profile the grant names (the probe index and the id the
@@ -437,7 +472,7 @@ class Partitioner:
                 )
             self._destroy(card, instance.placement)  # a gone Pod's, not yet reclaimed
             marker = None
-        device = nvml.nvmlDeviceGetHandleByUUID(card)
+        device = nvml.nvmlDeviceGetHandleByUUID(self.address(card))
         profile_id = self._profile_id(device, profile, card_mib)
         intent = Marker(owner[0], owner[1], card, profile, placement.start, placement.length)
         self.markers.write(intent)
@@ -490,7 +525,7 @@ class Partitioner:
 
     def _destroy(self, card: str, placement: Placement) -> bool:
         nvml = self.nvml
-        device = nvml.nvmlDeviceGetHandleByUUID(card)
+        device = nvml.nvmlDeviceGetHandleByUUID(self.address(card))
         for gpu in _gpu_instances(nvml, device, self.profiles):
             info = nvml.nvmlGpuInstanceGetInfo(gpu)
             if int(info.placement.start) != placement.start:

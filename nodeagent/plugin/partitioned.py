@@ -3,8 +3,8 @@
 Allocate: mutex { list Pods, identify the container, pick profile/card/slot and check modes
 (`decide_partition`), reserve } then, outside the mutex, make the partition (per-card lock),
 build the manufacturer's answer for it (`Responder.partition`: NVIDIA's
-`NVIDIA_VISIBLE_DEVICES=<MIG UUID>`, T-Head's capability nodes), record the grant with the MIG
-UUID on the Pod, and answer.
+`NVIDIA_VISIBLE_DEVICES=<MIG UUID>`, T-Head's capability nodes, Hygon's registry file and
+`DMI_MIG_VISIBLE_DEVICE`), record the grant with the MIG UUID on the Pod, and answer.
 Each step undoes the ones before it when it fails: a failed partition releases the reservation;
 a failed annotation write unmakes the partition it made and releases; a late answer restores
 the annotation, unmakes and releases. A retry of a recorded grant finds its instance again

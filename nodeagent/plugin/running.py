@@ -40,7 +40,14 @@ from nodeagent.plugin.injection import (
 from nodeagent.plugin.journal import Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.metax import Metax, MetaxReclaimer
-from nodeagent.plugin.mig import NAMINGS, OPERATOR_MIG_DIR, Markers, MigNvml, Partitioner
+from nodeagent.plugin.mig import (
+    NAMINGS,
+    OPERATOR_MIG_DIR,
+    Markers,
+    MigNvml,
+    Partitioner,
+    PartitionError,
+)
 from nodeagent.plugin.node import AnnotationWriter, NodeState
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
@@ -169,6 +176,7 @@ class DevicePlugins:
                 library,
                 Markers(mig_dir if name == "nvidia" else f"{mig_dir}-{name}"),
                 NAMINGS[name],
+                self._bus_of if NAMINGS[name].by_bus else None,
             )
             for name, library in libraries.items()
             if name in NAMINGS
@@ -176,6 +184,13 @@ class DevicePlugins:
         self.reclaims: list[ReclaimLoop] = []
         """The partition reclaimers and MetaX's and Cambricon's slice reclaimers, each fed every
         live-Pod set."""
+
+    def _bus_of(self, card: str) -> str:
+        """A card's PCI address, for a library that finds cards by it (Hygon's DMI)."""
+        for _, found in self.node.spec().cards():
+            if found.id == card and found.topology.pci_bus_id:
+                return found.topology.pci_bus_id
+        raise PartitionError(f"card {card} has no PCI address in this node's Devices spec")
 
     def start_watching(self) -> None:
         """Follow the node's Pods (a no-op without `watch_pods`)."""

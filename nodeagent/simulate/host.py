@@ -11,12 +11,14 @@ from typing import cast
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.plugin.ascend import Ascend
 from nodeagent.plugin.cambricon import Cambricon
+from nodeagent.plugin.dmi_mig import DmiMig
 from nodeagent.plugin.grants import DeviceNodes, Responder
 from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.plugin.sgpu import SimulatedSgpu
 from nodeagent.plugin.smlu import SimulatedSmlu
 from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
+from nodeagent.simulate.dmi import SimulatedDmi
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
 from nodeagent.simulate.recorded import RecordedDcmi
@@ -42,6 +44,8 @@ class SimulatedHost:
     """A simulated Cambricon host's sMLU calls; None on every other host."""
     hgml: MigNvml | None = None
     """A simulated T-Head host's HGML partition calls, when a card is in MIG mode."""
+    dmi: MigNvml | None = None
+    """A simulated Hygon host's DMI partition calls, when its recording has a `dmi:` block."""
 
     def partition_libraries(self) -> dict[str, MigNvml]:
         """The NVML-shaped libraries this host's partitions are made through (NVIDIA's NVML,
@@ -51,6 +55,8 @@ class SimulatedHost:
             found["nvidia"] = cast(MigNvml, self.nvml)
         if self.hgml is not None:
             found["thead"] = self.hgml
+        if self.dmi is not None:
+            found["hygon"] = self.dmi
         return found
 
     def responders(self) -> dict[str, Responder]:
@@ -65,6 +71,10 @@ class SimulatedHost:
             smlu = self.smlu
             found["cambricon"] = Cambricon(lambda: smlu)
         return found
+
+
+def _dmi_mig(dmi: SimulatedDmi | None) -> MigNvml | None:
+    return cast(MigNvml, DmiMig(dmi, str(dmi.registry))) if dmi is not None else None
 
 
 @contextmanager
@@ -99,6 +109,7 @@ def simulated_host(name_or_path: str) -> Iterator[SimulatedHost]:
                 injected={maker: recorded.keywords},
                 device_nodes=nodes,
                 hgml=cast(MigNvml, hgml) if hgml is not None else None,
+                dmi=_dmi_mig(recorded.dmi),
                 ascend_share=share,
                 sgpu=SimulatedSgpu() if maker == "metax" else None,
                 smlu=SimulatedSmlu(recorded.positions) if maker == "cambricon" else None,

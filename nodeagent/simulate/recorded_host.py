@@ -54,6 +54,7 @@ from nodeagent.plugin import thead as thead_plugin
 from nodeagent.plugin.amd_topology import KFD_NODES, render_properties
 from nodeagent.plugin.grants import SimulatedNodes
 from nodeagent.simulate.amd import write_pci_sysfs
+from nodeagent.simulate.dmi import RegistryNodes, SimulatedDmi, simulated_dmi
 from nodeagent.simulate.recorded import (
     RecordedCndev,
     RecordedDcmi,
@@ -114,6 +115,8 @@ class RecordedHost:
     nodes: SimulatedNodes | None = None
     positions: Mapping[str, int] = field(default_factory=dict)
     """Each card's bus id -> its place in the library's enumeration."""
+    dmi: SimulatedDmi | None = None
+    """A Hygon host's Multi-Instance library, when its recording has a `dmi:` block."""
 
 
 def _numa(entry: fields.Obj, where: str) -> int:
@@ -334,4 +337,25 @@ def simulated_recorded_node(manufacturer: str, body: fields.Obj) -> Iterator[Rec
         sysfs = write_pci_sysfs(root, vendor, ACCELERATOR_CLASS, on_bus, numa or None)
         nodes = kind.nodes(placed) if kind.nodes else None
         positions = {card.bus: card.position for card in placed}
-        yield RecordedHost(library, sysfs, keywords, nodes, positions)
+        dmi = None
+        if manufacturer == "hygon":  # never the host's own Multi-Instance library
+            dmi, nodes = _multi_instance(recording, placed, root, nodes)
+            keywords["dmi_opener"] = lambda: dmi
+        yield RecordedHost(library, sysfs, keywords, nodes, positions, dmi)
+
+
+def _multi_instance(
+    recording: Mapping[str, Any],
+    placed: Sequence[Placed],
+    root: Path,
+    nodes: SimulatedNodes | None,
+) -> tuple[SimulatedDmi | None, SimulatedNodes | None]:
+    """A Hygon recording's `dmi:` block as the host's DMI, its registry under `root`, shown to
+    the responder through the host's nodes; (None, nodes) without one."""
+    block = recording.get("dmi")
+    if not isinstance(block, Mapping):
+        return None, nodes
+    registry = root / "dmi_mig_config"
+    (registry / "ci").mkdir(parents=True)
+    dmi = simulated_dmi([card.bus for card in placed], block, registry)
+    return dmi, RegistryNodes(nodes or SimulatedNodes({}), registry)

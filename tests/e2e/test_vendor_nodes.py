@@ -6,8 +6,10 @@ device nodes proven by minor number and the hggc pair; Ascend: the driver's inde
 simulated DCMI's container-share flag turned on for the slice, and vcann-rt's
 `npu_info.config`; Hygon: its control and DRM nodes and a `vdev.conf`; MThreads: its QoS
 variables; MetaX: an `sgpu` subdevice made on the simulated card; Cambricon: an sMLU instance
-of the simulated cnDev); the grants reach the Pods' annotations and the ledger. (AMD has its
-own module, with pools and CU masks.)"""
+of the simulated cnDev); the grants reach the Pods' annotations and the ledger. T-Head and
+Hygon nodes in MIG mode serve partitions only, made at Allocate through the simulated HGML and
+DMI and handed over the manufacturer's way. (AMD has its own module, with pools and CU
+masks.)"""
 
 from __future__ import annotations
 
@@ -236,26 +238,51 @@ def test_a_whole_card_and_a_slice_get_the_manufacturers_injection(
     )
 
 
-def test_a_thead_partition_is_made_and_handed_over_as_its_nodes(
-    testbed: Testbed, chain: Installed
+def _thead_partition(response: Any) -> None:
+    """No variable: the five nodes of the partition are the grant."""
+    assert dict(response.envs) == {}
+    devices = [d.host_path for d in response.devices]
+    assert devices[:2] == ["/dev/alixpu", "/dev/alixpu_ctl"]
+    assert devices[2] in ("/dev/alixpu_ppu0", "/dev/alixpu_ppu1")
+    assert [d.startswith("/dev/alixpu-caps/alixpu-cap") for d in devices[3:]] == [True, True]
+
+
+def _hygon_partition(response: Any) -> None:
+    """The compute instance's registry file, and the `MIG-` identity it names."""
+    assert response.envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
+    conf = response.mounts[-1]
+    assert conf.container_path == conf.host_path and conf.read_only
+    assert conf.host_path.startswith("/etc/dmi_mig_config/ci/dev")
+
+
+@pytest.mark.parametrize(
+    ("profile", "base", "asked", "check"),
+    [
+        ("ppu-zw810e-mig-x2", "alibabacloud.com/ppu", "4g.48gb", _thead_partition),
+        ("k100-ai-mig-x2", "hygon.com/dcu", "4g.31gb", _hygon_partition),
+    ],
+    ids=["thead", "hygon"],
+)
+def test_a_partition_is_made_and_handed_over_the_manufacturers_way(
+    testbed: Testbed,
+    chain: Installed,
+    profile: str,
+    base: str,
+    asked: str,
+    check: Callable[[Any], None],
 ) -> None:
-    """Both PPUs in MIG mode: the agent serves the partitioned resource only (no slices, no
-    whole cards to slice), makes a `4g.48gb` instance through the simulated HGML at Allocate and
-    answers the five nodes of that partition; the grant reaches the annotation and the ledger."""
+    """Every card in MIG mode: the agent serves the partitioned resource only (no whole cards, no
+    slices), makes the instance through the simulated library at Allocate and answers it the
+    manufacturer's way; the grant reaches the annotation and the ledger."""
     kube = testbed.kube
-    partitioned = "alibabacloud.com/ppu.partitioned"
-    with agent_node(testbed, "ppu-zw810e-mig-x2") as node:
+    partitioned = base + ".partitioned"
+    with agent_node(testbed, profile) as node:
         node.kubelet.wait_devices(partitioned, lambda d: len(d) > 0, timeout=90)
-        for offered_none in ("alibabacloud.com/ppu", "alibabacloud.com/ppu.sliced"):
+        for offered_none in (base, base + ".sliced"):
             assert node.kubelet.wait_devices(offered_none, lambda d: True) == {}
-        limits = {partitioned: "1", f"{partitioned}.mig-4g.48gb": "1"}
+        limits = {partitioned: "1", f"{partitioned}.mig-{asked}": "1"}
         node.kubelet.admit(kube.create(_pod(node, "part", limits)))
-        response = node.kubelet.responses[-1][2]
-        assert dict(response.envs) == {}
-        devices = [d.host_path for d in response.devices]
-        assert devices[:2] == ["/dev/alixpu", "/dev/alixpu_ctl"]
-        assert devices[2] in ("/dev/alixpu_ppu0", "/dev/alixpu_ppu1")
-        assert [d.startswith("/dev/alixpu-caps/alixpu-cap") for d in devices[3:]] == [True, True]
+        check(node.kubelet.responses[-1][2])
 
         def recorded() -> str | None:
             stored = kube.get("v1", "Pod", "part", node.namespace) or {}
@@ -263,10 +290,7 @@ def test_a_thead_partition_is_made_and_handed_over_as_its_nodes(
 
         annotation = wait_for(recorded, 10, "the partition's annotation")
         [claim] = parse_allocated(annotation)["main"].claims()
-        assert (claim.row.mode, claim.row.allocated_physical_profile) == (
-            Mode.PARTITIONED,
-            "4g.48gb",
-        )
+        assert (claim.row.mode, claim.row.allocated_physical_profile) == (Mode.PARTITIONED, asked)
 
         def ledger_mode() -> Mode | None:
             found = kube.get(WORKER, "Devices", node.name)

@@ -23,6 +23,7 @@ from chain.partitions import Placement
 from nodeagent.detect.ascend import AscendDetector
 from nodeagent.detect.cambricon import CambriconDetector
 from nodeagent.detect.dcmi import API_V1, API_V2, DcmiLibrary, initialise, open_dcmi
+from nodeagent.detect.dmi import DmiProfile, absent, open_dmi
 from nodeagent.detect.hygon import HygonDetector
 from nodeagent.detect.iluvatar import IluvatarDetector
 from nodeagent.detect.metax import MetaxDetector
@@ -34,10 +35,11 @@ from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.vendor import Library, VendorError, load_library
 from nodeagent.plugin.ascend import Ascend
+from nodeagent.plugin.dmi_mig import DmiMig, registry_uuid
 from nodeagent.plugin.grants import GrantedCard, SimulatedNodes
 from nodeagent.plugin.hgml_mig import open_hgml_mig
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.mig import Markers, Partitioner, PartitionError, TheadNaming
+from nodeagent.plugin.mig import HygonNaming, Markers, Partitioner, PartitionError, TheadNaming
 from tests.unit.nodeagent.vendor_data import VENDOR_DIR, recorded
 
 Build = Callable[[str, Path, tuple[str, ...]], Path]
@@ -313,3 +315,47 @@ def test_hgml_partitions_through_pynvml(build: Build, tmp_path: Path) -> None:
     assert partitioner.destroy(card, Placement(4, 4))
     assert partitioner.instances(card) == []
     assert partitioner.live_partition("uid-a", "main") is None
+
+
+def test_dmi_partitions_through_the_partitioner(
+    build: Build, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hygon's DMI: the node-wide mode, cards by PCI address, profiles by width with ids of
+    their own, and a partition made, named by its registry file, found again and unmade
+    through `mig.Partitioner`."""
+    library = build("hygon/fake_dmi.c", Path("dmi/libhydmi_mig.so.1"), ())
+    registry = tmp_path / "dmi_mig_config"
+    (registry / "ci").mkdir(parents=True)
+    monkeypatch.setenv("FAKE_DMI_REGISTRY", str(registry))
+    assert open_dmi([str(tmp_path / "absent.so")]) is None
+    dmi = open_dmi([str(library)])
+    assert dmi is not None and dmi.system_mig_mode() == 1
+    card = dmi.handle_by_bus("0000:0a:00.0")
+    assert dmi.index(card) == 1
+    with pytest.raises(VendorError) as short:
+        dmi.handle_by_bus("0a:00.0")
+    assert absent(short.value)
+    assert dmi.profile(card, 1) == DmiProfile(3, 4, 20, 1, 16380, "MIG 2g.15gb")
+    assert dmi.profile(card, 4) == DmiProfile(0, 1, 80, 4, 65520, "MIG 8g.63gb")
+    with pytest.raises(VendorError):
+        dmi.profile(card, 3)  # no 3-slice profile
+    assert dmi.placements(card, 1) == (Placement(0, 2), Placement(2, 2))
+
+    partitioner = Partitioner(
+        DmiMig(dmi, str(registry)),
+        Markers(str(tmp_path / "mig-hygon")),
+        HygonNaming(),
+        address=lambda uuid: {"GPU-b": "0000:0a:00.0"}[uuid],
+    )
+    made = partitioner.create("GPU-b", "4g.31gb", Placement(2, 2), ("uid-a", "main"), 65520)
+    assert made.new and (made.card, made.gpu_instance, made.compute_instance) == ("GPU-b", 1, 0)
+    conf = registry / "ci/dev1gi1ci0.conf"
+    assert made.mig_uuid == "MIG-" + registry_uuid(conf.read_text())
+    (instance,) = partitioner.instances("GPU-b")
+    assert (instance.profile_id, instance.placement) == (1, Placement(2, 2))
+    again = partitioner.create("GPU-b", "4g.31gb", Placement(2, 2), ("uid-a", "main"), 65520)
+    assert again == replace(made, new=False)
+    live = partitioner.live_partition("uid-a", "main")
+    assert live is not None and live.mig_uuid == made.mig_uuid
+    assert partitioner.destroy("GPU-b", Placement(2, 2))
+    assert partitioner.instances("GPU-b") == [] and not conf.exists()

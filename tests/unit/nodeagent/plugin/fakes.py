@@ -32,6 +32,12 @@ SHARED = GPU + ".shared"
 SLICED = GPU + ".sliced"
 
 
+def partition_limits(base: str, profile: str) -> dict[str, str]:
+    """A container's limits asking one partition of `profile` (`<base>.partitioned`)."""
+    family = base + ".partitioned"
+    return {family: "1", f"{family}.mig-{profile}": "1"}
+
+
 def t4_spec(profile: str = "t4x4") -> DevicesSpec:
     """The spec the real NVIDIA detector reports for a simulated node."""
     return DevicesSpec(tuple(detect(profile)))

@@ -43,7 +43,7 @@ from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.simulate import SimulatedNvml, load_profile
 from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.helpers import detect
-from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster, FakeKube
+from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster, FakeKube, partition_limits
 
 SPEC = DevicesSpec(tuple(detect("a100-40gb-mig")))
 GROUP = SPEC.groups[0].id
@@ -53,7 +53,7 @@ TOKEN = f"{GROUP}:{CARDS[0]}:0000"
 
 
 def limits(profile: str) -> dict[str, str]:
-    return {PART: "1", f"{PART}.mig-{profile}": "1"}
+    return partition_limits("nvidia.com/gpu", profile)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from nodeagent.plugin.visibility import VisibilityAllocator
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.nvml import SimulatedNvml
 from tests.unit.nodeagent.helpers import detect
-from tests.unit.nodeagent.plugin.fakes import FakeCluster
+from tests.unit.nodeagent.plugin.fakes import FakeCluster, partition_limits
 
 PROFILE = "ppu-zw810e-mig-x2"
 THEAD: Manufacturer = manufacturers({})["thead"]
@@ -41,7 +41,7 @@ CARDS = [card.id for _, card in SPEC.cards()]
 
 
 def limits(profile: str) -> dict[str, str]:
-    return {PART: "1", f"{PART}.mig-{profile}": "1"}
+    return partition_limits("alibabacloud.com/ppu", profile)
 
 
 def rw(*paths: str) -> tuple[DeviceNode, ...]:
