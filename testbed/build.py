@@ -268,6 +268,13 @@ def build_kube_router(pins: dict[str, str], work: Path, bindir: Path) -> None:
     _go_install(f"{module}/cmd/kube-router@{version}", ldflags, work, bindir)
 
 
+def build_helm(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # The chart's tests only (charts/): its go.mod has no replaces, so a plain install works.
+    module, version = pins["module"], pins["version"]
+    ldflags = f"-s -w -X {module}/internal/version.version={version}"
+    _go_install(f"{module}/cmd/helm@{version}", ldflags, work, bindir)
+
+
 def build_pause(pins: dict[str, str], work: Path, bindir: Path) -> None:
     """The sandbox process of every Pod: the testbed's own few lines (testbed/pause/), since
     no image can be pulled."""
@@ -296,6 +303,7 @@ COMPONENTS: dict[str, Component] = {
     "coredns": Component("coredns", ("coredns",), build_coredns),
     "kube-router": Component("kube-router", ("kube-router",), build_kube_router),
     "pause": Component("pause", ("pause",), build_pause),
+    "helm": Component("helm", ("helm",), build_helm),
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),
     "metacontroller": Component("metacontroller", ("metacontroller",), build_metacontroller),

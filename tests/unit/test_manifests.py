@@ -412,3 +412,9 @@ def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
             env = {e["name"]: e.get("value") for c in containers for e in c.get("env", [])}
             assert env.get("PROMETHEUS_MULTIPROC_DIR", "").startswith("/dev/shm/")
     assert metered == 9 + 1 + 6  # nine agents, the driver, five hooks and the webhook
+
+
+def test_the_helm_chart_is_generated_from_the_manifests() -> None:
+    from charts.render import main
+
+    assert main(["--check"]) == 0, "run python -m charts.render"
