@@ -155,6 +155,23 @@ def read_containers(spec: object, path: str, table: ManufacturerTable) -> list[C
     ]
 
 
+class Problem(str):
+    """One refusal: its message (what the user reads), tagged with the rule that refused
+    (`rule`, a short stable name the webhooks count their denials by)."""
+
+    rule: str
+
+    def __new__(cls, rule: str, message: str) -> Problem:
+        made = super().__new__(cls, message)
+        made.rule = rule
+        return made
+
+
+def rules_of(problems: Iterable[str]) -> tuple[str, ...]:
+    """The distinct rules behind some problems, in order (`other` for an untagged one)."""
+    return tuple(dict.fromkeys(getattr(problem, "rule", "other") for problem in problems))
+
+
 # --- the seven request rules -------------------------------------------------------------------
 
 
@@ -175,30 +192,42 @@ def _percentage(request: Request, what: str) -> str | None:
     )
 
 
-def _sliced_problems(container: Container, base: str) -> list[str]:
+def _sliced_problems(container: Container, base: str) -> list[Problem]:
     at = container.limit_path
-    problems = []
+    problems: list[Problem] = []
     card = container.find(base, SLICED)
     if card is None:
         problems.append(
-            f"{at(base + SLICED)}: Required value: a sliced request must set {base}{SLICED}"
+            Problem(
+                "slice-card",
+                f"{at(base + SLICED)}: Required value: a sliced request must set {base}{SLICED}",
+            )
         )
     elif not _whole_card(card):
         problems.append(
-            f'{at(card.key)}: Invalid value: "{card.raw}": a logical slice request is always a '
-            "single card; multi-card logical slicing is not supported yet"
+            Problem(
+                "slice-card",
+                f'{at(card.key)}: Invalid value: "{card.raw}": a logical slice request is always a '
+                "single card; multi-card logical slicing is not supported yet",
+            )
         )
     percent = container.find(base, SLICED_MEMORY_PERCENTAGE)
     mib = container.find(base, SLICED_MEMORY_MIB)
     if percent is None and mib is None:
         problems.append(
-            f"{at(base + SLICED_MEMORY_PERCENTAGE)}: Required value: a {base}{SLICED} request "
-            f"must set {base}{SLICED_MEMORY_PERCENTAGE} or {base}{SLICED_MEMORY_MIB}"
+            Problem(
+                "slice-memory",
+                f"{at(base + SLICED_MEMORY_PERCENTAGE)}: Required value: a {base}{SLICED} request "
+                f"must set {base}{SLICED_MEMORY_PERCENTAGE} or {base}{SLICED_MEMORY_MIB}",
+            )
         )
     elif percent is not None and mib is not None:
         problems.append(
-            f"{at(mib.key)}: Forbidden: cannot set both {percent.key} and {mib.key}; "
-            "keep one of them"
+            Problem(
+                "slice-memory",
+                f"{at(mib.key)}: Forbidden: cannot set both {percent.key} and {mib.key}; "
+                "keep one of them",
+            )
         )
     for request, what in (
         (percent, "memory"),
@@ -206,28 +235,37 @@ def _sliced_problems(container: Container, base: str) -> list[str]:
     ):
         problem = None if request is None else _percentage(request, what)
         if request is not None and problem is not None:
-            problems.append(f"{at(request.key)}: {problem}")
+            problems.append(Problem("slice-percentage", f"{at(request.key)}: {problem}"))
     if mib is not None and mib.value <= 0:
         problems.append(
-            f'{at(mib.key)}: Invalid value: "{mib.raw}": must be greater than 0 '
-            "(MiB of one card's memory)"
+            Problem(
+                "slice-mib",
+                f'{at(mib.key)}: Invalid value: "{mib.raw}": must be greater than 0 '
+                "(MiB of one card's memory)",
+            )
         )
     return problems
 
 
-def _partition_problems(container: Container, base: str, table: ManufacturerTable) -> list[str]:
+def _partition_problems(container: Container, base: str, table: ManufacturerTable) -> list[Problem]:
     at = container.limit_path
-    problems = []
+    problems: list[Problem] = []
     card = container.find(base, PARTITIONED)
     if card is None:
         problems.append(
-            f"{at(base + PARTITIONED)}: Required value: a partition request must set "
-            f"{base}{PARTITIONED}"
+            Problem(
+                "partition-card",
+                f"{at(base + PARTITIONED)}: Required value: a partition request must set "
+                f"{base}{PARTITIONED}",
+            )
         )
     elif not _whole_card(card):
         problems.append(
-            f'{at(card.key)}: Invalid value: "{card.raw}": a partition request is always a '
-            "single card; request one Pod per instance"
+            Problem(
+                "partition-card",
+                f'{at(card.key)}: Invalid value: "{card.raw}": a partition request is always a '
+                "single card; request one Pod per instance",
+            )
         )
     profiles = [r for r in container.of(Family.PARTITIONED) if r.base == base and r.profile]
     if not profiles:
@@ -239,57 +277,82 @@ def _partition_problems(container: Container, base: str, table: ManufacturerTabl
             else f"but {base} cards cannot be partitioned; ask for {base} or {base}{SLICED}"
         )
         problems.append(
-            f"{at(base + PARTITIONED)}: Required value: a {base}{PARTITIONED} request must name "
-            f"a profile, {example}"
+            Problem(
+                "partition-profile",
+                f"{at(base + PARTITIONED)}: Required value: a {base}{PARTITIONED} request must "
+                f"name a profile, {example}",
+            )
         )
     elif len(profiles) > 1:
         problems.append(
-            f"{at()}: Forbidden: a container may request only one partition profile, found "
-            f"{_go_list(r.profile for r in profiles)}"
+            Problem(
+                "partition-profile",
+                f"{at()}: Forbidden: a container may request only one partition profile, found "
+                f"{_go_list(r.profile for r in profiles)}",
+            )
         )
     for request in profiles:
         if not _whole_card(request):
             problems.append(
-                f'{at(request.key)}: Invalid value: "{request.raw}": a partition profile request '
-                "must be exactly 1 instance"
+                Problem(
+                    "partition-profile",
+                    f'{at(request.key)}: Invalid value: "{request.raw}": a partition profile '
+                    "request must be exactly 1 instance",
+                )
             )
     return problems
 
 
-def request_problems(containers: Sequence[Container], table: ManufacturerTable) -> list[str]:
+def request_problems(containers: Sequence[Container], table: ManufacturerTable) -> list[Problem]:
     """Why the Pod's accelerator requests cannot be served (empty: they can)."""
-    problems = []
+    problems: list[Problem] = []
     shaped = [c for c in containers if c.kind != ContainerKind.SIDECAR and c.requests]
     families = sorted({family for c in shaped for family in c.families()})
     if len(families) > 1:
         problems.append(
-            "spec: Forbidden: a Pod may request only one accelerator family, found "
-            f"{_go_list(families)}"
+            Problem(
+                "one-family",
+                "spec: Forbidden: a Pod may request only one accelerator family, found "
+                f"{_go_list(families)}",
+            )
         )
     if len({c.kind for c in shaped}) > 1:
         problems.append(
-            "spec.initContainers: Forbidden: a Pod's accelerator requests must all sit in one "
-            "container group; found requests in both initContainers and containers, move them "
-            "into one of the two"
+            Problem(
+                "one-container-group",
+                "spec.initContainers: Forbidden: a Pod's accelerator requests must all sit in one "
+                "container group; found requests in both initContainers and containers, move them "
+                "into one of the two",
+            )
         )
     profiles = sorted({r.profile for c in shaped for r in c.of(Family.PARTITIONED) if r.profile})
     if len(profiles) > 1:
         problems.append(
-            "spec: Forbidden: a Pod may request only one partition profile, found "
-            f"{_go_list(profiles)}"
+            Problem(
+                "one-profile",
+                "spec: Forbidden: a Pod may request only one partition profile, found "
+                f"{_go_list(profiles)}",
+            )
         )
     slicing = [c for c in shaped if {Family.SLICED, Family.PARTITIONED} & set(c.families())]
     if len(slicing) > 1:
         problems.append(
-            "spec: Forbidden: a Pod may request a logical slice or a partition in at most one "
-            f"container, found {len(slicing)}"
+            Problem(
+                "one-slicing-container",
+                "spec: Forbidden: a Pod may request a logical slice or a partition in at most one "
+                f"container, found {len(slicing)}",
+            )
         )
     for container in containers:
         if container.kind == ContainerKind.SIDECAR:
             if container.requests:
                 problems.append(
-                    f"{container.limit_path()}: Forbidden: a restartable init container (a native "
-                    "sidecar) may not request an accelerator; move the request to an app container"
+                    Problem(
+                        "sidecar-requests",
+                        f"{container.limit_path()}: Forbidden: a restartable init container (a "
+                        "native sidecar) may not request an accelerator; move the request to an "
+                        "app container",
+                    )
                 )
             continue
         for base in sorted({r.base for r in container.of(Family.SLICED)}):
@@ -349,7 +412,7 @@ class PoolFacts:
 class Fold:
     writes: dict[int, dict[str, int]]
     """Per container (its position in the list read) the keys to set in requests and limits."""
-    problems: list[str]
+    problems: list[Problem]
     retryable: bool = False
     """Every problem goes away by itself (the pool has not reported its card details yet)."""
 
@@ -370,11 +433,11 @@ class _Folder:
     def __init__(self, pool: PoolFacts | None, queue: str) -> None:
         self.pool = pool
         self.queue = queue
-        self.problems: list[str] = []
+        self.problems: list[Problem] = []
         self.retryable = True
 
-    def refuse(self, path: str, detail: str, retryable: bool = False) -> None:
-        self.problems.append(f"{path}: {detail}")
+    def refuse(self, rule: str, path: str, detail: str, retryable: bool = False) -> None:
+        self.problems.append(Problem(rule, f"{path}: {detail}"))
         self.retryable = self.retryable and retryable
 
     def sliced(self, container: Container, base: str, out: dict[str, int]) -> None:
@@ -386,6 +449,7 @@ class _Folder:
         if percent is not None and percent.value > 0:
             if percent.value > 100:
                 self.refuse(
+                    "slice-percentage",
                     container.limit_path(percent.key),
                     f'Invalid value: "{percent.raw}": must be at most 100 '
                     "(percent of one card's memory)",
@@ -398,6 +462,7 @@ class _Folder:
             return
         if units <= 0:
             self.refuse(
+                "slice-units",
                 container.limit_path(base + SLICED_UNITS),
                 f"Invalid value: {units}: the memory asked for folds into no units of one card; "
                 "ask for more memory",
@@ -412,6 +477,7 @@ class _Folder:
             reason = f'the InstanceType "{pool.instance_type}" reports no card memory'
         if reason is not None or pool is None:
             self.refuse(
+                "pool-unknown",
                 container.limit_path(mib.key),
                 f"Internal error: cannot fold {mib.key} into {base}{SLICED_UNITS}: {reason}; "
                 f"retry shortly, or ask for {base}{SLICED_MEMORY_PERCENTAGE} instead",
@@ -421,6 +487,7 @@ class _Folder:
         card = pool.card_memory_mib
         if mib.value > card:
             self.refuse(
+                "slice-mib",
                 container.limit_path(mib.key),
                 f'Invalid value: "{mib.raw}": exceeds the {card} MiB of one card in the pool of '
                 f'InstanceType "{pool.instance_type}"; ask for at most {card}, or for {base} to '
@@ -439,6 +506,7 @@ class _Folder:
         reason = _unknown(pool, self.queue, "partition profiles (status.detail.slicedDetail)")
         if reason is not None or pool is None:
             self.refuse(
+                "pool-unknown",
                 path,
                 f"Internal error: cannot fold {request.key} into {base}{PARTITIONED_UNITS}: "
                 f"{reason}; retry shortly",
@@ -448,6 +516,7 @@ class _Folder:
         if request.profile not in pool.profiles:
             offered = ", ".join(sorted(pool.profiles)) or "none"
             self.refuse(
+                "partition-profile-offered",
                 path,
                 f'Forbidden: partition profile "{request.profile}" is not offered by the target '
                 f"pool (offered: {offered})",
@@ -456,6 +525,7 @@ class _Folder:
         profile_mib = pool.profiles[request.profile]
         if profile_mib <= 0 or pool.card_memory_mib <= 0:
             self.refuse(
+                "pool-unknown",
                 path,
                 f'Internal error: the InstanceType "{pool.instance_type}" reports no memory for '
                 f'partition profile "{request.profile}" or its cards yet; retry shortly',

@@ -59,8 +59,17 @@ def parse_review(body: Any) -> Review:
     )
 
 
-def _answer(response: Obj) -> Obj:
-    return {"apiVersion": ADMISSION_API, "kind": "AdmissionReview", "response": response}
+class Answer(dict[str, Any]):
+    """An AdmissionReview answer that also says which rules refused (`rules`) for the webhook's
+    metrics; it encodes as the plain review (the rules are not part of the wire format)."""
+
+    rules: tuple[str, ...] = ()
+
+
+def _answer(response: Obj, rules: tuple[str, ...] = ()) -> Obj:
+    answer = Answer(apiVersion=ADMISSION_API, kind="AdmissionReview", response=response)
+    answer.rules = rules
+    return answer
 
 
 def allow(uid: str, patch: list[Obj] | None = None) -> Obj:
@@ -72,9 +81,12 @@ def allow(uid: str, patch: list[Obj] | None = None) -> Obj:
     return _answer(response)
 
 
-def deny(uid: str, message: str, retryable: bool = False) -> Obj:
-    """Refuse. A refusal that goes away by itself (the pool has not reported yet) answers 503,
-    so clients that retry on server errors retry it; anything the user must change is 422."""
+def deny(
+    uid: str, message: str, retryable: bool = False, rules: tuple[str, ...] = ("other",)
+) -> Obj:
+    """Refuse, for `rules`. A refusal that goes away by itself (the pool has not reported yet)
+    answers 503, so clients that retry on server errors retry it; anything the user must change
+    is 422."""
     code, reason = (503, "ServiceUnavailable") if retryable else (422, "Invalid")
     status = {"code": code, "reason": reason, "message": message}
-    return _answer({"uid": uid, "allowed": False, "status": status})
+    return _answer({"uid": uid, "allowed": False, "status": status}, rules)

@@ -399,6 +399,8 @@ def make_app(
             return _error(400, "the request body must be JSON (Content-Type: application/json)")
         try:
             result = handler(body)
+            if webhook:
+                metrics.decided(name, request.path, result)
             return jsonify(result if webhook else with_write_recheck(body, result)), 200
         except BadRequest as err:
             log.warning("%s %s: bad request: %s", name, request.path, err)

@@ -27,6 +27,7 @@ from chain.requests import (
     needs_pool,
     read_containers,
     request_problems,
+    rules_of,
 )
 from chain.validation import is_qualified_name
 from hooks.admission.affinity import greater_than, with_requirements
@@ -99,13 +100,18 @@ def admit_pod_spec(
         raise _bad(err) from None
     problems = request_problems(containers, table)
     if problems:
-        return deny(uid, "; ".join(problems))
+        return deny(uid, "; ".join(problems), rules=rules_of(problems))
 
     shared = fit_demand(containers).shared_cards
     pool = catalog.pool(queue) if needs_pool(containers) or shared >= 2 else None
     folded = fold(containers, pool, queue)
     if folded.problems:
-        return deny(uid, "; ".join(folded.problems), retryable=folded.retryable)
+        return deny(
+            uid,
+            "; ".join(folded.problems),
+            retryable=folded.retryable,
+            rules=rules_of(folded.problems),
+        )
     assert spec is not None  # read_containers refused anything else
     patch = [
         _resources_patch(spec, pointer, containers[position], writes)
@@ -125,6 +131,7 @@ def admit_pod_spec(
                 f"{field}: Internal error: a shared request of {shared} cards must be pinned to "
                 f"nodes with at least {shared} cards, but {source}; retry shortly",
                 retryable=True,
+                rules=("shared-pin",),
             )
         try:
             affinity = with_requirements(

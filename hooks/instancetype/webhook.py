@@ -20,8 +20,6 @@ being deleted.
 
 from __future__ import annotations
 
-import base64
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +28,7 @@ from chain.labels import ACCELERATABLE_PREFIX, GENERAL_PREFIX, QUEUE_ENTRANCE
 from chain.names import GENERIC, local_queue_name
 from chain.pools import pool_schedule_labels
 from chain.settings import Settings
+from hooks.admissionreview import allow, deny
 from hooks.shell import BadRequest, Obj, validate
 
 MUTABLE_SPEC = ("displayName", "inactive")
@@ -57,14 +56,8 @@ REVIEW_SCHEMA: Obj = {
 }
 
 
-def _review(uid: str, allowed: bool, message: str = "", patch: list[Obj] | None = None) -> Obj:
-    response: Obj = {"uid": uid, "allowed": allowed}
-    if not allowed:
-        response["status"] = {"code": 422, "reason": "Invalid", "message": message}
-    if patch:
-        response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+def _refuse(uid: str, rule: str, message: str) -> Obj:
+    return deny(uid, message, rules=(rule,))
 
 
 def _spec(obj: Obj | None) -> dict[str, Any]:
@@ -121,14 +114,14 @@ def mutate(body: Any, settings: Settings | None = None) -> Obj:
     review = validate(body, REVIEW_SCHEMA)["request"]
     obj = review.get("object")
     if review["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
-        return _review(review["uid"], True)
+        return allow(review["uid"])
     raw_meta = obj.get("metadata")
     meta = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or "")
     spec = _spec(obj)
     problem = _type_problem(meta, spec)
     if problem is not None:
-        return _review(review["uid"], False, problem)
+        return _refuse(review["uid"], "instancetype-shape", problem)
     patch: list[Obj] = []
     # Only on CREATE: an UPDATE must not change the spec, and validation would refuse it.
     if review["operation"] == "CREATE" and not spec.get("generalGroup"):
@@ -143,7 +136,7 @@ def mutate(body: Any, settings: Settings | None = None) -> Obj:
     if labels != current:
         op = "replace" if "labels" in meta else "add"
         patch.append({"op": op, "path": "/metadata/labels", "value": labels})
-    return _review(review["uid"], True, patch=patch)
+    return allow(review["uid"], patch)
 
 
 def _unit_problems(spec: Mapping[str, Any]) -> list[str]:
@@ -186,8 +179,10 @@ def validate_review(body: Any) -> Obj:
             raise BadRequest("$.request.object", "a CREATE review must carry the object")
         problems = _unit_problems(_spec(obj))
         if problems:
-            return _review(uid, False, "InstanceType is invalid: " + "; ".join(problems))
-        return _review(uid, True)
+            return _refuse(
+                uid, "instancetype-invalid", "InstanceType is invalid: " + "; ".join(problems)
+            )
+        return allow(uid)
     if operation == "UPDATE":
         if not isinstance(obj, dict) or not isinstance(old, dict):
             raise BadRequest("$.request", "an UPDATE review must carry object and oldObject")
@@ -198,11 +193,11 @@ def validate_review(body: Any) -> Obj:
             if key not in MUTABLE_SPEC and new_spec.get(key) != old_spec.get(key)
         )
         if changed:
-            return _review(
+            return _refuse(
                 uid,
-                False,
+                "instancetype-immutable",
                 "InstanceType spec is immutable except displayName and inactive; "
                 f"changed: {', '.join('spec.' + k for k in changed)}. "
                 "Create a new InstanceType instead.",
             )
-    return _review(uid, True)
+    return allow(uid)

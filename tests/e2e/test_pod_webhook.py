@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from chain.catalog import ANNOTATIONS_HEADROOM, annotation_bytes, catalog_configmap
 from chain.names import local_queue_name
@@ -68,8 +69,22 @@ def namespace(testbed: Testbed, chain: Installed) -> Iterator[str]:
     kube.delete("v1", "Namespace", name)
 
 
-def test_slice_rules_deny_with_an_actionable_message(testbed: Testbed, namespace: str) -> None:
+def _decisions(testbed: Testbed, chain: Installed, rule: str) -> float:
+    """The Pod webhook's own count of Pods it denied for `rule`, scraped from its /metrics."""
+    base = chain.urls[("gpustack-system", "gpustack-webhook-admission")]
+    text = requests.get(base + "/metrics", verify=str(testbed.certs.ca_crt), timeout=10).text
+    wanted = (
+        'gpustack_webhook_decisions_total{app="admission",decision="denied",'
+        f'route="/mutate-pods",rule="{rule}"}} '
+    )
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(wanted))
+
+
+def test_slice_rules_deny_with_an_actionable_message(
+    testbed: Testbed, chain: Installed, namespace: str
+) -> None:
     kube = testbed.kube
+    before = {rule: _decisions(testbed, chain, rule) for rule in ("slice-memory", "slice-card")}
     bad = _pod("no-memory", {"nvidia.com/gpu.sliced": "1"})
     bad["metadata"]["namespace"] = namespace
     with pytest.raises(KubeError) as denied:
@@ -83,6 +98,9 @@ def test_slice_rules_deny_with_an_actionable_message(testbed: Testbed, namespace
     with pytest.raises(KubeError) as denied:
         kube.create(two)
     assert "a logical slice request is always a single card" in denied.value.message
+    # Each denial is counted under the rule that made it (the API server saw two HTTP 200s).
+    after = {rule: _decisions(testbed, chain, rule) for rule in before}
+    assert after == {rule: count + 1 for rule, count in before.items()}
 
 
 def test_percentage_slice_is_folded_into_units(testbed: Testbed, namespace: str) -> None:
