@@ -82,6 +82,19 @@ DECORATOR_REQUEST_SCHEMA: Obj = {
     },
 }
 
+COMPOSITE_REQUEST_SCHEMA: Obj = {
+    "type": "object",
+    "required": ["parent"],
+    "properties": {
+        "controller": {"type": "object"},
+        "parent": {"$ref": "#/$defs/kubeObject"},
+        "children": _OBJECT_MAP,
+        "related": _OBJECT_MAP,
+        "finalizing": {"type": "boolean"},
+    },
+    "$defs": DECORATOR_REQUEST_SCHEMA["$defs"],
+}
+
 CUSTOMIZE_REQUEST_SCHEMA: Obj = {
     "type": "object",
     "required": ["parent"],
@@ -166,6 +179,27 @@ class DecoratorRequest:
         return cls(
             object=valid["object"],
             attachments=ObjectMap.parse(valid.get("attachments")),
+            related=ObjectMap.parse(valid.get("related")),
+            finalizing=bool(valid.get("finalizing", False)),
+        )
+
+
+@dataclass(frozen=True)
+class CompositeRequest:
+    """A CompositeController's sync request: the parent, the children it owns, its related
+    objects."""
+
+    parent: Obj
+    children: ObjectMap
+    related: ObjectMap
+    finalizing: bool
+
+    @classmethod
+    def parse(cls, body: Any) -> CompositeRequest:
+        valid = validate(body, COMPOSITE_REQUEST_SCHEMA)
+        return cls(
+            parent=valid["parent"],
+            children=ObjectMap.parse(valid.get("children")),
             related=ObjectMap.parse(valid.get("related")),
             finalizing=bool(valid.get("finalizing", False)),
         )
@@ -316,7 +350,7 @@ def parent_write_outstanding(parent: Obj, answer: Obj) -> bool:
 def with_write_recheck(body: Obj, answer: Obj) -> Obj:
     """The answer, with a resync within WRITE_RECHECK_SECONDS while a parent write is
     outstanding (a longer resync the hook asked for is shortened, a shorter one kept)."""
-    parent = body.get("object")
+    parent = body.get("object") or body.get("parent")  # a decorator's, or a composite's
     if not isinstance(parent, dict) or not parent_write_outstanding(parent, answer):
         return answer
     asked = float(answer.get("resyncAfterSeconds") or 0)

@@ -411,7 +411,7 @@ def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
         if is_hook:  # gunicorn's workers add up their metrics in a shared directory
             env = {e["name"]: e.get("value") for c in containers for e in c.get("env", [])}
             assert env.get("PROMETHEUS_MULTIPROC_DIR", "").startswith("/dev/shm/")
-    assert metered == 9 + 1 + 6  # nine agents, the driver, five hooks and the webhook
+    assert metered == 9 + 1 + 7  # nine agents, the driver, six hooks and the webhook
 
 
 def test_the_helm_chart_is_generated_from_the_manifests() -> None:

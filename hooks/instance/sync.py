@@ -1,0 +1,88 @@
+"""The Instance hook (a CompositeController): an Instance runs as one Pod.
+
+Parent: an Instance. Children: its Pod. Related (customize): the InstanceType it names and the
+ClusterQueue of the same name (the pool's queue).
+
+- stopped (`spec.stop`), or the pool may not take it (running-instance stop: its InstanceType
+  gone or being deleted, its ClusterQueue `HoldAndDrain`): no Pod, status `Stopped` with the
+  reason. The Pod is deleted (Metacontroller deletes a child the answer leaves out); a plain
+  `Hold` is not a stop: the Pod stays, and a new Instance's Pod waits in its queue.
+- otherwise the Pod `chain.instances.desired_pod` makes; a Pod already there is kept as it is
+  (a Pod's spec cannot change: the controller's child update strategy is `OnDelete`, so an edited
+  Instance takes effect at its next start).
+- a request the pool cannot serve (cards of a CPU-only pool): no Pod, status `Failed` naming it.
+
+Status: the phase, node and granted cards of the observed Pod (`observed_status`). The hook
+never writes the parent's spec: the seed's `spec.stop=true` on a stopped Instance is for a
+controller with credentials; here the stop holds for as long as its cause does, and is
+re-decided on every sync (the queue's and the type's changes reach it through the related
+objects and the resync).
+"""
+
+from __future__ import annotations
+
+from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, INSTANCE_TYPE_RESOURCE, KUEUE_API, WORKER_API
+from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
+from chain.manufacturers import ManufacturerTable
+from hooks.shell import (
+    CUSTOMIZE_REQUEST_SCHEMA,
+    BadRequest,
+    CompositeRequest,
+    Obj,
+    validate,
+)
+
+CLUSTER_QUEUES_RESOURCE = "clusterqueues"
+
+
+def _spec(parent: Obj) -> InstanceSpec:
+    try:
+        return InstanceSpec.parse(parent.get("spec"), "spec")
+    except ValueError as err:
+        raise BadRequest.at("$.parent", err) from None
+
+
+def customize(body: Obj) -> Obj:
+    """The InstanceType the Instance names, and its pool's ClusterQueue (the same name)."""
+    parent = validate(body, CUSTOMIZE_REQUEST_SCHEMA)["parent"]
+    name = _spec(parent).instance_type
+    return {
+        "relatedResources": [
+            {"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE, "names": [name]},
+            {"apiVersion": KUEUE_API, "resource": CLUSTER_QUEUES_RESOURCE, "names": [name]},
+        ]
+    }
+
+
+def sync(body: Obj, table: ManufacturerTable) -> Obj:
+    request = CompositeRequest.parse(body)
+    parent = request.parent
+    if parent["kind"] != "Instance" or parent["apiVersion"] != WORKER_API:
+        raise BadRequest("$.parent.kind", f"expected a {WORKER_API} Instance, got {parent['kind']}")
+    meta = parent["metadata"]
+    name, namespace = meta["name"], str(meta.get("namespace") or "")
+    spec = _spec(parent)
+    pods = [pod for pod in request.children.of("Pod", "v1") if pod["metadata"]["name"] == name]
+    pod = pods[0] if pods else None
+    types = [
+        obj
+        for obj in request.related.of(INSTANCE_TYPE, WORKER_API)
+        if obj["metadata"]["name"] == spec.instance_type
+    ]
+    pool = PoolType.of(types[0]) if types else None
+    queues = [
+        obj
+        for obj in request.related.of(CLUSTER_QUEUE, KUEUE_API)
+        if obj["metadata"]["name"] == spec.instance_type
+    ]
+    stopped = (
+        "stopped (spec.stop)" if spec.stop else stop_reason(pool, queues[0] if queues else None)
+    )
+    if stopped or request.finalizing:
+        return {"status": observed_status(spec, None, stopped or "deleting"), "children": []}
+    assert pool is not None  # stop_reason answers for a missing type
+    try:
+        wanted = desired_pod(name, namespace, spec, pool, table)
+    except ValueError as err:
+        return {"status": observed_status(spec, None, "", str(err)), "children": []}
+    return {"status": observed_status(spec, pod, ""), "children": [wanted]}

@@ -1,0 +1,97 @@
+"""Instances on the testbed, driven by the real Metacontroller through the shipped
+CompositeController: an Instance becomes one Pod labelled for its pool's LocalQueue and asking for
+its cards in the shape the Pod webhook takes (the webhook admits it on the way); `kubectl get
+instances` shows its type, accelerator and phase; `spec.stop` deletes the Pod and clearing it
+makes it again; its pool set to HoldAndDrain stops it (running-instance stop)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from chain.names import local_queue_name
+from testbed.harness import Testbed
+from testbed.install import Installed
+from testbed.kube import wait_for
+from testbed.kubectl import kubectl
+from tests.e2e.test_instancetypes import instance_type
+
+WORKER = "worker.gpustack.ai/v1alpha1"
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+@pytest.fixture
+def pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[str, str]]:
+    """An InstanceType of its own (its pool's queue made by the chain) and a namespace."""
+    kube = testbed.kube
+    name = f"gpustack--e2e-inst-{uuid.uuid4().hex[:6]}"
+    namespace = f"inst-{uuid.uuid4().hex[:6]}"
+    kube.create(instance_type(name, acceleratorGroup="nvidia-tesla-t4"))
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    wait_for(lambda: kube.get("v1", "ServiceAccount", "default", namespace), 60, "the default SA")
+    try:
+        yield name, namespace
+    finally:
+        kube.delete("v1", "Namespace", namespace)
+        kube.delete(WORKER, "InstanceType", name)
+
+
+def _instance(name: str, type_name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": WORKER,
+        "kind": "Instance",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "instanceType": type_name,
+            "image": "busybox",
+            "command": ["sleep", "3600"],
+            "resources": {"accelerator": "1", "cpu": "1", "ram": "1Gi"},
+            **spec,
+        },
+    }
+
+
+def test_an_instance_runs_as_one_pod_and_stops_and_starts(
+    testbed: Testbed, pool: tuple[str, str]
+) -> None:
+    kube = testbed.kube
+    type_name, namespace = pool
+    kube.create(_instance("lab", type_name, namespace))
+    pod = wait_for(lambda: kube.get("v1", "Pod", "lab", namespace), 60, "the Instance's Pod")
+    labels = pod["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == local_queue_name(type_name)
+    assert labels["worker.gpustack.ai/instance"] == "lab"
+    (main,) = pod["spec"]["containers"]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    owner = pod["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner.get("controller")) == ("Instance", "lab", True)
+
+    def phase() -> str | None:
+        found = kube.get(WORKER, "Instance", "lab", namespace) or {}
+        return (found.get("status") or {}).get("phase")
+
+    wait_for(lambda: phase() == "Pending" or None, 60, "the Instance's status")
+    table = kubectl(testbed, "get", "instances", "-n", namespace, "--no-headers")
+    assert table.split()[:4] == ["lab", type_name, "1", "Pending"]
+
+    kube.merge_patch(WORKER, "Instance", "lab", {"spec": {"stop": True}}, namespace)
+    wait_for(lambda: kube.get("v1", "Pod", "lab", namespace) is None, 60, "the Pod to go")
+    wait_for(lambda: phase() == "Stopped" or None, 60, "the Instance to say Stopped")
+    kube.merge_patch(WORKER, "Instance", "lab", {"spec": {"stop": None}}, namespace)
+    wait_for(lambda: kube.get("v1", "Pod", "lab", namespace), 60, "the Pod to come back")
+
+
+def test_a_draining_pool_stops_its_instances(testbed: Testbed, pool: tuple[str, str]) -> None:
+    kube = testbed.kube
+    type_name, namespace = pool
+    kube.create(_instance("job", type_name, namespace))
+    wait_for(lambda: kube.get("v1", "Pod", "job", namespace), 60, "the Instance's Pod")
+    wait_for(lambda: kube.get(KUEUE, "ClusterQueue", type_name), 60, "the pool's ClusterQueue")
+    kube.merge_patch(KUEUE, "ClusterQueue", type_name, {"spec": {"stopPolicy": "HoldAndDrain"}})
+    wait_for(lambda: kube.get("v1", "Pod", "job", namespace) is None, 90, "the Pod to go")
+    found = kube.get(WORKER, "Instance", "job", namespace) or {}
+    assert found["status"]["phase"] == "Stopped"
+    assert "is draining" in found["status"]["message"]
