@@ -125,17 +125,18 @@ def render_catalog(document: Obj) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def catalog_configmap(text: str) -> Obj:
-    """The ConfigMap the webhook Pod mounts, holding the catalog `text`."""
+def catalog_configmap(text: str, name: str = CATALOG_CONFIGMAP, key: str = CATALOG_KEY) -> Obj:
+    """A ConfigMap the webhook Pod mounts, holding a catalog's `text` (the pool catalog's by
+    default)."""
     return {
         "apiVersion": CORE_V1,
         "kind": "ConfigMap",
         "metadata": {
-            "name": CATALOG_CONFIGMAP,
+            "name": name,
             "namespace": CATALOG_NAMESPACE,
             "labels": {PART_OF: "gpustack-chain"},
         },
-        "data": {CATALOG_KEY: text},
+        "data": {key: text},
     }
 
 

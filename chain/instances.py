@@ -16,8 +16,9 @@ the per-card check take from there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from chain import fields
@@ -32,7 +33,9 @@ from chain.keys import split_accelerator_key
 from chain.labels import KUEUE_QUEUE_NAME, QUEUE_ENTRANCE
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.manufacturers import ManufacturerTable
+from chain.quantity import parse_quantity
 from chain.queues import STOP_HOLD_AND_DRAIN
+from chain.requests import Problem
 
 INSTANCE = "Instance"
 INSTANCE_RESOURCE = "instances"
@@ -304,3 +307,247 @@ def observed_status(
     if cards:
         status["accelerators"] = cards
     return status
+
+
+# --- the Instance webhook's rules ----------------------------------------------------------------
+
+
+INSTANCE_CATALOG_CONFIGMAP = "gpustack-instance-catalog"
+INSTANCE_CATALOG_KEY = "instances.json"
+
+
+@dataclass(frozen=True)
+class InstanceFacts:
+    """What the Instance webhook reads of an InstanceType. The webhook holds no credentials: it
+    reads these from the ConfigMap `gpustack-instance-catalog` (one compact row per type,
+    `instance_catalog`), which the catalog decorator writes beside the pool catalog."""
+
+    name: str
+    group: str
+    """The accelerator group (`nvidia-tesla-t4`); empty for a CPU-only type."""
+    unit_cpu: str
+    unit_ram: str
+    local_storage: str
+    card_capacity: int
+    """Whole cards in the pool (`status.accelerator.capacity`); 0 until counted."""
+    cpu_capacity: str
+    """Cores of the pool (`status.cpu.capacity`)."""
+    logical_slices: int
+    profiles: tuple[str, ...]
+
+    @property
+    def acceleratable(self) -> bool:
+        return bool(self.group)
+
+    @property
+    def manufacturer(self) -> str:
+        return split_accelerator_key(self.group)[0] if self.group else ""
+
+    @classmethod
+    def from_instance_type(cls, obj: Mapping[str, Any]) -> InstanceFacts:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        units = spec.get("unitResources") or {}
+        sliced = (status.get("detail") or {}).get("slicedDetail") or {}
+        group = str(spec.get("acceleratorGroup") or "") if spec.get("acceleratable") else ""
+        capacity = str((status.get("accelerator") or {}).get("capacity") or "0")
+        return cls(
+            name=str(meta.get("name", "")),
+            group=group,
+            unit_cpu=str(units.get("cpu") or ""),
+            unit_ram=str(units.get("ram") or ""),
+            local_storage=str(spec.get("localStorage") or ""),
+            card_capacity=int(capacity) if capacity.isdigit() else 0,
+            cpu_capacity=str((status.get("cpu") or {}).get("capacity") or ""),
+            logical_slices=int(((sliced.get("logical") or {}).get("count")) or 0),
+            profiles=tuple(
+                str(p.get("name", ""))
+                for p in ((sliced.get("physical") or {}).get("profiles") or [])
+                if isinstance(p, Mapping)
+            ),
+        )
+
+    def row(self) -> list[Any]:
+        """The compact wire form (a row of the instance catalog, keyed by the type's name)."""
+        return [
+            self.group,
+            self.unit_cpu,
+            self.unit_ram,
+            self.local_storage,
+            self.card_capacity,
+            self.cpu_capacity,
+            self.logical_slices,
+            list(self.profiles),
+        ]
+
+    @classmethod
+    def from_row(cls, name: str, row: object) -> InstanceFacts:
+        if not isinstance(row, list) or len(row) != 8 or not isinstance(row[7], list):
+            raise ValueError(f"types.{name}: expected a row of 8 fields")
+        group, cpu, ram, storage, cards, cores, logical, profiles = row
+        return cls(
+            name,
+            str(group),
+            str(cpu),
+            str(ram),
+            str(storage),
+            int(cards),
+            str(cores),
+            int(logical),
+            tuple(str(p) for p in profiles),
+        )
+
+
+def instance_catalog(types: Iterable[Mapping[str, Any]]) -> Obj:
+    """The instance catalog's document: every InstanceType's facts as a row, by name."""
+    rows = {facts.name: facts.row() for facts in map(InstanceFacts.from_instance_type, types)}
+    return {"types": dict(sorted(rows.items()))}
+
+
+def parse_instance_catalog(document: object) -> dict[str, InstanceFacts]:
+    """The facts by InstanceType name; a malformed row is left out (ValueError for a document
+    that is not a catalog at all)."""
+    types = document.get("types") if isinstance(document, Mapping) else None
+    if not isinstance(types, Mapping):
+        raise ValueError("the instance catalog must be an object with a map of types")
+    found: dict[str, InstanceFacts] = {}
+    for name, row in types.items():
+        try:
+            found[str(name)] = InstanceFacts.from_row(str(name), row)
+        except (ValueError, TypeError):
+            continue
+    return found
+
+
+def _amount(raw: str, where: str) -> Fraction:
+    try:
+        return parse_quantity(raw)
+    except ValueError:
+        raise ValueError(f"{where}: {raw!r} is not a quantity (e.g. 16Gi, 500m)") from None
+
+
+def _times(raw: str, count: int) -> str:
+    """`32Gi` x 2 as `64Gi` (the unit kept when it is one)."""
+    number = raw.rstrip("KMGTPEkmi")
+    unit = raw[len(number) :]
+    return f"{int(number) * count}{unit}" if number.isdigit() else raw
+
+
+def instance_problems(
+    spec: InstanceSpec, facts: InstanceFacts, table: ManufacturerTable
+) -> list[Problem]:
+    """Why an Instance cannot be served by its InstanceType as asked (empty: it can)."""
+    found: list[Problem] = []
+    res = spec.resources
+    where = "spec.resources"
+    if res.partitioned_profile and res.sliced_memory_percentage:
+        found.append(
+            Problem(
+                "instance-shape",
+                f"{where}: a hardware partition and a logical slice percentage are mutually "
+                "exclusive; keep acceleratorPartitionedProfile or "
+                "acceleratorSlicedMemoryPercentage",
+            )
+        )
+    if res.family in ("sliced", "partitioned") and res.accelerator != 1:
+        found.append(
+            Problem(
+                "instance-shape",
+                f'{where}.accelerator: "{res.accelerator}": a slice or a partition is exactly one '
+                'card; set accelerator "1"',
+            )
+        )
+    if res.family != "none" and not facts.acceleratable:
+        found.append(
+            Problem(
+                "instance-cpu-pool",
+                f'{where}: the InstanceType "{facts.name}" serves no accelerator; ask for CPU and '
+                "RAM only, or pick an accelerated InstanceType",
+            )
+        )
+        return found
+    maker = table.get(facts.manufacturer) if facts.manufacturer else None
+    if res.partitioned_profile:
+        if maker is None or not maker.partition_kind:
+            found.append(
+                Problem(
+                    "instance-profile",
+                    f"{where}.acceleratorPartitionedProfile: the cards of InstanceType "
+                    f'"{facts.name}" cannot be partitioned; ask for whole cards or a slice',
+                )
+            )
+        elif res.partitioned_profile not in facts.profiles:
+            offered = ", ".join(facts.profiles) or "none"
+            found.append(
+                Problem(
+                    "instance-profile",
+                    f'{where}.acceleratorPartitionedProfile: "{res.partitioned_profile}" is not '
+                    f'offered by InstanceType "{facts.name}" (offered: {offered})',
+                )
+            )
+    if res.sliced_memory_percentage and facts.logical_slices <= 0:
+        found.append(
+            Problem(
+                "instance-slice",
+                f"{where}.acceleratorSlicedMemoryPercentage: the pool of InstanceType "
+                f'"{facts.name}" offers no logical slices; ask for whole cards'
+                + (" or a partition" if facts.profiles else ""),
+            )
+        )
+    if res.family == "exclusive" and facts.card_capacity and res.accelerator > facts.card_capacity:
+        found.append(
+            Problem(
+                "instance-capacity",
+                f'{where}.accelerator: "{res.accelerator}" exceeds the {facts.card_capacity} '
+                f'cards of the pool of InstanceType "{facts.name}"',
+            )
+        )
+    units = max(res.accelerator, 1) if facts.acceleratable else 1
+    if res.ram and facts.unit_ram:
+        ceiling = _amount(facts.unit_ram, "the InstanceType's unitResources.ram") * units
+        if _amount(res.ram, f"{where}.ram") > ceiling:
+            found.append(
+                Problem(
+                    "instance-ram",
+                    f'{where}.ram: "{res.ram}" exceeds {_times(facts.unit_ram, units)} (the unit '
+                    f'RAM {facts.unit_ram} of InstanceType "{facts.name}" x {units})',
+                )
+            )
+    if res.local_storage and facts.local_storage:
+        ceiling = _amount(facts.local_storage, "the InstanceType's localStorage")
+        if _amount(res.local_storage, f"{where}.localStorage") > ceiling:
+            found.append(
+                Problem(
+                    "instance-storage",
+                    f'{where}.localStorage: "{res.local_storage}" exceeds the '
+                    f'{facts.local_storage} of InstanceType "{facts.name}"',
+                )
+            )
+    if not facts.acceleratable and res.cpu and facts.cpu_capacity:
+        asked = _amount(res.cpu, f"{where}.cpu")
+        if asked > _amount(facts.cpu_capacity, "status.cpu.capacity"):
+            found.append(
+                Problem(
+                    "instance-cpu",
+                    f'{where}.cpu: "{res.cpu}" exceeds the {facts.cpu_capacity} cores of the '
+                    f'pool of InstanceType "{facts.name}" (its capacity, not what is free now)',
+                )
+            )
+    return found
+
+
+def instance_defaults(spec: InstanceSpec, facts: InstanceFacts) -> dict[str, str]:
+    """The resources an Instance leaves out, from its InstanceType's unit spec: CPU and RAM are
+    the unit's times the cards (one unit for a slice, a partition or a CPU-only pool), local
+    storage the type's."""
+    res = spec.resources
+    units = max(res.accelerator, 1) if facts.acceleratable else 1
+    found: dict[str, str] = {}
+    if not res.cpu and facts.unit_cpu:
+        found["cpu"] = _times(facts.unit_cpu, units)
+    if not res.ram and facts.unit_ram:
+        found["ram"] = _times(facts.unit_ram, units)
+    if not res.local_storage and facts.local_storage:
+        found["localStorage"] = facts.local_storage
+    return found

@@ -68,10 +68,14 @@ class WatchedFile(Generic[T]):
 
 
 def catalog_source(
-    parse: Callable[[object], T], empty: T, env: Mapping[str, str] | None = None
+    parse: Callable[[object], T],
+    empty: T,
+    env: Mapping[str, str] | None = None,
+    variable: str = CATALOG_ENV,
 ) -> Callable[[], T]:
-    """What the environment's catalog file says, through `parse`; `empty` when none is named."""
-    path = (os.environ if env is None else env).get(CATALOG_ENV, "")
+    """What the catalog file the environment's `variable` names says, through `parse`; `empty`
+    when none is named."""
+    path = (os.environ if env is None else env).get(variable, "")
     if not path:
         return lambda: empty
     return WatchedFile(path, parse, empty)

@@ -143,7 +143,13 @@ class KubeletEmulator:
         socket = str(self.plugin_dir / endpoint)
         channel = grpc.insecure_channel(f"unix://{socket}")
         stub = protos.deviceplugin_grpc().DevicePluginStub(channel)
-        options = stub.GetDevicePluginOptions(protos.deviceplugin().Empty(), timeout=10)
+        try:
+            options = stub.GetDevicePluginOptions(protos.deviceplugin().Empty(), timeout=10)
+        except grpc.RpcError:
+            # The plugin went away between registering and being asked (a test tearing its
+            # agent down): the kubelet drops such a registration the same way.
+            channel.close()
+            return
         found = Endpoint(resource, socket, channel, stub, options)
         with self._registered:
             self.endpoints[resource] = found

@@ -2,10 +2,13 @@
 
 DecoratorController `gpustack-admission-catalog` on the Settings singleton (hooks
 `/catalog/sync` and `/catalog/customize`, Service `gpustack-hook-instancetype`). Related: every
-InstanceType. Answer `attachments`: the one ConfigMap `gpustack-system/gpustack-admission-catalog`
+InstanceType. Answer `attachments`: the ConfigMap `gpustack-system/gpustack-admission-catalog`
 whose key `catalog.yaml` is the List of every InstanceType in catalog form plus the Settings
 (`chain.catalog`: trimmed to what the Pod fold reads, sorted, compact), so the ConfigMap changes
-only when a pool's facts do, not with every allocation that moves an InstanceType's views.
+only when a pool's facts do, not with every allocation that moves an InstanceType's views; and
+the ConfigMap `gpustack-instance-catalog` (key `instances.json`): each InstanceType's unit spec,
+capacities and offers as one compact row (`chain.instances.instance_catalog`), what the Instance
+webhooks read. Two objects, so each has the whole annotation budget.
 
 InstanceTypes pass through as they are, malformed fields included: the webhook skips such an
 item with a warning, and one bad pool must not stop every other pool's facts from updating.
@@ -32,6 +35,7 @@ from chain.catalog import (
     catalog_document,
     render_catalog,
 )
+from chain.instances import INSTANCE_CATALOG_CONFIGMAP, INSTANCE_CATALOG_KEY, instance_catalog
 from hooks.shell import (
     CUSTOMIZE_REQUEST_SCHEMA,
     Obj,
@@ -53,17 +57,31 @@ def customize(body: Any) -> Obj:
     return {"relatedResources": [{"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE}]}
 
 
+def _fitting(configmap: Obj, what: str) -> Obj:
+    size = annotation_bytes(configmap)
+    if size > CATALOG_BUDGET:
+        raise CatalogTooLarge(
+            f"the {what} takes {size} bytes; Metacontroller's copy in an annotation must stay "
+            f"under {CATALOG_BUDGET}"
+        )
+    return configmap
+
+
 def sync(body: Any) -> Obj:
     request = parse_shallow(body)
     if parent_settings(request) is None:
         return {"attachments": []}
     related = request.related.of(INSTANCE_TYPE, WORKER_API)
     document = catalog_document([request.object, *related])
-    configmap = catalog_configmap(render_catalog(document))
-    size = annotation_bytes(configmap)
-    if size > CATALOG_BUDGET:
-        raise CatalogTooLarge(
-            f"the catalog of {len(document['items']) - 1} InstanceTypes takes {size} bytes; "
-            f"Metacontroller's copy in an annotation must stay under {CATALOG_BUDGET}"
-        )
-    return {"attachments": [configmap]}
+    pools = catalog_configmap(render_catalog(document))
+    instances = catalog_configmap(
+        render_catalog(instance_catalog(related)),
+        name=INSTANCE_CATALOG_CONFIGMAP,
+        key=INSTANCE_CATALOG_KEY,
+    )
+    return {
+        "attachments": [
+            _fitting(pools, f"catalog of {len(document['items']) - 1} InstanceTypes"),
+            _fitting(instances, f"instance catalog of {len(related)} InstanceTypes"),
+        ]
+    }

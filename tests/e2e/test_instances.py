@@ -1,8 +1,10 @@
 """Instances on the testbed, driven by the real Metacontroller through the shipped
-CompositeController: an Instance becomes one Pod labelled for its pool's LocalQueue and asking for
-its cards in the shape the Pod webhook takes (the webhook admits it on the way); `kubectl get
-instances` shows its type, accelerator and phase; `spec.stop` deletes the Pod and clearing it
-makes it again; its pool set to HoldAndDrain stops it (running-instance stop)."""
+CompositeController: the Instance webhooks default what it leaves out from its InstanceType's
+unit spec and refuse what its pool cannot serve (reading the instance catalog the decorator
+writes); an Instance becomes one Pod labelled for its pool's LocalQueue and asking for its cards
+in the shape the Pod webhook takes (the webhook admits it on the way); `kubectl get instances`
+shows its type, accelerator and phase; `spec.stop` deletes the Pod and clearing it makes it
+again; its pool set to HoldAndDrain stops it (running-instance stop)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 from chain.names import local_queue_name
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import wait_for
+from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
 from tests.e2e.test_instancetypes import instance_type
 
@@ -54,12 +56,47 @@ def _instance(name: str, type_name: str, namespace: str, **spec: Any) -> dict[st
     }
 
 
+def _created(testbed: Testbed, obj: dict[str, Any]) -> Obj:
+    """Create, retrying while the webhook does not know the InstanceType yet (its catalog
+    follows the InstanceTypes within moments)."""
+
+    def attempt() -> Obj | None:
+        try:
+            return testbed.kube.create(obj)
+        except KubeError as error:
+            if "is not known to the webhook yet" in error.message:
+                return None
+            raise
+
+    return wait_for(attempt, 60, "the Instance webhook to know the InstanceType")
+
+
+def test_the_webhooks_default_and_refuse_what_the_pool_cannot_serve(
+    testbed: Testbed, pool: tuple[str, str]
+) -> None:
+    type_name, namespace = pool
+    plain = _instance("defaults", type_name, namespace, resources={"accelerator": "2"})
+    created = _created(testbed, plain)
+    assert created["spec"]["resources"] == {
+        "accelerator": "2",
+        "cpu": "16",  # the unit's 8 cores x 2 cards
+        "ram": "64Gi",
+        "localStorage": "100Gi",
+    }
+    greedy = _instance(
+        "greedy", type_name, namespace, resources={"accelerator": "1", "ram": "64Gi"}
+    )
+    with pytest.raises(KubeError) as refused:
+        testbed.kube.create(greedy)
+    assert 'spec.resources.ram: "64Gi" exceeds 32Gi' in refused.value.message
+
+
 def test_an_instance_runs_as_one_pod_and_stops_and_starts(
     testbed: Testbed, pool: tuple[str, str]
 ) -> None:
     kube = testbed.kube
     type_name, namespace = pool
-    kube.create(_instance("lab", type_name, namespace))
+    _created(testbed, _instance("lab", type_name, namespace))
     pod = wait_for(lambda: kube.get("v1", "Pod", "lab", namespace), 60, "the Instance's Pod")
     labels = pod["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == local_queue_name(type_name)
@@ -87,7 +124,7 @@ def test_an_instance_runs_as_one_pod_and_stops_and_starts(
 def test_a_draining_pool_stops_its_instances(testbed: Testbed, pool: tuple[str, str]) -> None:
     kube = testbed.kube
     type_name, namespace = pool
-    kube.create(_instance("job", type_name, namespace))
+    _created(testbed, _instance("job", type_name, namespace))
     wait_for(lambda: kube.get("v1", "Pod", "job", namespace), 60, "the Instance's Pod")
     wait_for(lambda: kube.get(KUEUE, "ClusterQueue", type_name), 60, "the pool's ClusterQueue")
     kube.merge_patch(KUEUE, "ClusterQueue", type_name, {"spec": {"stopPolicy": "HoldAndDrain"}})

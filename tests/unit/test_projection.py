@@ -33,11 +33,19 @@ def test_the_shipped_webhook_reads_its_catalog_from_the_projected_directory(tmp_
     assert volumes == {
         "catalog": ConfigMapVolume(
             "gpustack-system", "gpustack-admission-catalog", "/etc/gpustack/catalog"
-        )
+        ),
+        "instances": ConfigMapVolume(
+            "gpustack-system", "gpustack-instance-catalog", "/etc/gpustack/instances"
+        ),
     }
-    env = container_env(container, {"/etc/gpustack/catalog": tmp_path / "catalog"})
+    mounts = {
+        "/etc/gpustack/catalog": tmp_path / "catalog",
+        "/etc/gpustack/instances": tmp_path / "instances",
+    }
+    env = container_env(container, mounts)
     assert env == {
         "GPUSTACK_ADMISSION_CATALOG": str(tmp_path / "catalog" / "catalog.yaml"),
+        "GPUSTACK_INSTANCE_CATALOG": str(tmp_path / "instances" / "instances.json"),
         "PROMETHEUS_MULTIPROC_DIR": "/dev/shm/gpustack-metrics",  # outside every mount
     }
 

@@ -189,6 +189,22 @@ def _configmap(*items: Obj) -> Obj:
     }
 
 
+def _instances(rows: Obj) -> Obj:
+    """The instance catalog ConfigMap: each type's row (group, unit CPU, unit RAM, local
+    storage, card capacity, CPU capacity, logical slices, partition profiles)."""
+    text = json.dumps({"types": rows}, sort_keys=True, separators=(",", ":"))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "gpustack-instance-catalog",
+            "namespace": "gpustack-system",
+            "labels": {"app.kubernetes.io/part-of": "gpustack-chain"},
+        },
+        "data": {"instances.json": text},
+    }
+
+
 def _observed(configmap: Obj) -> Obj:
     """The ConfigMap as Metacontroller reads it back: server metadata, owner, its annotations."""
     observed = copy.deepcopy(configmap)
@@ -255,15 +271,23 @@ SINGLETON = settings(workload_fit_affinity=False)
 OTHER = copy.deepcopy(SINGLETON)
 OTHER["metadata"]["name"] = "staging"
 CATALOG = _configmap(SETTINGS_ITEM, GENERIC_ITEM, A100_ITEM, T4_ITEM)
+INSTANCE_CATALOG = _instances(
+    {
+        A100: ["nvidia-a100-sxm4-80gb", "8", "32Gi", "100Gi", 4, "64", 0, ["1g.10gb", "3g.40gb"]],
+        GENERIC: ["", "1", "2Gi", "100Gi", 4, "64", 0, []],
+        T4: ["nvidia-tesla-t4", "8", "32Gi", "100Gi", 4, "64", 512, []],
+    }
+)
 ONLY_SETTINGS = {**copy.deepcopy(SINGLETON), "spec": {}}
 
 CASES: dict[str, Case] = {
     "catalog-three-pools": _sync(
         "Three pools, related in no particular order: the Settings, then the types by name, each "
         "cut to what the Pod fold reads (no views, no other labels, no other spec); the "
-        "ConfigMap is answered again unchanged while it is attached.",
+        "ConfigMap is answered again unchanged while it is attached; beside it the instance "
+        "catalog, one row per type.",
         request(SINGLETON, [T4_TYPE, A100_TYPE, GENERIC_TYPE], [_observed(CATALOG)]),
-        {"attachments": [CATALOG]},
+        {"attachments": [CATALOG, INSTANCE_CATALOG]},
     ),
     "catalog-no-instance-types": _sync(
         "No InstanceType yet: the catalog holds the Settings alone (the webhook then admits "
@@ -272,6 +296,7 @@ CASES: dict[str, Case] = {
         {
             "attachments": [
                 _configmap({**SETTINGS_ITEM, "spec": {}}),
+                _instances({}),
             ]
         },
     ),

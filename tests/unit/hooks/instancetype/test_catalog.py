@@ -10,6 +10,13 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
+from chain.catalog import annotation_bytes, catalog_configmap, render_catalog
+from chain.instances import (
+    INSTANCE_CATALOG_CONFIGMAP,
+    INSTANCE_CATALOG_KEY,
+    instance_catalog,
+    parse_instance_catalog,
+)
 from chain.names import local_queue_name
 from chain.requests import PoolFacts
 from chain.settings import Settings
@@ -54,7 +61,7 @@ def client() -> Iterator[FlaskClient]:
 
 
 def _catalog_text(answer: Obj) -> str:
-    (configmap,) = answer["attachments"]
+    configmap, _instances = answer["attachments"]
     text: str = configmap["data"]["catalog.yaml"]
     return text
 
@@ -105,7 +112,7 @@ def _pool(number: int, profiles: int) -> Obj:
 
 def _annotation_bytes(answer: Obj) -> int:
     """Measured the way Metacontroller stores the desired ConfigMap (Go's json.Marshal)."""
-    (configmap,) = answer["attachments"]
+    configmap, _instances = answer["attachments"]
     return len(json.dumps(configmap, separators=(",", ":")).encode())
 
 
@@ -128,3 +135,16 @@ def test_a_catalog_beyond_the_budget_is_a_500_and_the_last_one_stays(client: Fla
     answer = reply.get_json()
     assert "attachments" not in answer
     assert "the catalog of 500 InstanceTypes takes" in answer["error"]
+
+
+def test_the_instance_catalog_of_five_hundred_pools_fits_too() -> None:
+    """Each InstanceType's row of the instance catalog (its own ConfigMap, so its own budget)
+    for 500 long-named card pools of 7 partition profiles each, read back whole."""
+    pools = [_pool(i, profiles=7) for i in range(500)]
+    text = render_catalog(instance_catalog(pools))
+    configmap = catalog_configmap(text, INSTANCE_CATALOG_CONFIGMAP, INSTANCE_CATALOG_KEY)
+    assert annotation_bytes(configmap) < CATALOG_BUDGET
+    types = parse_instance_catalog(json.loads(text))
+    assert len(types) == 500
+    first = types[pools[0]["metadata"]["name"]]
+    assert first.group == "nvidia-h100-80gb-hbm3" and len(first.profiles) == 7

@@ -1,0 +1,113 @@
+"""The Instance webhooks: defaulting (`/mutate-instances`) and validation (`/validate-instances`),
+on CREATE and UPDATE, with the InstanceType's facts from the pool catalog (no credentials).
+
+- Defaulting fills the resources an Instance leaves out from its InstanceType's unit spec
+  (`chain.instances.instance_defaults`).
+- Validation refuses what the pool cannot serve, each with the message a user can act on
+  (`chain.instances.instance_problems`: the shape, the profile against the offered set, slices
+  on a pool without them, cards beyond the pool's, RAM beyond unit RAM x cards, local storage
+  beyond the type's, CPU beyond a CPU-only pool's capacity).
+- The facts come from the instance catalog (`GPUSTACK_INSTANCE_CATALOG`: the ConfigMap
+  `gpustack-instance-catalog` the catalog decorator writes, one compact row per InstanceType); an
+  InstanceType it does not show yet answers 503 (retry shortly): it follows the InstanceTypes
+  within moments.
+- The deletion guard (the seed's): an UPDATE of an Instance being deleted is neither defaulted
+  nor validated, so an InstanceType deleted first never leaves its Instances undeletable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from chain.instances import (
+    InstanceFacts,
+    InstanceSpec,
+    instance_defaults,
+    instance_problems,
+    parse_instance_catalog,
+)
+from chain.manufacturers import ManufacturerTable
+from chain.requests import rules_of
+from hooks.admissionreview import Review, allow, deny, parse_review
+from hooks.catalog_file import catalog_source
+from hooks.shell import BadRequest, Obj
+
+INSTANCE_CATALOG_ENV = "GPUSTACK_INSTANCE_CATALOG"
+Types = Mapping[str, InstanceFacts]
+Decide = Callable[[Review, InstanceSpec, InstanceFacts], Obj]
+
+
+def instance_catalog_from_env(env: Mapping[str, str] | None = None) -> Callable[[], Types]:
+    """The InstanceTypes' facts from the file `GPUSTACK_INSTANCE_CATALOG` names (the ConfigMap
+    `gpustack-instance-catalog`, mounted); none while there is no such file."""
+    empty: Types = {}
+    return catalog_source(parse_instance_catalog, empty, env, INSTANCE_CATALOG_ENV)
+
+
+def _reviewed(body: Any) -> tuple[Review, InstanceSpec] | None:
+    """The review and its Instance's spec; None when there is nothing to check (another
+    operation, or an Instance being deleted)."""
+    review = parse_review(body)
+    obj = review.object
+    if review.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
+        return None
+    if review.operation == "UPDATE" and (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
+    try:
+        return review, InstanceSpec.parse(obj.get("spec"), "spec")
+    except ValueError as err:
+        raise BadRequest.at("$.request.object", err) from None
+
+
+def _unknown(review: Review, name: str) -> Obj:
+    return deny(
+        review.uid,
+        f'spec.instanceType: the InstanceType "{name}" is not known to the webhook yet (it '
+        "learns InstanceTypes from the pool catalog within moments); retry shortly, or check "
+        "the name with `kubectl get instancetypes`",
+        retryable=True,
+        rules=("instance-type-unknown",),
+    )
+
+
+def _answer(body: Any, types: Types, decide: Decide) -> Obj:
+    """Allowed when there is nothing to check, refused (retry) when the type is unknown, else
+    what `decide` says about the Instance and its type's facts."""
+    found = _reviewed(body)
+    if found is None:
+        return allow(parse_review(body).uid)
+    review, spec = found
+    facts = types.get(spec.instance_type)
+    if facts is None:
+        return _unknown(review, spec.instance_type)
+    try:
+        return decide(review, spec, facts)
+    except ValueError as err:
+        raise BadRequest.at("$.request.object", err) from None
+
+
+def mutate_instances(body: Any, types: Types, table: ManufacturerTable) -> Obj:
+    def defaulted(review: Review, spec: InstanceSpec, facts: InstanceFacts) -> Obj:
+        defaults = instance_defaults(spec, facts)
+        if not defaults:
+            return allow(review.uid)
+        if not isinstance((review.object or {}).get("spec", {}).get("resources"), dict):
+            return allow(review.uid, [{"op": "add", "path": "/spec/resources", "value": defaults}])
+        patch = [
+            {"op": "add", "path": f"/spec/resources/{key}", "value": value}
+            for key, value in sorted(defaults.items())
+        ]
+        return allow(review.uid, patch)
+
+    return _answer(body, types, defaulted)
+
+
+def validate_instances(body: Any, types: Types, table: ManufacturerTable) -> Obj:
+    def validated(review: Review, spec: InstanceSpec, facts: InstanceFacts) -> Obj:
+        problems = instance_problems(spec, facts, table)
+        if problems:
+            return deny(review.uid, "; ".join(problems), rules=rules_of(problems))
+        return allow(review.uid)
+
+    return _answer(body, types, validated)
