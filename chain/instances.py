@@ -334,6 +334,10 @@ class InstanceFacts:
     """Cores of the pool (`status.cpu.capacity`)."""
     logical_slices: int
     profiles: tuple[str, ...]
+    ready: bool = True
+    """The pool has reported its cards (`status.detail.manufacturer`) and counted some: until
+    then what they offer (slices, profiles, how many) is unknown, and is not held against a
+    request (the Pod webhook, Kueue and the per-card check still stand in its way)."""
 
     @property
     def acceleratable(self) -> bool:
@@ -366,6 +370,9 @@ class InstanceFacts:
                 for p in ((sliced.get("physical") or {}).get("profiles") or [])
                 if isinstance(p, Mapping)
             ),
+            ready=bool((status.get("detail") or {}).get("manufacturer"))
+            and capacity.isdigit()
+            and int(capacity) > 0,
         )
 
     def row(self) -> list[Any]:
@@ -379,13 +386,14 @@ class InstanceFacts:
             self.cpu_capacity,
             self.logical_slices,
             list(self.profiles),
+            self.ready,
         ]
 
     @classmethod
     def from_row(cls, name: str, row: object) -> InstanceFacts:
-        if not isinstance(row, list) or len(row) != 8 or not isinstance(row[7], list):
-            raise ValueError(f"types.{name}: expected a row of 8 fields")
-        group, cpu, ram, storage, cards, cores, logical, profiles = row
+        if not isinstance(row, list) or len(row) != 9 or not isinstance(row[7], list):
+            raise ValueError(f"types.{name}: expected a row of 9 fields")
+        group, cpu, ram, storage, cards, cores, logical, profiles, ready = row
         return cls(
             name,
             str(group),
@@ -396,6 +404,7 @@ class InstanceFacts:
             str(cores),
             int(logical),
             tuple(str(p) for p in profiles),
+            bool(ready),
         )
 
 
@@ -477,7 +486,7 @@ def instance_problems(
                     f'"{facts.name}" cannot be partitioned; ask for whole cards or a slice',
                 )
             )
-        elif res.partitioned_profile not in facts.profiles:
+        elif facts.ready and res.partitioned_profile not in facts.profiles:
             offered = ", ".join(facts.profiles) or "none"
             found.append(
                 Problem(
@@ -486,7 +495,7 @@ def instance_problems(
                     f'offered by InstanceType "{facts.name}" (offered: {offered})',
                 )
             )
-    if res.sliced_memory_percentage and facts.logical_slices <= 0:
+    if res.sliced_memory_percentage and facts.ready and facts.logical_slices <= 0:
         found.append(
             Problem(
                 "instance-slice",

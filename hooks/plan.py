@@ -12,7 +12,9 @@ Flask apps serve, so the plan is what the cluster would converge to, without a c
 4. the pool-cards keeper's tally of the snapshot's Devices for every InstanceType
    (`chain.pool_cards`), then the status decorator on every InstanceType, relating its
    PoolCards, the planned flavors and queues: the views and printer columns;
-5. the entrance decorator on every Namespace, relating the planned ClusterQueues.
+5. the entrance decorator on every Namespace, relating the planned ClusterQueues;
+6. the Instance controller on every Instance, relating the planned InstanceTypes and
+   ClusterQueues and owning the snapshot's Pod of the same name: its Pod and its status.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from chain.apis import (
     WORKER_API,
 )
 from chain.devices import DEVICES_KIND
+from chain.instances import INSTANCE
 from chain.manufacturers import default_manufacturers
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.quantity import format_quantity, parse_quantity
@@ -44,6 +47,7 @@ from chain.settings import Settings, StartupEnv
 from hooks.entrance import sync as entrance
 from hooks.flavor import node as node_hook
 from hooks.flavor import pools as pools_hook
+from hooks.instance import sync as instance_hook
 from hooks.instancetype import status as status_hook
 from hooks.instancetype.request import read_instance_type
 from hooks.queue import queue as queue_hook
@@ -217,8 +221,51 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
             env,
         )
         local_queues += answer.get("attachments") or []
+    instances, instance_pods = _instance_step(objects, types, cluster_queues)
     others = [obj for obj in pools if obj["kind"] != INSTANCE_TYPE]
-    return [settings, *nodes, *summaries, *others, *cards, *types, *cluster_queues, *local_queues]
+    return [
+        settings,
+        *nodes,
+        *summaries,
+        *others,
+        *cards,
+        *types,
+        *cluster_queues,
+        *local_queues,
+        *instances,
+        *instance_pods,
+    ]
+
+
+def _instance_step(
+    snapshot: list[Obj], types: list[Obj], cluster_queues: list[Obj]
+) -> tuple[list[Obj], list[Obj]]:
+    """Every Instance with the status its controller writes, and the Pods it would run as."""
+    instances: list[Obj] = []
+    pods: list[Obj] = []
+    related = _object_map(
+        (f"{INSTANCE_TYPE}.{WORKER_API}", f"{CLUSTER_QUEUE}.{KUEUE_API}"),
+        [*types, *cluster_queues],
+    )
+    for instance in of_kind(snapshot, INSTANCE):
+        meta = instance["metadata"]
+        owned = [
+            pod
+            for pod in of_kind(snapshot, "Pod")
+            if (pod["metadata"]["name"], pod["metadata"].get("namespace"))
+            == (meta["name"], meta.get("namespace"))
+        ]
+        answer = instance_hook.sync(
+            {
+                "parent": instance,
+                "children": _object_map(("Pod.v1",), owned),
+                "related": related,
+            },
+            default_manufacturers(),
+        )
+        instances.append({**instance, "status": answer["status"]})
+        pods += answer["children"]
+    return instances, pods
 
 
 def _labels(obj: Obj) -> dict[str, str]:
@@ -285,6 +332,21 @@ def table(objects: list[Obj]) -> str:
                 t.get("status", {}).get("phase", "-"),
             )
             for t in of_kind(objects, INSTANCE_TYPE)
+        ],
+    )
+    section(
+        "Instances",
+        ("NAMESPACE", "NAME", "TYPE", "ACCELERATOR", "PHASE", "NODE"),
+        [
+            (
+                i["metadata"].get("namespace", ""),
+                i["metadata"]["name"],
+                i["spec"]["instanceType"],
+                i["status"].get("accelerator", "-"),
+                i["status"].get("phase", "-"),
+                i["status"].get("node", "-"),
+            )
+            for i in of_kind(objects, INSTANCE)
         ],
     )
     section(

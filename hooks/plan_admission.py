@@ -1,8 +1,11 @@
 """The planner's admission step: what the webhooks and the per-card check make of the snapshot's
 Pods and Workloads, given the pools the planner computed.
 
+- Every Instance goes through the Instance webhooks (its defaults, then the rules), with the
+  instance catalog built from the planned InstanceTypes.
 - Every Pod goes through the Pod webhook (fold, defaults, request rules), with a pool catalog
-  built from the planned InstanceTypes (stamped as the InstanceType webhook would stamp them).
+  built from the planned InstanceTypes (stamped as the InstanceType webhook would stamp them):
+  the snapshot's Pods, and the Pods the planned Instances would run as.
 - Every Workload goes through the Workload webhook (the fit pin) and, when it carries Kueue's
   admission (a snapshot taken from a live cluster), through the per-card verdict, with the planned
   flavors and the snapshot's Devices, Nodes, Workloads and Pods as the related objects.
@@ -14,7 +17,9 @@ from typing import Any
 
 from chain.apis import CHAIN_API, INSTANCE_TYPE, RESOURCE_FLAVOR, SETTINGS, WORKLOAD
 from chain.devices import DEVICES_KIND
+from chain.instances import INSTANCE, instance_catalog, parse_instance_catalog
 from chain.manufacturers import ManufacturerTable
+from hooks.admission.instances import validate_instances
 from hooks.admission.judge import judge_request
 from hooks.admission.pods import mutate_pods
 from hooks.admission.pool_catalog import Catalog, parse_catalog
@@ -65,11 +70,28 @@ def _related(objects: list[Obj]) -> dict[str, dict[str, Obj]]:
 
 
 def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable) -> list[Obj]:
-    """One result per Pod and Workload of the snapshot, in snapshot order."""
+    """One result per Instance, Pod and Workload of the snapshot (and per Pod its Instances
+    would run as), in snapshot order."""
     pools = catalog(planned)
+    types = parse_instance_catalog(instance_catalog(of_kind(planned, INSTANCE_TYPE)))
     results: list[Obj] = []
-    for pod in of_kind(snapshot, "Pod"):
-        response: dict[str, Any] = mutate_pods(_review(pod), pools, table)["response"]
+    response: dict[str, Any]
+    refused: set[tuple[str | None, str]] = set()
+    for instance in of_kind(snapshot, INSTANCE):
+        response = validate_instances(_review(instance), types, table)["response"]
+        results.append(_result(instance, response, "defaulted"))
+        if not response.get("allowed"):  # such an Instance is never stored: it runs no Pod
+            refused.add((instance["metadata"].get("namespace"), instance["metadata"]["name"]))
+    seen = {
+        (p["metadata"].get("namespace"), p["metadata"]["name"]) for p in of_kind(snapshot, "Pod")
+    }
+    instance_pods = [
+        pod
+        for pod in of_kind(planned, "Pod")
+        if (pod["metadata"].get("namespace"), pod["metadata"]["name"]) not in seen | refused
+    ]
+    for pod in [*of_kind(snapshot, "Pod"), *instance_pods]:
+        response = mutate_pods(_review(pod), pools, table)["response"]
         results.append(_result(pod, response, "folded"))
     related = _related([*of_kind(planned, RESOURCE_FLAVOR), *snapshot])
     for workload in of_kind(snapshot, WORKLOAD):

@@ -21,10 +21,10 @@ CPU = "gpustack--generic-linux-amd64"
 TYPES = parse_instance_catalog(
     {
         "types": {
-            T4: ["nvidia-tesla-t4", "8", "32Gi", "100Gi", 4, "64", 512, []],
-            A100: ["nvidia-a100-sxm4-80gb", "16", "128Gi", "1Ti", 8, "256", 0, ["1g.10gb"]],
-            AMD: ["amd-instinct-mi300x", "16", "128Gi", "1Ti", 8, "256", 128, []],
-            CPU: ["", "1", "2Gi", "100Gi", 0, "96", 0, []],
+            T4: ["nvidia-tesla-t4", "8", "32Gi", "100Gi", 4, "64", 512, [], True],
+            A100: ["nvidia-a100-sxm4-80gb", "16", "128Gi", "1Ti", 8, "256", 0, ["1g.10gb"], True],
+            AMD: ["amd-instinct-mi300x", "16", "128Gi", "1Ti", 8, "256", 128, [], True],
+            CPU: ["", "1", "2Gi", "100Gi", 0, "96", 0, [], True],
         }
     }
 )

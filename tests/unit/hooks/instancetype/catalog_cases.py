@@ -191,7 +191,7 @@ def _configmap(*items: Obj) -> Obj:
 
 def _instances(rows: Obj) -> Obj:
     """The instance catalog ConfigMap: each type's row (group, unit CPU, unit RAM, local
-    storage, card capacity, CPU capacity, logical slices, partition profiles)."""
+    storage, card capacity, CPU capacity, logical slices, partition profiles, reported)."""
     text = json.dumps({"types": rows}, sort_keys=True, separators=(",", ":"))
     return {
         "apiVersion": "v1",
@@ -273,9 +273,19 @@ OTHER["metadata"]["name"] = "staging"
 CATALOG = _configmap(SETTINGS_ITEM, GENERIC_ITEM, A100_ITEM, T4_ITEM)
 INSTANCE_CATALOG = _instances(
     {
-        A100: ["nvidia-a100-sxm4-80gb", "8", "32Gi", "100Gi", 4, "64", 0, ["1g.10gb", "3g.40gb"]],
-        GENERIC: ["", "1", "2Gi", "100Gi", 4, "64", 0, []],
-        T4: ["nvidia-tesla-t4", "8", "32Gi", "100Gi", 4, "64", 512, []],
+        A100: [
+            "nvidia-a100-sxm4-80gb",
+            "8",
+            "32Gi",
+            "100Gi",
+            4,
+            "64",
+            0,
+            ["1g.10gb", "3g.40gb"],
+            True,
+        ],
+        GENERIC: ["", "1", "2Gi", "100Gi", 4, "64", 0, [], False],
+        T4: ["nvidia-tesla-t4", "8", "32Gi", "100Gi", 4, "64", 512, [], True],
     }
 )
 ONLY_SETTINGS = {**copy.deepcopy(SINGLETON), "spec": {}}

@@ -108,3 +108,31 @@ def test_sample_admission() -> None:
         in (results["slice-without-memory"]["message"])
     )
     assert "only one accelerator family" in results["two-families"]["message"]
+
+
+def test_sample_instances_run_as_pods_and_meet_their_webhooks() -> None:
+    """The sample's Instances: each planned with its controller's status and the Pod it runs
+    as (the slice's Pod folded by the Pod webhook, the SSH one with its sidecar); the one
+    asking more RAM than its unit is refused by the Instance webhook and runs no Pod."""
+    from chain.manufacturers import manufacturers
+    from hooks.plan_admission import admission
+
+    items = json.loads(SAMPLE.read_text())["items"]
+    planned = plan(items, {}, StartupEnv())
+    instances = {i["metadata"]["name"]: i for i in planned if i["kind"] == "Instance"}
+    assert instances["notebook-slice"]["status"]["accelerator"] == "1x40%"
+    assert instances["notebook-ssh"]["status"]["phase"] == "Pending"
+    pods = {p["metadata"]["name"]: p for p in planned if p["kind"] == "Pod"}
+    assert [c["name"] for c in pods["notebook-ssh"]["spec"]["containers"]] == ["main", "sshd"]
+    results = [
+        (r["kind"], r["name"], r["allowed"])
+        for r in admission(items, planned, manufacturers({}))
+        if r["name"].startswith(("notebook", "too-much"))
+    ]
+    assert results == [
+        ("Instance", "notebook-slice", True),
+        ("Instance", "notebook-ssh", True),
+        ("Instance", "too-much-ram", False),
+        ("Pod", "notebook-slice", True),
+        ("Pod", "notebook-ssh", True),
+    ]
