@@ -8,7 +8,9 @@ whose key `catalog.yaml` is the List of every InstanceType in catalog form plus 
 only when a pool's facts do, not with every allocation that moves an InstanceType's views; and
 the ConfigMap `gpustack-instance-catalog` (key `instances.json`): each InstanceType's unit spec,
 capacities and offers as one compact row (`chain.instances.instance_catalog`), what the Instance
-webhooks read. Two objects, so each has the whole annotation budget.
+webhooks read; and the ConfigMap `gpustack-kvcache-catalog` (key `pools.json`): every
+KVCachePool's endpoint and member groups' transports (`chain.kvcache.kvcache_catalog`), what the
+KV cache injection webhook reads. Separate objects, so each has the whole annotation budget.
 
 InstanceTypes pass through as they are, malformed fields included: the webhook skips such an
 item with a warning, and one bad pool must not stop every other pool's facts from updating.
@@ -36,6 +38,13 @@ from chain.catalog import (
     render_catalog,
 )
 from chain.instances import INSTANCE_CATALOG_CONFIGMAP, INSTANCE_CATALOG_KEY, instance_catalog
+from chain.kvcache import (
+    KVCACHE_CATALOG_CONFIGMAP,
+    KVCACHE_CATALOG_KEY,
+    KVCACHE_POOL,
+    KVCACHE_POOL_RESOURCE,
+    kvcache_catalog,
+)
 from hooks.shell import (
     CUSTOMIZE_REQUEST_SCHEMA,
     Obj,
@@ -52,9 +61,15 @@ class CatalogTooLarge(RuntimeError):
 
 
 def customize(body: Any) -> Obj:
-    """Relate every InstanceType; the rule reads nothing of the parent (the answer is cached)."""
+    """Relate every InstanceType and every KVCachePool; the rule reads nothing of the parent
+    (the answer is cached)."""
     validate(body, CUSTOMIZE_REQUEST_SCHEMA)
-    return {"relatedResources": [{"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE}]}
+    return {
+        "relatedResources": [
+            {"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE},
+            {"apiVersion": WORKER_API, "resource": KVCACHE_POOL_RESOURCE},
+        ]
+    }
 
 
 def _fitting(configmap: Obj, what: str) -> Obj:
@@ -79,9 +94,16 @@ def sync(body: Any) -> Obj:
         name=INSTANCE_CATALOG_CONFIGMAP,
         key=INSTANCE_CATALOG_KEY,
     )
+    kv_pools = request.related.of(KVCACHE_POOL, WORKER_API)
+    kvcache = catalog_configmap(
+        render_catalog(kvcache_catalog(kv_pools)),
+        name=KVCACHE_CATALOG_CONFIGMAP,
+        key=KVCACHE_CATALOG_KEY,
+    )
     return {
         "attachments": [
             _fitting(pools, f"catalog of {len(document['items']) - 1} InstanceTypes"),
             _fitting(instances, f"instance catalog of {len(related)} InstanceTypes"),
+            _fitting(kvcache, f"KV cache catalog of {len(kv_pools)} pools"),
         ]
     }

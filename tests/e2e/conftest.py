@@ -1,15 +1,33 @@
-"""The chain installed once per session from the shipped manifests (hook requests recorded)."""
+"""The chain installed once per session from the shipped manifests (hook requests recorded),
+and a throwaway namespace for tests that create Pods or Instances."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from testbed.harness import Testbed
 from testbed.install import Installed, install
+from testbed.kube import wait_for
 
 
 @pytest.fixture(scope="session")
 def chain(testbed: Testbed) -> Iterator[Installed]:
     yield install(testbed, capture=testbed.root / "captured")
+
+
+@contextmanager
+def scratch_namespace(testbed: Testbed, prefix: str) -> Iterator[str]:
+    """A new namespace, ready for Pods, deleted afterwards."""
+    kube = testbed.kube
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    # The ServiceAccount admission plugin needs the namespace's default account first.
+    wait_for(lambda: kube.get("v1", "ServiceAccount", "default", name), 60, "the default SA")
+    try:
+        yield name
+    finally:
+        kube.delete("v1", "Namespace", name)

@@ -19,6 +19,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
+from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_instancetypes import instance_type
 
 WORKER = "worker.gpustack.ai/v1alpha1"
@@ -30,14 +31,11 @@ def pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[str, str]]:
     """An InstanceType of its own (its pool's queue made by the chain) and a namespace."""
     kube = testbed.kube
     name = f"gpustack--e2e-inst-{uuid.uuid4().hex[:6]}"
-    namespace = f"inst-{uuid.uuid4().hex[:6]}"
     kube.create(instance_type(name, acceleratorGroup="nvidia-tesla-t4"))
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    wait_for(lambda: kube.get("v1", "ServiceAccount", "default", namespace), 60, "the default SA")
     try:
-        yield name, namespace
+        with scratch_namespace(testbed, "inst") as namespace:
+            yield name, namespace
     finally:
-        kube.delete("v1", "Namespace", namespace)
         kube.delete(WORKER, "InstanceType", name)
 
 

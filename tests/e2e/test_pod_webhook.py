@@ -24,6 +24,7 @@ from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.nodes import node_object, register_node
+from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_pools import (
     NFD,
     NFD_NS,
@@ -60,13 +61,8 @@ def _pod(name: str, limits: dict[str, str]) -> Obj:
 
 @pytest.fixture
 def namespace(testbed: Testbed, chain: Installed) -> Iterator[str]:
-    kube = testbed.kube
-    name = f"pods-{uuid.uuid4().hex[:6]}"
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    # The ServiceAccount admission plugin needs the namespace's default account first.
-    wait_for(lambda: kube.get("v1", "ServiceAccount", "default", name), 60, "the default SA")
-    yield name
-    kube.delete("v1", "Namespace", name)
+    with scratch_namespace(testbed, "pods") as name:
+        yield name
 
 
 def _decisions(testbed: Testbed, chain: Installed, rule: str) -> float:

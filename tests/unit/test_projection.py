@@ -37,15 +37,20 @@ def test_the_shipped_webhook_reads_its_catalog_from_the_projected_directory(tmp_
         "instances": ConfigMapVolume(
             "gpustack-system", "gpustack-instance-catalog", "/etc/gpustack/instances"
         ),
+        "kvcache": ConfigMapVolume(
+            "gpustack-system", "gpustack-kvcache-catalog", "/etc/gpustack/kvcache"
+        ),
     }
     mounts = {
         "/etc/gpustack/catalog": tmp_path / "catalog",
         "/etc/gpustack/instances": tmp_path / "instances",
+        "/etc/gpustack/kvcache": tmp_path / "kvcache",
     }
     env = container_env(container, mounts)
     assert env == {
         "GPUSTACK_ADMISSION_CATALOG": str(tmp_path / "catalog" / "catalog.yaml"),
         "GPUSTACK_INSTANCE_CATALOG": str(tmp_path / "instances" / "instances.json"),
+        "GPUSTACK_KVCACHE_CATALOG": str(tmp_path / "kvcache" / "pools.json"),
         "PROMETHEUS_MULTIPROC_DIR": "/dev/shm/gpustack-metrics",  # outside every mount
     }
 

@@ -205,6 +205,21 @@ def _instances(rows: Obj) -> Obj:
     }
 
 
+def _kvcache(rows: Obj) -> Obj:
+    """The KV cache catalog ConfigMap: each pool's endpoint and member groups' transports."""
+    text = json.dumps({"pools": rows}, sort_keys=True, separators=(",", ":"))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "gpustack-kvcache-catalog",
+            "namespace": "gpustack-system",
+            "labels": {"app.kubernetes.io/part-of": "gpustack-chain"},
+        },
+        "data": {"pools.json": text},
+    }
+
+
 def _observed(configmap: Obj) -> Obj:
     """The ConfigMap as Metacontroller reads it back: server metadata, owner, its annotations."""
     observed = copy.deepcopy(configmap)
@@ -297,7 +312,7 @@ CASES: dict[str, Case] = {
         "ConfigMap is answered again unchanged while it is attached; beside it the instance "
         "catalog, one row per type.",
         request(SINGLETON, [T4_TYPE, A100_TYPE, GENERIC_TYPE], [_observed(CATALOG)]),
-        {"attachments": [CATALOG, INSTANCE_CATALOG]},
+        {"attachments": [CATALOG, INSTANCE_CATALOG, _kvcache({})]},
     ),
     "catalog-no-instance-types": _sync(
         "No InstanceType yet: the catalog holds the Settings alone (the webhook then admits "
@@ -307,6 +322,7 @@ CASES: dict[str, Case] = {
             "attachments": [
                 _configmap({**SETTINGS_ITEM, "spec": {}}),
                 _instances({}),
+                _kvcache({}),
             ]
         },
     ),
@@ -319,7 +335,12 @@ CASES: dict[str, Case] = {
         "description": "Every InstanceType is related; nothing of the parent is read.",
         "path": "/catalog/customize",
         "request": {"controller": CONTROLLER, "parent": copy.deepcopy(SINGLETON)},
-        "response": {"relatedResources": [{"apiVersion": WORKER, "resource": "instancetypes"}]},
+        "response": {
+            "relatedResources": [
+                {"apiVersion": WORKER, "resource": "instancetypes"},
+                {"apiVersion": WORKER, "resource": "kvcachepools"},
+            ]
+        },
     },
     "catalog-error-parent-kind": _error(
         "The parent must be the Settings singleton.",

@@ -61,7 +61,7 @@ def client() -> Iterator[FlaskClient]:
 
 
 def _catalog_text(answer: Obj) -> str:
-    configmap, _instances = answer["attachments"]
+    configmap, _instances, _kvcache = answer["attachments"]
     text: str = configmap["data"]["catalog.yaml"]
     return text
 
@@ -112,7 +112,7 @@ def _pool(number: int, profiles: int) -> Obj:
 
 def _annotation_bytes(answer: Obj) -> int:
     """Measured the way Metacontroller stores the desired ConfigMap (Go's json.Marshal)."""
-    configmap, _instances = answer["attachments"]
+    configmap, _instances, _kvcache = answer["attachments"]
     return len(json.dumps(configmap, separators=(",", ":")).encode())
 
 
