@@ -28,6 +28,7 @@ A100 = "gpustack--nvidia-a100-sxm4-80gb-linux-amd64"
 T4 = "gpustack--nvidia-tesla-t4-linux-amd64"
 GENERIC = "gpustack--generic-linux-amd64"
 IT_GROUP = f"InstanceType.{WORKER}"
+KV_GROUP = f"KVCachePool.{WORKER}"
 CM_GROUP = "ConfigMap.v1"
 
 
@@ -253,12 +254,18 @@ def _map(objects: list[Obj]) -> Obj:
     }
 
 
-def request(parent: Obj, types: list[Obj], attached: list[Obj] | None = None) -> Obj:
+def request(
+    parent: Obj,
+    types: list[Obj],
+    attached: list[Obj] | None = None,
+    kv_pools: list[Obj] | None = None,
+) -> Obj:
+    """As Metacontroller sends it: one related map per kind the rule relates, empty or not."""
     return {
         "controller": CONTROLLER,
         "object": copy.deepcopy(parent),
         "attachments": {CM_GROUP: _map(attached or [])},
-        "related": {IT_GROUP: _map(types)},
+        "related": {IT_GROUP: _map(types), KV_GROUP: _map(kv_pools or [])},
         "finalizing": False,
     }
 
@@ -304,15 +311,33 @@ INSTANCE_CATALOG = _instances(
     }
 )
 ONLY_SETTINGS = {**copy.deepcopy(SINGLETON), "spec": {}}
+DRAM_POOL: Obj = {
+    "apiVersion": WORKER,
+    "kind": "KVCachePool",
+    "metadata": {"name": "dram", "uid": "kv-dram-uid", "resourceVersion": "7"},
+    "spec": {
+        "endpoint": "10.0.0.5:50051",
+        "groups": [
+            {"name": "host-a", "transport": "rdma"},
+            {"name": "host-b", "transport": "rdma"},
+        ],
+    },
+}
 
 CASES: dict[str, Case] = {
     "catalog-three-pools": _sync(
         "Three pools, related in no particular order: the Settings, then the types by name, each "
         "cut to what the Pod fold reads (no views, no other labels, no other spec); the "
         "ConfigMap is answered again unchanged while it is attached; beside it the instance "
-        "catalog, one row per type.",
-        request(SINGLETON, [T4_TYPE, A100_TYPE, GENERIC_TYPE], [_observed(CATALOG)]),
-        {"attachments": [CATALOG, INSTANCE_CATALOG, _kvcache({})]},
+        "catalog, one row per type, and the KV cache catalog, one row per KVCachePool.",
+        request(SINGLETON, [T4_TYPE, A100_TYPE, GENERIC_TYPE], [_observed(CATALOG)], [DRAM_POOL]),
+        {
+            "attachments": [
+                CATALOG,
+                INSTANCE_CATALOG,
+                _kvcache({"dram": ["10.0.0.5:50051", ["rdma", "rdma"]]}),
+            ]
+        },
     ),
     "catalog-no-instance-types": _sync(
         "No InstanceType yet: the catalog holds the Settings alone (the webhook then admits "
