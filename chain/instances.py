@@ -8,7 +8,10 @@ the per-card check take from there.
   the cards in the shape the request rules expect (whole cards, one logical slice, or one
   partition), CPU, RAM and local storage as requests and limits; with SSH, an `sshd` sidecar
   asking `device.gpustack.ai/<mfr>.visibility` = `main`'s card count, so it sees `main`'s cards
-  and is charged nothing (the seed's two-container Pod);
+  and is charged nothing (the seed's two-container Pod). The sidecar runs the chain's own image
+  (already on every node: the node agent runs it), whose `/opt/gpustack/sshd/start` serves
+  sshd on port 2222 with the Secret's authorized keys; a session enters `main`'s namespaces as
+  `main`'s user, with `main`'s environment (`images/sshd/`);
 - `stop_reason`: why an Instance must not run now (running-instance stop): its InstanceType gone
   or being deleted, or its ClusterQueue in `HoldAndDrain`; a plain `Hold` is not a stop;
 - `observed_status`: the Instance's status from its Pod.
@@ -44,6 +47,10 @@ MAIN = "main"
 SSHD = "sshd"
 SSH_PORT = 2222
 SSH_KEYS_DIR = "/etc/gpustack/ssh"
+SSH_START = "/opt/gpustack/sshd/start"
+# Entering another container's namespaces: setns into its mount namespace needs SYS_ADMIN, and
+# reading its process's namespaces and environment (another user's) needs SYS_PTRACE.
+SSH_CAPABILITIES = ("SYS_ADMIN", "SYS_PTRACE")
 
 Obj = dict[str, Any]
 
@@ -199,10 +206,16 @@ def cards_of(resources: InstanceResources) -> int:
 
 
 def desired_pod(
-    name: str, namespace: str, spec: InstanceSpec, pool: PoolType, table: ManufacturerTable
+    name: str,
+    namespace: str,
+    spec: InstanceSpec,
+    pool: PoolType,
+    table: ManufacturerTable,
+    sidecar_image: str = "",
 ) -> Obj:
     """The Pod an Instance runs as (see the module doc); ValueError when the pool cannot serve
-    the shape asked (cards of a CPU-only pool, a manufacturer this cluster does not know)."""
+    the shape asked (cards of a CPU-only pool, a manufacturer this cluster does not know) or SSH
+    is asked of a hook given no sidecar image."""
     resources = spec.resources
     limits: dict[str, str] = {}
     requests: dict[str, str] = {}
@@ -235,7 +248,7 @@ def desired_pod(
         main["env"] = [dict(entry) for entry in spec.env]
     pod_spec: Obj = {"containers": [main], "restartPolicy": "Always"}
     if spec.ssh.enabled:
-        _add_ssh(pod_spec, spec, pool)
+        _add_ssh(pod_spec, spec, pool, sidecar_image)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -248,17 +261,28 @@ def desired_pod(
     }
 
 
-def _add_ssh(pod_spec: Obj, spec: InstanceSpec, pool: PoolType) -> None:
+def _add_ssh(pod_spec: Obj, spec: InstanceSpec, pool: PoolType, image: str) -> None:
     """The `sshd` sidecar: it enters `main`'s namespaces (one process namespace for the Pod), is
     shown `main`'s cards through the visibility resource and charged nothing."""
     if not spec.ssh.authorized_keys_secret:
         raise ValueError("spec.ssh.authorizedKeysSecret: required when ssh.enabled is true")
+    if not image:
+        raise ValueError(
+            "spec.ssh: this cluster's Instance hook has no SSH sidecar image "
+            "(GPUSTACK_SSH_SIDECAR_IMAGE); ask its operator, or turn ssh off"
+        )
     sidecar: Obj = {
         "name": SSHD,
-        "image": spec.image,
-        "command": ["/usr/sbin/sshd", "-D", "-e", "-p", str(SSH_PORT)],
+        "image": image,
+        "command": [SSH_START],
+        "env": [{"name": "GPUSTACK_SSH_PORT", "value": str(SSH_PORT)}],
         "ports": [{"name": "ssh", "containerPort": SSH_PORT}],
         "volumeMounts": [{"name": "ssh-keys", "mountPath": SSH_KEYS_DIR, "readOnly": True}],
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "capabilities": {"add": list(SSH_CAPABILITIES)},
+        },
     }
     cards = cards_of(spec.resources)
     if cards and pool.manufacturer:

@@ -6,7 +6,7 @@ file its kustomization lists into a template of the same objects, with the value
 expects wired in at the places below; on default values the chart renders exactly the
 kustomize output (tests/e2e/test_helm_chart.py checks it with a real `helm`):
 
-- `image`: every container of the project's image;
+- `image`: every container of the project's image, and every variable naming it;
 - `manufacturers`: which device-manager DaemonSets exist;
 - `deviceManager.extraArgs|extraVolumes|extraVolumeMounts.<manufacturer>`: appended to that
   manufacturer's agent;
@@ -122,6 +122,9 @@ def _mark_workload(obj: Obj) -> None:
         if container.get("image") == IMAGE:
             container["image"] = _mark("image")
             container["imagePullPolicy"] = _mark("pull")
+        for variable in container.get("env", ()):
+            if variable.get("value") == IMAGE:  # the image named for others (the SSH sidecar)
+                variable["value"] = _mark("image")
         container["resources"] = _mark("resources", name)
         args = container.get("args")
         if isinstance(args, list):
@@ -183,7 +186,9 @@ def _expand(indent: str, item: str, key: str, what: str, detail: str) -> list[st
     """The template lines standing for one marked YAML line."""
     pad = len(indent)
     rules: dict[str, Callable[[], list[str]]] = {
-        "image": lambda: [f'{indent}{key}{{{{ include "{NAME}.image" . | quote }}}}'],
+        "image": lambda: [
+            f'{indent}{item or ""}{key or ""}{{{{ include "{NAME}.image" . | quote }}}}'
+        ],
         "pull": lambda: [
             "{{- with .Values.image.pullPolicy }}",
             f"{indent}imagePullPolicy: {{{{ . }}}}",

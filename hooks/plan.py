@@ -43,6 +43,7 @@ from chain.instances import INSTANCE
 from chain.manufacturers import default_manufacturers
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.quantity import format_quantity, parse_quantity
+from chain.release import CHAIN_IMAGE
 from chain.settings import Settings, StartupEnv
 from hooks.entrance import sync as entrance
 from hooks.flavor import node as node_hook
@@ -262,6 +263,7 @@ def _instance_step(
                 "related": related,
             },
             default_manufacturers(),
+            CHAIN_IMAGE,
         )
         instances.append({**instance, "status": answer["status"]})
         pods += answer["children"]

@@ -18,11 +18,12 @@ from typing import Any
 import yaml
 
 from chain.manufacturers import Manufacturer, manufacturers
+from chain.release import CHAIN_IMAGE
 from nodeagent.plugin.dmi_mig import REGISTRY
 from nodeagent.plugin.hami_core import VGPU_LOCK_DIR
 
 TARGET = Path(__file__).resolve().parent.parent / "manifests" / "nodeagent" / "daemonsets.yaml"
-IMAGE = "ghcr.io/gpustack-chain/gpustack-chain:0.1.0"
+IMAGE = CHAIN_IMAGE
 NAMESPACE = "gpustack-system"
 SERVICE_ACCOUNT = "gpustack-device-manager"
 HEADER = """\

@@ -35,10 +35,21 @@ from testbed.cluster import AGENT_NAMESPACE, REAL_NODES, install_chain, pool_vie
 from testbed.drivers import run_agent
 from testbed.harness import COMPONENT_ORDER, CONTROL_PLANE_NODE, Testbed
 from testbed.install import REPO, install
+from testbed.instances import (
+    SMALL,
+    WORKER,
+    create_instance,
+    instance,
+    instance_status,
+    logged_env,
+    running_instance,
+    ssh_client_instance,
+    ssh_key_secret,
+)
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
-from testbed.nodes import node_object, register_node
+from testbed.nodes import T4_POOL, node_object, register_node
 from testbed.workloads import condition, release_quota, sliced_job
 
 SAMPLE = REPO / "examples" / "cluster.json"
@@ -208,9 +219,7 @@ def main(root: Path | None = None) -> int:
     return 0
 
 
-T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
 KUEUE = "kueue.x-k8s.io/v1beta2"
-WORKER = "worker.gpustack.ai/v1alpha1"
 CHECK = "gpustack-node-devices"
 RESOURCE_MAX_UNITS = 1_600_000
 
@@ -550,9 +559,74 @@ def _real_node_scene() -> None:
         )
         wait_for(lambda: pool_views(bed, T4_POOL) == views, 120, "the views to free again")
         print(f"  the Job ended; the ledger freed the slice, views back to {views}")
+        _instances_scene(bed)
         print(f"real-node scene: {time.monotonic() - started:.0f}s")
     finally:
         bed.down()
+
+
+def _node_a_modes(bed: Testbed) -> dict[str, str]:
+    found = bed.kube.get(WORKER, "Devices", "node-a")
+    rows = Devices.parse(found).status.rows() if found else iter(())
+    return {row.id: row.mode.name.lower() for _group, row in rows if row.mode != Mode.NONE}
+
+
+def _instances_scene(bed: Testbed) -> None:
+    """Instances on the real nodes: one slice of a T4 and one SSH-enabled T4, both Running with
+    their cards; a real SSH login from `main` to its sidecar lands back in `main`."""
+    namespace = "lab"
+    bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    queue = local_queue_name(T4_POOL)
+    wait_for(lambda: bed.kube.get(KUEUE, "LocalQueue", queue, namespace), 90, "lab's LocalQueue")
+    bed.kube.create(ssh_key_secret("lab-keys", namespace))
+    sliced = {"accelerator": "1", "acceleratorSlicedMemoryPercentage": 25, **SMALL}
+    wanted = [
+        instance(
+            "notebook-slice",
+            namespace,
+            T4_POOL,
+            images.PROJECT_IMAGE,
+            "sleep 3600",
+            resources=sliced,
+        ),
+        ssh_client_instance(
+            "notebook-ssh", namespace, T4_POOL, images.PROJECT_IMAGE, "lab-keys", 1
+        ),
+    ]
+    print(
+        "\nInstances: lab/notebook-slice asks 25 % of a T4's memory; lab/notebook-ssh one whole "
+        "T4 with SSH (the chain's sshd sidecar, keys from the Secret lab-keys)"
+    )
+    for obj in wanted:
+        create_instance(bed.kube, obj)
+    for obj in wanted:
+        running_instance(bed.kube, obj["metadata"]["name"], namespace)
+    print("  " + kubectl(bed, "get", "instances", "-n", namespace).strip().replace("\n", "\n  "))
+    for obj in wanted:
+        name = obj["metadata"]["name"]
+        status = instance_status(bed.kube, name, namespace)
+        print(
+            f"  {name}: Pod {status.get('pod')} on {status.get('node')}, cards "
+            + ", ".join(status.get("accelerators") or [])
+        )
+    print(f"  Devices node-a ledger, cards held: {_node_a_modes(bed)}")
+
+    def login() -> dict[str, str] | None:
+        log = kubectl(bed, "logs", "-n", namespace, "notebook-ssh", "-c", "main")
+        env = logged_env(log)
+        return env if "DONE" in env else None
+
+    env = wait_for(login, 90, "the SSH login's output")
+    print(
+        "  notebook-ssh's main logged in to its sidecar over the Pod's loopback; the session "
+        f"ran in main (its file: {env.get('MARKER')!r}) as uid {env.get('SESSION_UID')} with "
+        f"main's grant NVIDIA_VISIBLE_DEVICES={env.get('NVIDIA_VISIBLE_DEVICES')}; the sidecar "
+        "was shown that card through device.gpustack.ai/nvidia.visibility and charged nothing"
+    )
+    for obj in wanted:
+        bed.kube.delete(WORKER, "Instance", obj["metadata"]["name"], namespace)
+    wait_for(lambda: not _node_a_modes(bed), 120, "the Instances' cards to be freed")
+    print("  both Instances deleted: their Pods went and node-a's ledger holds no card")
 
 
 def _moved(bed: Testbed, idle: str) -> str | None:

@@ -13,6 +13,10 @@ on CREATE and UPDATE, with the InstanceType's facts from the pool catalog (no cr
   within moments.
 - The deletion guard (the seed's): an UPDATE of an Instance being deleted is neither defaulted
   nor validated, so an InstanceType deleted first never leaves its Instances undeletable.
+- An UPDATE that leaves the InstanceType and the resources as they were (a stop, a start, a new
+  image) is not checked again: it needs no facts, so it never waits for a catalog a replica has
+  not been shown yet (the kubelet refreshes a mounted ConfigMap within a minute or so), and a
+  pool that shrank since does not keep a running Instance from being stopped and started.
 """
 
 from __future__ import annotations
@@ -52,12 +56,21 @@ def _reviewed(body: Any) -> tuple[Review, InstanceSpec] | None:
     obj = review.object
     if review.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
         return None
-    if review.operation == "UPDATE" and (obj.get("metadata") or {}).get("deletionTimestamp"):
+    if review.operation == "UPDATE" and (
+        (obj.get("metadata") or {}).get("deletionTimestamp")
+        or _pool_facing(obj) == _pool_facing(review.old_object)
+    ):
         return None
     try:
         return review, InstanceSpec.parse(obj.get("spec"), "spec")
     except ValueError as err:
         raise BadRequest.at("$.request.object", err) from None
+
+
+def _pool_facing(obj: object) -> tuple[object, object]:
+    """What of an Instance its pool has to serve: the type it names and what it asks of it."""
+    spec = (obj.get("spec") if isinstance(obj, dict) else None) or {}
+    return spec.get("instanceType"), spec.get("resources")
 
 
 def _unknown(review: Review, name: str) -> Obj:

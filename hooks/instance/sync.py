@@ -54,7 +54,7 @@ def customize(body: Obj) -> Obj:
     }
 
 
-def sync(body: Obj, table: ManufacturerTable) -> Obj:
+def sync(body: Obj, table: ManufacturerTable, sidecar_image: str) -> Obj:
     request = CompositeRequest.parse(body)
     parent = request.parent
     if parent["kind"] != "Instance" or parent["apiVersion"] != WORKER_API:
@@ -82,7 +82,7 @@ def sync(body: Obj, table: ManufacturerTable) -> Obj:
         return {"status": observed_status(spec, None, stopped or "deleting"), "children": []}
     assert pool is not None  # stop_reason answers for a missing type
     try:
-        wanted = desired_pod(name, namespace, spec, pool, table)
+        wanted = desired_pod(name, namespace, spec, pool, table, sidecar_image)
     except ValueError as err:
         return {"status": observed_status(spec, None, "", str(err)), "children": []}
     return {"status": observed_status(spec, pod, ""), "children": [wanted]}

@@ -17,7 +17,8 @@ import pytest
 from chain.names import local_queue_name
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import KubeError, Obj, wait_for
+from testbed.instances import create_instance, instance
+from testbed.kube import KubeError, wait_for
 from testbed.kubectl import kubectl
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_instancetypes import instance_type
@@ -40,33 +41,11 @@ def pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[str, str]]:
 
 
 def _instance(name: str, type_name: str, namespace: str, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": WORKER,
-        "kind": "Instance",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "instanceType": type_name,
-            "image": "busybox",
-            "command": ["sleep", "3600"],
-            "resources": {"accelerator": "1", "cpu": "1", "ram": "1Gi"},
-            **spec,
-        },
-    }
-
-
-def _created(testbed: Testbed, obj: dict[str, Any]) -> Obj:
-    """Create, retrying while the webhook does not know the InstanceType yet (its catalog
-    follows the InstanceTypes within moments)."""
-
-    def attempt() -> Obj | None:
-        try:
-            return testbed.kube.create(obj)
-        except KubeError as error:
-            if "is not known to the webhook yet" in error.message:
-                return None
-            raise
-
-    return wait_for(attempt, 60, "the Instance webhook to know the InstanceType")
+    """No kubelet here: the image never runs."""
+    resources = spec.pop("resources", {"accelerator": "1", "cpu": "1", "ram": "1Gi"})
+    return instance(
+        name, namespace, type_name, "busybox", "sleep 3600", resources=resources, **spec
+    )
 
 
 def test_the_webhooks_default_and_refuse_what_the_pool_cannot_serve(
@@ -74,7 +53,7 @@ def test_the_webhooks_default_and_refuse_what_the_pool_cannot_serve(
 ) -> None:
     type_name, namespace = pool
     plain = _instance("defaults", type_name, namespace, resources={"accelerator": "2"})
-    created = _created(testbed, plain)
+    created = create_instance(testbed.kube, plain)
     assert created["spec"]["resources"] == {
         "accelerator": "2",
         "cpu": "16",  # the unit's 8 cores x 2 cards
@@ -94,7 +73,7 @@ def test_an_instance_runs_as_one_pod_and_stops_and_starts(
 ) -> None:
     kube = testbed.kube
     type_name, namespace = pool
-    _created(testbed, _instance("lab", type_name, namespace))
+    create_instance(testbed.kube, _instance("lab", type_name, namespace))
     pod = wait_for(lambda: kube.get("v1", "Pod", "lab", namespace), 60, "the Instance's Pod")
     labels = pod["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == local_queue_name(type_name)
@@ -122,7 +101,7 @@ def test_an_instance_runs_as_one_pod_and_stops_and_starts(
 def test_a_draining_pool_stops_its_instances(testbed: Testbed, pool: tuple[str, str]) -> None:
     kube = testbed.kube
     type_name, namespace = pool
-    _created(testbed, _instance("job", type_name, namespace))
+    create_instance(testbed.kube, _instance("job", type_name, namespace))
     wait_for(lambda: kube.get("v1", "Pod", "job", namespace), 60, "the Instance's Pod")
     wait_for(lambda: kube.get(KUEUE, "ClusterQueue", type_name), 60, "the pool's ClusterQueue")
     kube.merge_patch(KUEUE, "ClusterQueue", type_name, {"spec": {"stopPolicy": "HoldAndDrain"}})

@@ -43,8 +43,9 @@ def instance(type_name: str = T4, **resources: Any) -> dict[str, Any]:
     }
 
 
-def validated(obj: Any, operation: str = "CREATE") -> dict[str, Any]:
-    status, answer = post(web(), "/validate-instances", review(obj, operation, obj, "instances"))
+def validated(obj: Any, operation: str = "CREATE", old: Any = None) -> dict[str, Any]:
+    body = review(obj, operation, old or obj, "instances")
+    status, answer = post(web(), "/validate-instances", body)
     assert status == 200, answer
     response: dict[str, Any] = answer["response"]
     return response
@@ -150,8 +151,27 @@ def test_an_unknown_type_is_a_refusal_that_goes_away() -> None:
 def test_the_deletion_guard_skips_an_update_while_deleting() -> None:
     deleting = instance(accelerator="99")
     deleting["metadata"]["deletionTimestamp"] = "2026-12-02T09:00:00Z"
-    assert validated(deleting, "UPDATE")["allowed"]
-    assert validated(instance(accelerator="99"), "UPDATE")["allowed"] is False
+    assert validated(deleting, "UPDATE", instance(accelerator="1"))["allowed"]
+    assert (
+        validated(instance(accelerator="99"), "UPDATE", instance(accelerator="1"))["allowed"]
+        is False
+    )
+
+
+def test_an_update_leaving_type_and_resources_alone_needs_no_facts() -> None:
+    """A stop on a replica whose catalog does not show the type yet, or of an Instance its pool
+    could no longer admit: allowed, nothing to check."""
+    unknown = instance("gpustack--nowhere-linux-amd64", accelerator="1")
+    stopped = instance("gpustack--nowhere-linux-amd64", accelerator="1")
+    stopped["spec"]["stop"] = True
+    assert validated(stopped, "UPDATE", unknown)["allowed"]
+    beyond = instance(accelerator="99")
+    assert validated({**beyond, "spec": {**beyond["spec"], "stop": True}}, "UPDATE", beyond)[
+        "allowed"
+    ]
+    # A changed request is checked again, against the type it now names.
+    moved = instance("gpustack--nowhere-linux-amd64", accelerator="1")
+    assert validated(moved, "UPDATE", instance(accelerator="1"))["status"]["code"] == 503
 
 
 def test_defaults_come_from_the_unit_spec_times_the_cards() -> None:

@@ -134,10 +134,17 @@ RUNNING_POD["metadata"]["annotations"] = {
 
 SSHD: Obj = {
     "name": "sshd",
-    "image": "registry.example/lab:1",
-    "command": ["/usr/sbin/sshd", "-D", "-e", "-p", "2222"],
+    # The chain's own image (the hook's default), whatever image `main` runs.
+    "image": "ghcr.io/gpustack-chain/gpustack-chain:0.1.0",
+    "command": ["/opt/gpustack/sshd/start"],
+    "env": [{"name": "GPUSTACK_SSH_PORT", "value": "2222"}],
     "ports": [{"name": "ssh", "containerPort": 2222}],
     "volumeMounts": [{"name": "ssh-keys", "mountPath": "/etc/gpustack/ssh", "readOnly": True}],
+    "securityContext": {
+        "runAsUser": 0,
+        "runAsNonRoot": False,
+        "capabilities": {"add": ["SYS_ADMIN", "SYS_PTRACE"]},
+    },
     "resources": {
         "limits": {"device.gpustack.ai/nvidia.visibility": "1"},
         "requests": {"device.gpustack.ai/nvidia.visibility": "1"},

@@ -1,0 +1,8 @@
+"""What this release of the chain ships under: the one image every component runs (the hooks,
+the webhooks, the verdict driver, the node agent, and SSH-enabled Instances' `sshd` sidecar).
+The manifests name it (`python -m nodeagent.manifests` writes it into the DaemonSets; Helm's
+`image` value replaces it everywhere)."""
+
+from __future__ import annotations
+
+CHAIN_IMAGE = "ghcr.io/gpustack-chain/gpustack-chain:0.1.0"

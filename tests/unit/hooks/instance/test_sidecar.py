@@ -1,0 +1,29 @@
+"""The SSH sidecar image comes from the hook's configuration, never from the Instance."""
+
+from __future__ import annotations
+
+import copy
+
+from chain.manufacturers import default_manufacturers
+from hooks.instance.sync import sync
+from tests.unit.hooks.instance.cases import CASES
+
+
+def _ssh_request() -> dict[str, object]:
+    return copy.deepcopy(CASES["ssh"]["request"])
+
+
+def test_the_sidecar_runs_the_configured_image_whatever_main_runs() -> None:
+    answer = sync(_ssh_request(), default_manufacturers(), "mirror.example/chain:7")
+    (pod,) = answer["children"]
+    main, sshd = pod["spec"]["containers"]
+    assert main["image"] == "registry.example/lab:1"
+    assert sshd["image"] == "mirror.example/chain:7"
+    assert sshd["command"] == ["/opt/gpustack/sshd/start"]
+
+
+def test_without_a_sidecar_image_an_ssh_instance_fails_with_a_reason() -> None:
+    answer = sync(_ssh_request(), default_manufacturers(), "")
+    assert answer["children"] == []
+    assert answer["status"]["phase"] == "Failed"
+    assert "GPUSTACK_SSH_SIDECAR_IMAGE" in answer["status"]["message"]
