@@ -12,7 +12,7 @@ node agents), every card free.
    hook leaves it off the pool's ClusterQueue. Submit `--workloads` Workloads of one whole card
    each; time from the first create to the last `Admitted`.
 2. With the check, `--rounds` times each, in alternating order: answered by
-   `python -m hooks.admission.driver` as the shipped ServiceAccount (the queue hook names the
+   `python -m verdictdriver` as the shipped ServiceAccount (the queue hook names the
    check once it is Active), and by `benchmarks.trivial_check`, which says Ready at once without
    judging (the limit any AdmissionCheck controller meets: Kueue's own writes per checked
    Workload). The same Workloads each time. The headline is driver / trivial.
@@ -322,7 +322,7 @@ def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
     `profile` names where to write the profile)."""
     kubeconfig = bed.service_account_kubeconfig(*DRIVER_ACCOUNT)
     wrap = [] if profile is None else ["benchmarks.profiled", str(profile)]
-    argv = [sys.executable, "-m", *wrap, "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
+    argv = [sys.executable, "-m", *wrap, "verdictdriver", "--kubeconfig", str(kubeconfig)]
     port = free_port()
     bed.run(DRIVER, [*argv, "--period", str(period), "--health-port", str(port)])
     # Healthy once every cache is listed: a run measures verdicts, not the driver's start.
@@ -375,7 +375,7 @@ def print_profile(bed: Testbed, profile: Path) -> None:
     time.sleep(1)  # written in one go, but let it finish
     print("the driver's wall time by function (cumulative, its own code and the API client):")
     stats = pstats.Stats(str(profile), stream=sys.stdout)
-    stats.sort_stats("cumulative").print_stats(r"hooks/admission/driver\.py|kubeapi/client\.py", 14)
+    stats.sort_stats("cumulative").print_stats(r"verdictdriver/driver\.py|kubeapi/client\.py", 14)
 
 
 # --- report -----------------------------------------------------------------------------------

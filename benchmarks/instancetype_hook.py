@@ -50,8 +50,8 @@ from chain.ledger import (
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
 from chain.units import RESOURCE_MAX_UNITS, SHARE_UNITS
-from hooks.admission.pool_cards import PoolCardsKeeper
 from hooks.instancetype import status
+from verdictdriver.pool_cards import PoolCardsKeeper
 
 Obj = dict[str, Any]
 WORKER = "worker.gpustack.ai/v1alpha1"

@@ -20,18 +20,12 @@ from chain.apis import WORKLOAD as WORKLOAD_KIND
 from chain.queues import NODE_DEVICES_CONTROLLER
 from chain.verdicts import Verdict
 from chain.workload_state import State
-from hooks.admission.driver import (
-    FIELD_MANAGER,
-    active_patch,
-    controllers,
-    now_text,
-    owned_checks,
-    to_judge,
-    verdict_patch,
-)
-from hooks.admission.writes import Writers
 from kubeapi import Kube, KubeError, Obj, logs
 from kubeapi.watch import Cache, Watcher, all_synced, key_of, start_all
+from verdictdriver.driver import FIELD_MANAGER
+from verdictdriver.entries import active_patch, now_text, verdict_patch
+from verdictdriver.workloads import controllers, owned_checks, to_judge
+from verdictdriver.writes import Writers
 
 READY = Verdict(State.READY, "ready without a look (benchmarks.trivial_check)")
 

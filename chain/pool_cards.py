@@ -9,7 +9,7 @@ is a sum, a maximum or a first-by-name over them, so one object per InstanceType
 exactly: the four views, the cutting capacity (`slicedDetail`), the runtime versions and the
 compute capability.
 
-It is written by the pool-cards keeper (`hooks/admission/pool_cards.py`, in the verdict driver),
+It is written by the pool-cards keeper (`verdictdriver/pool_cards.py`, in the verdict driver),
 which watches the Devices, and read by the status hook, which relates it by name. The pool's
 members are chosen here as the hook chose them: the Devices carrying the pool's labels (narrowed
 by the CPU key when the settings ask for CPU-aware pools), and on each the pool's card group.

@@ -108,7 +108,7 @@ def nominal_quota(size: FlavorSize, acceleratable: bool) -> int:
 # holds the queue, and a queue stopped by any means (an admin's Hold, a drain) marks its type
 # Inactive for good, until an admin clears it. No hook may write a spec, so the queue hook
 # writes its own decision beside the stop policy (`QUEUE_STOP_POLICY`) and the credentialed
-# lifecycle keeper (`hooks.admission.lifecycle`) writes `spec.inactive` from what these rules say.
+# lifecycle keeper (`verdictdriver.lifecycle`) writes `spec.inactive` from what these rules say.
 
 
 def stronger_stop(a: str, b: str) -> str:

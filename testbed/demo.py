@@ -264,7 +264,7 @@ def _admission_scene(bed: Testbed) -> None:
         [
             sys.executable,
             "-m",
-            "hooks.admission.driver",
+            "verdictdriver",
             "--kubeconfig",
             str(kubeconfig),
             "--period",

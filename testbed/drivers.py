@@ -16,12 +16,12 @@ from pathlib import Path
 
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.queues import NODE_DEVICES_CHECK
-from hooks.admission.driver import FIELD_MANAGER
-from hooks.admission.lease import LEASE_NAMESPACE
 from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
 from testbed.harness import Testbed, free_port, http_ok
 from testbed.kube import Kube, load_yaml_documents, wait_for
 from testbed.workloads import now
+from verdictdriver.driver import FIELD_MANAGER
+from verdictdriver.lease import LEASE_NAMESPACE
 
 MANIFEST = Path(__file__).resolve().parents[1] / "manifests" / "admission" / "driver.yaml"
 
@@ -37,22 +37,22 @@ POOL_CARDS_KEEPER = "pool-cards-keeper"
 
 
 def run_pool_cards_keeper(testbed: Testbed) -> None:
-    """The pool-cards keeper alone (`python -m hooks.admission.pool_cards`) under the driver's
+    """The pool-cards keeper alone (`python -m verdictdriver.pool_cards`) under the driver's
     ServiceAccount, for the rest of the testbed's life: what the driver Deployment runs in a
     cluster, without which no InstanceType shows its nodes' cards. Quicker passes than the
     shipped default (the tests wait on every ledger change)."""
     kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
-    argv = [sys.executable, "-m", "hooks.admission.pool_cards", "--kubeconfig", str(kubeconfig)]
+    argv = [sys.executable, "-m", "verdictdriver.pool_cards", "--kubeconfig", str(kubeconfig)]
     testbed.run(POOL_CARDS_KEEPER, [*argv, "--period", "2", "--interval", "0.2"])
 
 
 @contextmanager
 def running_lifecycle_keeper(testbed: Testbed) -> Iterator[None]:
-    """The lifecycle keeper alone (`python -m hooks.admission.lifecycle`) under the driver's
+    """The lifecycle keeper alone (`python -m verdictdriver.lifecycle`) under the driver's
     ServiceAccount: what the driver runs beside its verdicts, without judging anything."""
     _apply_access(testbed.kube)
     kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
-    argv = [sys.executable, "-m", "hooks.admission.lifecycle", "--kubeconfig", str(kubeconfig)]
+    argv = [sys.executable, "-m", "verdictdriver.lifecycle", "--kubeconfig", str(kubeconfig)]
     testbed.run("lifecycle-keeper", [*argv, "--period", "0.5"])
     try:
         yield
@@ -81,7 +81,7 @@ def running_drivers(
     kubeconfig = testbed.service_account_kubeconfig(LEASE_NAMESPACE, "gpustack-admission-driver")
     ports = {replica: free_port() for replica in replicas}
     for replica in replicas:
-        argv = [sys.executable, "-m", "hooks.admission.driver", "--kubeconfig", str(kubeconfig)]
+        argv = [sys.executable, "-m", "verdictdriver", "--kubeconfig", str(kubeconfig)]
         argv += ["--identity", f"driver-{replica}", "--period", "0.5"]
         argv += ["--lease-seconds", str(lease_seconds), "--health-port", str(ports[replica])]
         testbed.run(f"admission-driver-{replica}", argv)

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from hooks.admission.seed import ensure_settings
 from testbed.drivers import run_pool_cards_keeper
 from testbed.harness import Testbed
 from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.projection import Projection, configmap_volumes, container_env
+from verdictdriver.seed import ensure_settings
 
 REPO = Path(__file__).resolve().parent.parent
 MANIFESTS = REPO / "manifests"

@@ -38,8 +38,8 @@ Rules:
   drained it is left out of the answer, so Metacontroller deletes it; the InstanceType is
   released (`finalized: true`) only once the queue is no longer observed.
 
-Two writes no hook may make are the lifecycle keeper's (`hooks.admission.lifecycle`, rules in
-`hooks.admission.stops`; credentialed, run by the verdict driver): it marks a type
+Two writes no hook may make are the lifecycle keeper's (`verdictdriver.lifecycle`, rules in
+`verdictdriver.stops`; credentialed, run by the verdict driver): it marks a type
 `spec.inactive: true` once its queue is drained or stopped by hand (upstream's sticky backfill:
 the pool stays inactive until an admin clears it), and it drains a chain queue an admin deletes
 (Kueue never evicts on delete, and Metacontroller never updates a child pending deletion); the

@@ -19,7 +19,6 @@ import pytest
 from chain.names import local_queue_name
 from chain.queues import NODE_DEVICES_CHECK
 from chain.verdicts import NODE_RETRY, PROMISED
-from hooks.admission.lease import LEASE_NAME, LEASE_NAMESPACE
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed
 from testbed.install import Installed
@@ -27,6 +26,7 @@ from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
+from verdictdriver.lease import LEASE_NAME, LEASE_NAMESPACE
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"

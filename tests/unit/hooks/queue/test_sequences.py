@@ -1,6 +1,6 @@
 """Whole sequences: the hook, a stand-in for Metacontroller applying its answers, a stand-in
 for Kueue (status per generation, evictions under HoldAndDrain, workloads finishing under Hold,
-the resource-in-use finalizer), and the lifecycle keeper's rules (`hooks.admission.stops`) applied
+the resource-in-use finalizer), and the lifecycle keeper's rules (`verdictdriver.stops`) applied
 after each step. Each test checks the order of what the queue went through."""
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from hooks.admission.stops import stop_writes
 from hooks.queue.app import app
 from tests.unit.hooks.queue.cases import T4, T4_GROUPS
 from tests.unit.hooks.queue.world import (
@@ -28,6 +27,7 @@ from tests.unit.hooks.queue.world import (
     served_queue,
     settings,
 )
+from verdictdriver.stops import stop_writes
 
 FLAVORS = [T4_1D, T4_2D]
 

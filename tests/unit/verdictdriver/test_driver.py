@@ -19,25 +19,17 @@ from chain.queues import NODE_DEVICES_CHECK, NODE_DEVICES_CONTROLLER
 from chain.units import RESOURCE_MAX_UNITS
 from chain.verdicts import POOL_READY, POOL_RETRY, PROMISED, Verdict
 from chain.workload_state import State
-from hooks.admission import metrics
-from hooks.admission.caches import Caches
-from hooks.admission.driver import (
-    FIELD_MANAGER,
-    RETRY_AFTER_SECONDS,
-    Driver,
-    Promises,
-    active_patch,
-    check_entry,
-    owned_checks,
-    run,
-    to_judge,
-    verdict_patch,
-)
-from hooks.admission.health import Heartbeat, serve_health
-from hooks.admission.lease import LEASE_API, Elector, next_lease, released_lease
 from kubeapi import KubeError
 from kubeapi.watch import Cache, Event
 from tests.unit.hooks.admission.test_judge import devices, node, rf, workload
+from verdictdriver import metrics
+from verdictdriver.caches import Caches
+from verdictdriver.driver import FIELD_MANAGER, Driver, run
+from verdictdriver.entries import RETRY_AFTER_SECONDS, active_patch, check_entry, verdict_patch
+from verdictdriver.health import Heartbeat, serve_health
+from verdictdriver.lease import LEASE_API, Elector, next_lease, released_lease
+from verdictdriver.promises import Promises
+from verdictdriver.workloads import owned_checks, to_judge
 
 CHECKS = {NODE_DEVICES_CHECK: NODE_DEVICES_CONTROLLER, "other": "example.com/other"}
 Obj = dict[str, Any]

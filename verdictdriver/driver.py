@@ -1,4 +1,4 @@
-"""`python -m hooks.admission.driver`: the serialized loop that answers `gpustack-node-devices`.
+"""The serialized loop that answers `gpustack-node-devices`.
 
 Kueue owns a Workload's status, so no Metacontroller hook may write it (DESIGN §2). This loop
 judges one Workload at a time with the pure verdict (`chain.verdicts.judge`) and applies only
@@ -35,13 +35,8 @@ wrote is remembered (`Promises`) until the Workload cache shows it, for the same
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import gc
 import logging
-import os
-import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,8 +44,6 @@ from dataclasses import dataclass, field, replace
 
 import requests
 
-from chain.apis import ADMISSION_CHECK, KUEUE_API
-from chain.apis import WORKLOAD as WORKLOAD_KIND
 from chain.charged_pods import charged_pods
 from chain.charging import flavor_scope
 from chain.devices import Devices
@@ -60,260 +53,40 @@ from chain.ledger_merge import busier_ledger
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from chain.queues import NODE_DEVICES_CONTROLLER
-from chain.settings import StartupEnv
 from chain.verdicts import Snapshot, Verdict, judge
-from chain.workload_state import State, check_state, needs_verdict, workload_shares
-from hooks.admission.caches import Caches
-from hooks.admission.health import Heartbeat, serve_health
-from hooks.admission.lease import LEASE_NAMESPACE, LEASE_SECONDS, Elector
-from hooks.admission.lifecycle import keep_lifecycle_in_background
-from hooks.admission.metrics import (
-    VERDICT_SECONDS,
-    VERDICTS,
-    WRITE_FAILURES,
-    exposition,
-    since,
-    watch,
-)
-from hooks.admission.pool_cards import keep_pool_cards_in_background
-from hooks.admission.seed import seed_in_background
-from hooks.admission.writes import Write, Writers
-from kubeapi import Kube, KubeError, Obj, logs
+from chain.workload_state import State
+from kubeapi import Kube, KubeError, Obj
 from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache, key_of
-from webhookcerts.keeper import Keeper, Target, keep_in_background
+from verdictdriver.caches import Caches
+from verdictdriver.entries import active_patch, as_written, now_text, verdict_patch
+from verdictdriver.health import Heartbeat
+from verdictdriver.lease import Elector
+from verdictdriver.metrics import VERDICT_SECONDS, VERDICTS, WRITE_FAILURES, since
+from verdictdriver.promises import Promises
+from verdictdriver.workloads import (
+    assigned_hosts,
+    controllers,
+    metadata,
+    own_flavors,
+    owned_checks,
+    reserved_at,
+    to_judge,
+)
+from verdictdriver.writes import Write, Writers
 
 log = logging.getLogger("admission-driver")
 
 FIELD_MANAGER = "gpustack-admission-driver"
+"""Owns our `admissionChecks` entries and the AdmissionCheck's Active condition."""
 EVENTS_CONTROLLER = "gpustack.ai/admission-driver"
 RETRY_REASON = "NodeDevicesRetry"
-"""Owns our `admissionChecks` entries and the AdmissionCheck's Active condition."""
-RETRY_AFTER_SECONDS = 30
-ACTIVE_MESSAGE = "The admission check is active"
-
-
-def now_text() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --- pure: which Workloads, which entries ----------------------------------------------------
-
-
-def _meta(obj: Obj) -> Obj:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, dict) else {}
-
-
-def controllers(admission_checks: Iterable[Obj]) -> dict[str, str]:
-    """AdmissionCheck name -> its `spec.controllerName`."""
-    return {
-        str(_meta(ac).get("name", "")): str((ac.get("spec") or {}).get("controllerName", ""))
-        for ac in admission_checks
-    }
-
-
-def owned_checks(
-    workload: Obj, checks: Mapping[str, str], controller: str = NODE_DEVICES_CONTROLLER
-) -> list[str]:
-    """Names of the Workload's `admissionChecks` entries whose check is ours."""
-    entries = (workload.get("status") or {}).get("admissionChecks") or []
-    return [
-        str(e.get("name"))
-        for e in entries
-        if isinstance(e, dict) and checks.get(str(e.get("name"))) == controller
-    ]
-
-
-def _reserved_at(workload: Obj) -> str:
-    for cond in (workload.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") == "QuotaReserved":
-            return str(cond.get("lastTransitionTime", ""))
-    return ""
-
-
-def to_judge(workloads: Iterable[Obj], checks: Mapping[str, str]) -> list[Obj]:
-    """Workloads waiting for our verdict, in the order Kueue reserved their quota.
-
-    Reserved, not evicted, finished, deactivated or admitted (`needs_verdict`); with an entry
-    of ours that is not Ready yet (a Ready stays promised until Kueue admits)."""
-    out = []
-    for wl in workloads:
-        mine = owned_checks(wl, checks)
-        try:
-            if not mine or not needs_verdict(wl):
-                continue
-            if all(check_state(wl, name) == State.READY for name in mine):
-                continue
-        except ValueError as err:
-            # One malformed Workload must not stop the verdicts of all the others.
-            log.warning("skipping %s/%s: %s", *key_of(wl), err)
-            continue
-        out.append(wl)
-    return sorted(out, key=lambda w: (_reserved_at(w), key_of(w)))
-
-
-def _entry(workload: Obj, name: str) -> Obj | None:
-    for e in (workload.get("status") or {}).get("admissionChecks") or []:
-        if isinstance(e, dict) and e.get("name") == name:
-            return e
-    return None
-
-
-def check_entry(previous: Obj | None, name: str, verdict: Verdict, now: str) -> Obj:
-    """Our entry for `verdict`; the transition time moves only when the state does."""
-    state = str(verdict.state)
-    kept = previous is not None and previous.get("state") == state
-    entry: Obj = {
-        "name": name,
-        "state": state,
-        "message": verdict.message,
-        "lastTransitionTime": (previous or {}).get("lastTransitionTime") if kept else now,
-    }
-    if verdict.state == State.RETRY:
-        entry["requeueAfterSeconds"] = RETRY_AFTER_SECONDS
-    return entry
-
-
-def _same(previous: Obj | None, entry: Obj) -> bool:
-    return previous is not None and all(
-        previous.get(k) == entry.get(k) for k in ("state", "message", "requeueAfterSeconds")
-    )
-
-
-def verdict_patch(workload: Obj, names: Sequence[str], verdict: Verdict, now: str) -> Obj | None:
-    """The apply body for our entries, or None when every one already says this."""
-    entries = [check_entry(_entry(workload, n), n, verdict, now) for n in names]
-    if all(_same(_entry(workload, e["name"]), e) for e in entries):
-        return None
-    meta = _meta(workload)
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": WORKLOAD_KIND,
-        "metadata": {
-            "name": meta["name"],
-            "namespace": meta["namespace"],
-            "uid": meta.get("uid"),
-            # A stale read fails with 409 rather than answering a Workload that moved on.
-            "resourceVersion": meta.get("resourceVersion"),
-        },
-        "status": {"admissionChecks": entries},
-    }
-
-
-def active_patch(check: Obj, now: str) -> Obj | None:
-    """The apply body that marks an AdmissionCheck Active, or None when it already is."""
-    meta = _meta(check)
-    generation = meta.get("generation")
-    for cond in (check.get("status") or {}).get("conditions") or []:
-        if (
-            isinstance(cond, dict)
-            and cond.get("type") == "Active"
-            and cond.get("status") == "True"
-            and cond.get("reason") == "Active"
-            and cond.get("observedGeneration") == generation
-        ):
-            return None
-    condition: Obj = {
-        "type": "Active",
-        "status": "True",
-        "reason": "Active",
-        "message": ACTIVE_MESSAGE,
-        "lastTransitionTime": now,
-    }
-    if generation is not None:
-        condition["observedGeneration"] = generation
-    return {
-        "apiVersion": KUEUE_API,
-        "kind": ADMISSION_CHECK,
-        "metadata": {"name": meta["name"]},
-        "status": {"conditions": [condition]},
-    }
-
-
-# --- pure: what to read for one Workload ----------------------------------------------------
-
-
-def own_flavors(workload: Obj, table: ManufacturerTable) -> set[str]:
-    return {s.flavor for s in workload_shares(workload, table) if s.flavor}
-
-
-def assigned_hosts(workload: Obj, table: ManufacturerTable) -> set[str] | None:
-    """Hostnames Kueue assigned, or None when some PodSet's assignment names no nodes."""
-    shares = [s for s in workload_shares(workload, table) if any(p.cards for p in s.per_pod)]
-    if any(not s.node for s in shares):
-        return None
-    return {s.node for s in shares}
-
-
-@dataclass
-class Promises:
-    """Readys this driver wrote, kept until the watch cache shows the Workload past that write.
-
-    The cache lags the write; without this a Workload promised cards a moment ago would look
-    Pending and its cards free to the next verdict."""
-
-    written: dict[tuple[str, str], tuple[str, str, Obj]] = field(default_factory=dict)
-    """(namespace, name) -> (uid, resourceVersion the write was made against, object written)."""
-
-    def remember(self, before: Obj, after: Obj) -> None:
-        meta = _meta(before)
-        self.written[key_of(before)] = (
-            str(meta.get("uid", "")),
-            str(meta.get("resourceVersion", "")),
-            after,
-        )
-
-    def merged(self, listed: Sequence[Obj]) -> list[Obj]:
-        """`listed` with each remembered Ready in place of a copy older than the write."""
-        keys = [key_of(w) for w in listed]
-        for gone in set(self.written) - set(keys):
-            del self.written[gone]
-        return [self._merged(key, w) for key, w in zip(keys, listed, strict=True)]
-
-    def merged_one(self, key: tuple[str, str], seen: Obj | None) -> Obj | None:
-        """The Workload `key` as the cache shows it (`seen`; None: gone, and nothing is
-        promised any more), or the Ready we wrote on it while the cache still shows a copy
-        older than the write."""
-        if seen is None:
-            self.written.pop(key, None)
-            return None
-        return self._merged(key, seen)
-
-    def _merged(self, key: tuple[str, str], seen: Obj) -> Obj:
-        promise = self.written.get(key)
-        if promise is None:
-            return seen
-        uid, before, after = promise
-        if str(_meta(seen).get("uid", "")) != uid:
-            del self.written[key]  # recreated: nothing is promised any more
-            return seen
-        if str(_meta(seen).get("resourceVersion", "")) != before:
-            del self.written[key]  # the cache includes our write (or a later change)
-            return seen
-        return after
-
-
-def as_written(workload: Obj, body: Obj) -> Obj:
-    """`workload` with the entries of `body` (a `verdict_patch`) in place of its own."""
-    written = {e["name"]: e for e in body["status"]["admissionChecks"]}
-    status = dict(workload.get("status") or {})
-    entries = [
-        written.pop(str(e.get("name")), e)
-        for e in status.get("admissionChecks") or []
-        if isinstance(e, dict)
-    ]
-    status["admissionChecks"] = [*entries, *written.values()]
-    return {**workload, "status": status}
 
 
 def judged_ledger(devices: Devices, pods: Iterable[PodAllocations], release: bool) -> Devices:
     """The node's Devices with, per card, the busier of its published and its Pods' ledger."""
     rebuilt = rebuild_status(devices.spec, pods, release).status
     return replace(devices, status=busier_ledger(devices.spec, devices.status, rebuilt))
-
-
-# --- I/O ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -372,7 +145,7 @@ class Driver:
             body = active_patch(ac, now_text())
             if body is not None:
                 self.kube.apply(body, FIELD_MANAGER, subresource="status")
-                log.info("marked AdmissionCheck %s Active", _meta(ac).get("name"))
+                log.info("marked AdmissionCheck %s Active", metadata(ac).get("name"))
 
     def step(self, tick: bool = True) -> bool:
         """One pass: take in the writes that came back; on a tick lead (renewing when due, or
@@ -422,7 +195,7 @@ class Driver:
         for _, wl in sorted(waiting, key=lambda item: item[0]):
             if key_of(wl) in self.inflight:
                 continue  # its verdict is on its way; judged again once the cache shows it
-            version = str(_meta(wl).get("resourceVersion", ""))
+            version = str(metadata(wl).get("resourceVersion", ""))
             if not tick and self.judged.get(key_of(wl)) == version:
                 continue  # unchanged since its verdict; the next tick looks again
             if not self.elector.still_leading():
@@ -431,7 +204,7 @@ class Driver:
             written = self.decide(wl, self.checks)
             if written is not None:
                 # Our own write comes back as an event: that is no reason to judge again.
-                self.judged[key_of(wl)] = str(_meta(written).get("resourceVersion", ""))
+                self.judged[key_of(wl)] = str(metadata(written).get("resourceVersion", ""))
                 # The next verdict of this pass must see the cards this one promised (a write
                 # still on its way keeps the version it was judged at: read it all the same).
                 self.indexed.pop(key_of(wl), None)
@@ -491,12 +264,12 @@ class Driver:
             self.malformed &= present
         for wl in workloads:
             key = key_of(wl)
-            version = str(_meta(wl).get("resourceVersion", ""))
+            version = str(metadata(wl).get("resourceVersion", ""))
             if self.indexed.get(key) == version:
                 continue
             self.indexed[key] = version
             if to_judge([wl], self.checks):
-                self.waiting[key] = ((_reserved_at(wl), key), wl)
+                self.waiting[key] = ((reserved_at(wl), key), wl)
             else:
                 self.waiting.pop(key, None)
             try:
@@ -561,11 +334,11 @@ class Driver:
                 continue
             self._wrote(write.workload, write.verdict, written)
             # Our own write comes back as an event: that is no reason to judge again.
-            self.judged[key] = str(_meta(written).get("resourceVersion", ""))
+            self.judged[key] = str(metadata(written).get("resourceVersion", ""))
 
     def _wrote(self, wl: Obj, verdict: Verdict, written: Obj) -> None:
         VERDICTS.labels(str(verdict.state)).inc()
-        waited = since(_reserved_at(wl))
+        waited = since(reserved_at(wl))
         if waited is not None:
             VERDICT_SECONDS.labels(str(verdict.state)).observe(waited)
         log.info(
@@ -607,14 +380,15 @@ class Driver:
                 if scope is None or not scope.akey:
                     continue  # the verdict says why
                 for obj in caches.devices.items():
-                    labels = _meta(obj).get("labels") or {}
+                    labels = metadata(obj).get("labels") or {}
                     if all(labels.get(k) == v for k, v in scope.selector.items()):
-                        devices[_meta(obj)["name"]] = obj
+                        devices[metadata(obj)["name"]] = obj
             for node_name in sorted(devices):
                 if (found := caches.nodes.get(("", node_name))) is not None:
                     nodes[node_name] = found
         hostnames = {
-            n: str((_meta(obj).get("labels") or {}).get(HOSTNAME, "")) for n, obj in nodes.items()
+            n: str((metadata(obj).get("labels") or {}).get(HOSTNAME, ""))
+            for n, obj in nodes.items()
         }
         on_node = caches.pod_index.get()
         pods = {n: on_node.get(n, []) for n in sorted(devices)}
@@ -630,7 +404,7 @@ class Driver:
     def ledger(self, node_name: str, obj: Obj, pods: Sequence[Obj]) -> Devices | None:
         """The node's judged ledger (`judged_ledger`), computed again only once its Devices or
         one of its Pods changed; None when its Devices cannot be read."""
-        versions = tuple(str(_meta(o).get("resourceVersion", "")) for o in (obj, *pods))
+        versions = tuple(str(metadata(o).get("resourceVersion", "")) for o in (obj, *pods))
         seen = self.ledgers.get(node_name)
         if seen is not None and seen[0] == versions:
             return seen[1]
@@ -693,112 +467,3 @@ def run(
                 gc.freeze()
                 freeze = False
         driver.cache.wait(seen, max(0.0, next_tick - time.monotonic()))
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hooks.admission.driver")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
-    parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
-    parser.add_argument(
-        "--period", type=float, default=1.0, help="resync period: seconds between ticks"
-    )
-    parser.add_argument("--lease-seconds", type=int, default=LEASE_SECONDS)
-    parser.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
-    parser.add_argument("--health-port", type=int, default=8080, help="/healthz; -1: none")
-    parser.add_argument(
-        "--writers", type=int, default=4, help="verdict writes in flight at once; 0: one by one"
-    )
-    parser.add_argument(
-        "--webhook-service",
-        action="append",
-        default=[],
-        help="a webhook Service the serving certificate must name (repeat); none: the "
-        "certificate is someone else's (e.g. cert-manager's) and nothing below is kept",
-    )
-    parser.add_argument("--webhook-secret", default="gpustack-webhook-tls")
-    parser.add_argument(
-        "--no-lifecycle",
-        action="store_true",
-        help="do not run the lifecycle keeper (hooks/admission/lifecycle.py) in this process",
-    )
-    parser.add_argument(
-        "--no-pool-cards",
-        action="store_true",
-        help="do not run the pool-cards keeper (hooks/admission/pool_cards.py) in this process",
-    )
-    parser.add_argument(
-        "--webhook-namespace",
-        default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
-        help="where the webhook Services and the Secret live (default: $POD_NAMESPACE)",
-    )
-    parser.add_argument(
-        "--mutating-webhook",
-        action="append",
-        default=[],
-        help="a MutatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
-    )
-    parser.add_argument(
-        "--validating-webhook",
-        action="append",
-        default=[],
-        help="a ValidatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
-    )
-    args = parser.parse_args(argv)
-    logs.setup()
-    kube = Kube.from_environment(args.kubeconfig)
-    # The elector's own client: its renewals run on a thread of their own (`renew_aside`), and
-    # a `requests.Session` is not meant to be shared between threads.
-    lease_kube = Kube.from_environment(args.kubeconfig)
-    elector = Elector(lease_kube, args.identity, args.lease_seconds, args.lease_namespace)
-    # Unhealthy once passes have failed or hung for a whole Lease duration and then some.
-    # Unhealthy too until every cache has been listed: a verdict needs them all.
-    heartbeat = Heartbeat(max(30.0, 2 * args.lease_seconds + 10 * args.period), started=False)
-    if args.health_port >= 0:
-        serve_health(heartbeat, args.health_port, metrics=exposition)
-    seed_in_background(kube, os.environ)
-    if args.webhook_service:
-        target = Target(
-            namespace=args.webhook_namespace,
-            secret=args.webhook_secret,
-            services=args.webhook_service,
-            mutating=args.mutating_webhook,
-            validating=args.validating_webhook,
-        )
-        keep_in_background(Keeper(kube, target))
-    if not args.no_lifecycle:
-        keep_lifecycle_in_background(kube)
-    caches = Caches()
-    caches.start(kube)
-    if not args.no_pool_cards:
-        keep_pool_cards_in_background(kube, caches.devices, elector.still_leading)
-    release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
-    writers = (
-        Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)
-        if args.writers > 0
-        else None
-    )
-    events = EventRecorder(kube, EVENTS_CONTROLLER, args.identity)
-    driver = Driver(
-        kube,
-        elector,
-        caches,
-        release_terminated=release,
-        writers=writers,
-        events=events,
-        renew_aside=True,
-    )
-    watch(lambda: len(driver.promises.written), lambda: elector.leading)
-    stopping = threading.Event()
-    # SIGTERM (a rollout, a drained node): end within a period, then hand the Lease over at
-    # once instead of letting the next replica wait for it to lapse.
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: stopping.set())
-    run(driver, args.period, heartbeat, stop=stopping.is_set, freeze=True)
-    try:
-        elector.release()
-    except (KubeError, requests.RequestException) as err:
-        log.warning("could not release the lease: %s", err)
-
-
-if __name__ == "__main__":
-    main()

@@ -34,8 +34,8 @@ from chain.apis import (
     SETTINGS,
     TOPOLOGY,
 )
-from hooks.admission.patch import Patch, version_of
 from kubeapi import Obj
+from verdictdriver.patch import Patch, version_of
 
 CONFIG_MAP = "ConfigMap"
 ADOPTED_BY = {

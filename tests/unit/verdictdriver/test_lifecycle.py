@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hooks.admission.lifecycle import LifecycleKeeper
-from hooks.admission.ownership import ownership_writes
 from kubeapi import KubeError
+from verdictdriver.lifecycle import LifecycleKeeper
+from verdictdriver.ownership import ownership_writes
 
 Obj = dict[str, Any]
 DECORATOR = "metacontroller.k8s.io/decorator-controller"

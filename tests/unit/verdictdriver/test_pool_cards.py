@@ -10,8 +10,6 @@ import pytest
 from chain.ledger import Mode
 from chain.pool_cards import PoolCards, pool_cards
 from chain.pools import PoolIdentity
-from hooks.admission import pool_cards as keeper_module
-from hooks.admission.pool_cards import PoolCardsKeeper
 from kubeapi import KubeError
 from tests.unit.hooks.instancetype.world import (
     card,
@@ -22,6 +20,8 @@ from tests.unit.hooks.instancetype.world import (
     settings,
     type_spec,
 )
+from verdictdriver import pool_cards as keeper_module
+from verdictdriver.pool_cards import PoolCardsKeeper
 
 Obj = dict[str, Any]
 T4 = "nvidia-tesla-t4"

@@ -9,7 +9,7 @@
   decision on the queue so a hand-set stop can be told from its own
   (`chain.queues.backfill_inactive`).
 
-The lifecycle keeper (`hooks.admission.lifecycle`) makes these writes.
+The lifecycle keeper (`verdictdriver.lifecycle`) makes these writes.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, WORKER_API
 from chain.queues import STOP_HOLD_AND_DRAIN, backfill_inactive, drain_on_delete
-from hooks.admission.patch import Patch, version_of
 from kubeapi import Obj
+from verdictdriver.patch import Patch, version_of
 
 
 def _owner(queue: Obj) -> str:

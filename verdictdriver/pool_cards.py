@@ -3,7 +3,7 @@
 The status hook reads a pool's nodes only through its PoolCards (`chain.pool_cards`: why one
 object per pool, and what it holds), so something with credentials has to tally them: this
 keeper, in the verdict driver (it already watches every Devices object; `--no-pool-cards` turns
-it off) or alone as `python -m hooks.admission.pool_cards`.
+it off) or alone as `python -m verdictdriver.pool_cards`.
 
 - A pass reads the watch caches only: InstanceTypes, the settings singleton (CPU-aware pools
   are narrower), the Devices and the PoolCards already written. A Devices object is parsed once
@@ -245,7 +245,7 @@ def keep_pool_cards_in_background(
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hooks.admission.pool_cards")
+    parser = argparse.ArgumentParser(prog="python -m verdictdriver.pool_cards")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     parser.add_argument("--period", type=float, default=5.0)
     parser.add_argument("--interval", type=float, default=INTERVAL)

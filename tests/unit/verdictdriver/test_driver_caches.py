@@ -15,7 +15,7 @@ import requests
 
 import chain.holdings as holdings
 import chain.verdicts as verdicts
-import hooks.admission.driver as driver_module
+import verdictdriver.driver as driver_module
 from chain.devices import Devices
 from chain.holdings import Holdings
 from chain.labels import KUEUE_PODSET, KUEUE_WORKLOAD
@@ -24,14 +24,15 @@ from chain.manufacturers import default_manufacturers
 from chain.units import RESOURCE_MAX_UNITS
 from chain.verdicts import NODE_RETRY, PROMISED, Snapshot, Verdict, judge
 from chain.workload_state import State, workload_shares
-from hooks.admission.caches import Indexed, nodes_by_hostname, pods_by_node
-from hooks.admission.driver import Driver, as_written, verdict_patch
-from hooks.admission.health import Heartbeat
-from hooks.admission.lease import Elector
-from hooks.admission.writes import Writers
 from kubeapi.watch import Cache, Event
-from tests.unit.hooks.admission.test_driver import FakeKube, _driver, _state, _world, pending
 from tests.unit.hooks.admission.test_judge import GPU, devices, node, rf, workload
+from tests.unit.verdictdriver.test_driver import FakeKube, _driver, _state, _world, pending
+from verdictdriver.caches import Indexed, nodes_by_hostname, pods_by_node
+from verdictdriver.driver import Driver
+from verdictdriver.entries import as_written, verdict_patch
+from verdictdriver.health import Heartbeat
+from verdictdriver.lease import Elector
+from verdictdriver.writes import Writers
 
 Obj = dict[str, Any]
 TABLE = default_manufacturers()
@@ -123,7 +124,7 @@ def test_a_burst_is_judged_in_linear_time_without_reading_the_api(
 
     monkeypatch.setattr(verdicts, "workload_shares", counted)
     monkeypatch.setattr(holdings, "workload_shares", counted)
-    monkeypatch.setattr("hooks.admission.driver.workload_shares", counted)
+    monkeypatch.setattr("verdictdriver.workloads.workload_shares", counted)
     driver = _driver(kube)
     reads = kube.reads
     driver.step()

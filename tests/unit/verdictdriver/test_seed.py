@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from hooks.admission.seed import ensure_settings
 from kubeapi import KubeError
+from verdictdriver.seed import ensure_settings
 
 
 class FakeKube:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hooks.admission.stops import stop_writes
+from verdictdriver.stops import stop_writes
 
 Obj = dict[str, Any]
 RECORD = "schedule.gpustack.ai/stop-policy"

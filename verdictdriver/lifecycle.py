@@ -6,7 +6,7 @@ can be deleted and made again without touching pools, queues or running work). E
 merge patch guarded by the resourceVersion it was decided from, so every verdict-driver replica
 runs the keeper (as every replica keeps the webhook certificate): a decision made on a stale
 read is a 409, and the next pass decides again. It runs inside the verdict driver
-(`--no-lifecycle` turns it off) and alone as `python -m hooks.admission.lifecycle`.
+(`--no-lifecycle` turns it off) and alone as `python -m verdictdriver.lifecycle`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from chain.labels import (
     RESOURCE_TYPE_NODES,
     RESOURCE_TYPE_TOPOLOGY,
 )
-from hooks.admission.ownership import CONFIG_MAP, ownership_writes
-from hooks.admission.patch import Patch
-from hooks.admission.stops import stop_writes
 from kubeapi import Kube, KubeError, Obj, logs
 from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
+from verdictdriver.ownership import CONFIG_MAP, ownership_writes
+from verdictdriver.patch import Patch
+from verdictdriver.stops import stop_writes
 
 log = logging.getLogger("lifecycle")
 
@@ -169,7 +169,7 @@ def keep_lifecycle_in_background(kube: Kube, period: float = 1.0) -> LifecycleKe
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m hooks.admission.lifecycle")
+    parser = argparse.ArgumentParser(prog="python -m verdictdriver.lifecycle")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     parser.add_argument("--period", type=float, default=1.0)
     args = parser.parse_args(argv)
