@@ -1,8 +1,10 @@
 """The lifecycle keeper: the writes no Metacontroller hook may make, from watch caches.
 
-Two sets of rules, both pure: `stops` (drain a chain queue being deleted; mark an InstanceType
-inactive once its queue is drained or stopped by hand) and `ownership` (the settings singleton
-can be deleted and made again without touching pools, queues or running work). Every write is a
+Three sets of rules, all pure: `stops` (drain a chain queue being deleted; mark an InstanceType
+inactive once its queue is drained or stopped by hand), `instance_stops` (running-instance stop:
+`spec.stop` on an Instance whose pool drains or whose InstanceType goes) and `ownership` (the
+settings singleton can be deleted and made again without touching pools, queues or running
+work). Every write is a
 merge patch guarded by the resourceVersion it was decided from, so every verdict-driver replica
 runs the keeper (as every replica keeps the webhook certificate): a decision made on a stale
 read is a 409, and the next pass decides again. It runs inside the verdict driver
@@ -30,6 +32,7 @@ from chain.apis import (
     WORKER_API,
 )
 from chain.catalog import CATALOG_CONFIGMAP, CATALOG_NAMESPACE
+from chain.instances import INSTANCE
 from chain.labels import (
     RESOURCE_TYPE,
     RESOURCE_TYPE_INSTANCE_TYPES,
@@ -38,6 +41,7 @@ from chain.labels import (
 )
 from kubeapi import Kube, KubeError, Obj, logs
 from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
+from verdictdriver.instance_stops import instance_stop_writes
 from verdictdriver.ownership import CONFIG_MAP, ownership_writes
 from verdictdriver.patch import Patch
 from verdictdriver.stops import stop_writes
@@ -59,6 +63,7 @@ class LifecycleKeeper:
         self.settings = Cache()
         self.flavors = Cache()
         self.topologies = Cache()
+        self.instances = Cache()
         self._watchers: list[Watcher] = []
         self._catalog_settled_for: str | None = None
         """The singleton (uid, or "" for none) the catalog ConfigMap was last settled for: it is
@@ -75,6 +80,7 @@ class LifecycleKeeper:
                 label_selector=_selector(RESOURCE_TYPE_INSTANCE_TYPES),
             ),
             Watcher(kube, WORKER_API, INSTANCE_TYPE, cache=self.types),
+            Watcher(kube, WORKER_API, INSTANCE, cache=self.instances),
             Watcher(kube, CHAIN_API, SETTINGS, cache=self.settings),
             Watcher(
                 kube,
@@ -99,7 +105,9 @@ class LifecycleKeeper:
 
     @property
     def synced(self) -> bool:
-        return all_synced((self.queues, self.types, self.settings, self.flavors, self.topologies))
+        return all_synced(
+            (self.queues, self.types, self.settings, self.flavors, self.topologies, self.instances)
+        )
 
     def singleton(self) -> Obj | None:
         return next(
@@ -123,7 +131,12 @@ class LifecycleKeeper:
         not that decorator's attachment."""
         by_name = {str(t["metadata"]["name"]): t for t in self.types.items()}
         owned = [*catalog, *self.flavors.items(), *self.topologies.items(), *self.types.items()]
-        return [*ownership_writes(settings, owned), *stop_writes(self.queues.items(), by_name)]
+        queues = {str(q["metadata"]["name"]): q for q in self.queues.items()}
+        return [
+            *ownership_writes(settings, owned),
+            *stop_writes(self.queues.items(), by_name),
+            *instance_stop_writes(self.instances.items(), by_name, queues),
+        ]
 
     def keep_once(self) -> int:
         """Make every write decided now; a write that fails waits for the next pass. The count

@@ -13,10 +13,10 @@ ClusterQueue of the same name (the pool's queue).
 - a request the pool cannot serve (cards of a CPU-only pool): no Pod, status `Failed` naming it.
 
 Status: the phase, node and granted cards of the observed Pod (`observed_status`). The hook
-never writes the parent's spec: the seed's `spec.stop=true` on a stopped Instance is for a
-controller with credentials; here the stop holds for as long as its cause does, and is
-re-decided on every sync (the queue's and the type's changes reach it through the related
-objects and the resync).
+never writes the parent's spec: it takes the Pod away the moment it sees a running-instance
+stop's cause (the queue's and the type's changes reach it through the related objects and the
+resync), and the lifecycle keeper, which has credentials, writes the seed's `spec.stop=true`
+(`verdictdriver.instance_stops`), so the Instance stays stopped once the cause is gone.
 """
 
 from __future__ import annotations
@@ -75,9 +75,9 @@ def sync(body: Obj, table: ManufacturerTable, sidecar_image: str) -> Obj:
         for obj in request.related.of(CLUSTER_QUEUE, KUEUE_API)
         if obj["metadata"]["name"] == spec.instance_type
     ]
-    stopped = (
-        "stopped (spec.stop)" if spec.stop else stop_reason(pool, queues[0] if queues else None)
-    )
+    cause = stop_reason(pool, queues[0] if queues else None)
+    # The lifecycle keeper writes spec.stop for such a cause; say which while it lasts.
+    stopped = f"stopped (spec.stop){': ' + cause if cause else ''}" if spec.stop else cause
     if stopped or request.finalizing:
         return {"status": observed_status(spec, None, stopped or "deleting"), "children": []}
     assert pool is not None  # stop_reason answers for a missing type

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from chain.names import local_queue_name
+from testbed.drivers import running_lifecycle_keeper
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.instances import create_instance, instance
@@ -99,13 +100,23 @@ def test_an_instance_runs_as_one_pod_and_stops_and_starts(
 
 
 def test_a_draining_pool_stops_its_instances(testbed: Testbed, pool: tuple[str, str]) -> None:
+    """Running-instance stop: the hook takes the Pod away at once, and the lifecycle keeper (as
+    the verdict driver runs it, under its ServiceAccount) writes `spec.stop`, so the Instance
+    stays stopped once the pool opens again."""
     kube = testbed.kube
     type_name, namespace = pool
     create_instance(testbed.kube, _instance("job", type_name, namespace))
     wait_for(lambda: kube.get("v1", "Pod", "job", namespace), 60, "the Instance's Pod")
     wait_for(lambda: kube.get(KUEUE, "ClusterQueue", type_name), 60, "the pool's ClusterQueue")
-    kube.merge_patch(KUEUE, "ClusterQueue", type_name, {"spec": {"stopPolicy": "HoldAndDrain"}})
-    wait_for(lambda: kube.get("v1", "Pod", "job", namespace) is None, 90, "the Pod to go")
+
+    def instance_spec() -> dict[str, Any]:
+        return dict((kube.get(WORKER, "Instance", "job", namespace) or {}).get("spec") or {})
+
+    with running_lifecycle_keeper(testbed):
+        patch = {"spec": {"stopPolicy": "HoldAndDrain"}}
+        kube.merge_patch(KUEUE, "ClusterQueue", type_name, patch)
+        wait_for(lambda: kube.get("v1", "Pod", "job", namespace) is None, 90, "the Pod to go")
+        wait_for(lambda: instance_spec().get("stop") is True, 60, "spec.stop from the keeper")
     found = kube.get(WORKER, "Instance", "job", namespace) or {}
     assert found["status"]["phase"] == "Stopped"
     assert "is draining" in found["status"]["message"]

@@ -162,7 +162,7 @@ def _type(name: str) -> Obj:
 
 
 def _listed(keeper: LifecycleKeeper, **kinds: list[Obj]) -> None:
-    for cache in ("queues", "types", "settings", "flavors", "topologies"):
+    for cache in ("queues", "types", "settings", "flavors", "topologies", "instances"):
         getattr(keeper, cache).replace(kinds.get(cache, []), "1")
 
 
@@ -204,3 +204,23 @@ def test_the_catalog_is_read_once_per_singleton_and_on_every_pass_while_it_goes(
     _listed(keeper, settings=[_settings("a-new-uid")])
     keeper.keep_once()
     assert kube.gets == 4
+
+
+def test_an_instance_of_a_draining_pool_is_stopped_in_its_spec() -> None:
+    kube = FakeKube({})
+    keeper = LifecycleKeeper(kube)  # type: ignore[arg-type]
+    instance = {
+        "metadata": {"name": "lab", "namespace": "team-a", "resourceVersion": "9"},
+        "spec": {"instanceType": "a", "image": "x"},
+    }
+    _listed(
+        keeper,
+        queues=[_queue("a", "HoldAndDrain", "HoldAndDrain")],
+        types=[{**_type("a"), "spec": {"inactive": True}}],
+        settings=[_settings()],
+        instances=[instance],
+    )
+    keeper.keep_once()
+    assert ("Instance", "lab", {"metadata": {"resourceVersion": "9"}, "spec": {"stop": True}}) in (
+        kube.patched
+    )
