@@ -9,9 +9,9 @@ partitioned, cards without a row).
 
 - The hook: the request Metacontroller sends in steady state (the InstanceType, its PoolCards as
   served, the pool's flavors, its ClusterQueue, the settings); interleaved in one run, time
-  `json.loads` of the body alone and `json.loads` + `status.sync` + `json.dumps(answer)`, and
-  print p50/p95 of both and their ratio. Beside it, the size the request had when it related
-  every Devices of the pool instead.
+  `json.loads` of the body alone and `json.loads` + the route (its shallow parse, then
+  `status.sync`) + `json.dumps(answer)`, and print p50/p95 of both and their ratio. Beside it,
+  the size the request had when it related every Devices of the pool instead.
 - The pool-cards keeper over the same Devices (its API server a sink): its first pass (every
   node parsed), then p50/p95 of a pass after one node's ledger changed, what each ledger write
   costs it.
@@ -51,6 +51,7 @@ from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_
 from chain.pools import PoolIdentity
 from chain.units import RESOURCE_MAX_UNITS, SHARE_UNITS
 from hooks.instancetype import status
+from hooks.shell import parse_shallow, shallow_route
 from verdictdriver.pool_cards import PoolCardsKeeper
 
 Obj = dict[str, Any]
@@ -377,8 +378,8 @@ def main() -> None:
         nodes, body = build(size)
         related_devices = len(json.dumps({obj["metadata"]["name"]: obj for obj in nodes}))
         raw = json.dumps(body).encode()
-        summary = status.sync(json.loads(raw))["status"]["acceleratorSummary"]
-        decoded, synced = measure(raw, status.sync, args.repeats)
+        summary = status.sync(parse_shallow(json.loads(raw)))["status"]["acceleratorSummary"]
+        decoded, synced = measure(raw, shallow_route(status.sync), args.repeats)
         d50, d95 = statistics.median(decoded), percentile(decoded, 0.95)
         s50, s95 = statistics.median(synced), percentile(synced, 0.95)
         cold, steady = keeper_passes(size, nodes, args.repeats)

@@ -52,7 +52,7 @@ from hooks.instance import sync as instance_hook
 from hooks.instancetype import status as status_hook
 from hooks.instancetype.request import read_instance_type
 from hooks.queue import queue as queue_hook
-from hooks.shell import Obj, of_kind
+from hooks.shell import CompositeRequest, DecoratorRequest, Obj, of_kind, parse_shallow
 
 # Metacontroller always sends one (possibly empty) map per declared attachment/related type.
 NODE_ATTACHMENTS = (f"{NODE_FLAVORS}.{CHAIN_API}",)
@@ -113,11 +113,13 @@ def _node_step(node: Obj, related_settings: Mapping[str, Any]) -> tuple[Obj, lis
     # Metacontroller resyncs a Node after labelling it; two rounds reach the fixed point.
     for _ in range(2):
         answer = node_hook.sync(
-            {
-                "object": node,
-                "attachments": _object_map(NODE_ATTACHMENTS, []),
-                "related": related_settings,
-            }
+            DecoratorRequest.parse(
+                {
+                    "object": node,
+                    "attachments": _object_map(NODE_ATTACHMENTS, []),
+                    "related": related_settings,
+                }
+            )
         )
         node = _labelled(node, answer.get("labels") or {})
     return node, answer.get("attachments") or []
@@ -131,13 +133,15 @@ def _queue_step(
     observed = [q for q in of_kind(snapshot, CLUSTER_QUEUE) if q["metadata"]["name"] == name]
     related = (*QUEUE_RELATED, f"{SETTINGS}.{CHAIN_API}")
     answer = queue_hook.sync(
-        {
-            "object": instance_type,
-            "attachments": _object_map((f"{CLUSTER_QUEUE}.{KUEUE_API}",), observed),
-            "related": _object_map(
-                related, [*flavors, *of_kind(snapshot, ADMISSION_CHECK), settings]
-            ),
-        },
+        DecoratorRequest.parse(
+            {
+                "object": instance_type,
+                "attachments": _object_map((f"{CLUSTER_QUEUE}.{KUEUE_API}",), observed),
+                "related": _object_map(
+                    related, [*flavors, *of_kind(snapshot, ADMISSION_CHECK), settings]
+                ),
+            }
+        ),
         default_manufacturers(),
     )
     planned = copy.deepcopy(answer["attachments"][0])
@@ -155,7 +159,9 @@ def _queue_step(
 
 def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]]) -> Obj:
     """An InstanceType with the status the status hook writes."""
-    answer = status_hook.sync({"object": instance_type, "attachments": {}, "related": related})
+    answer = status_hook.sync(
+        parse_shallow({"object": instance_type, "attachments": {}, "related": related})
+    )
     return {**instance_type, "status": answer["status"]}
 
 
@@ -185,11 +191,13 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
     observed_types = of_kind(objects, INSTANCE_TYPE)
     pools = (
         pools_hook.sync(
-            {
-                "object": settings,
-                "attachments": _object_map(POOL_ATTACHMENTS, observed_types),
-                "related": _object_map((f"{NODE_FLAVORS}.{CHAIN_API}",), summaries),
-            }
+            parse_shallow(
+                {
+                    "object": settings,
+                    "attachments": _object_map(POOL_ATTACHMENTS, observed_types),
+                    "related": _object_map((f"{NODE_FLAVORS}.{CHAIN_API}",), summaries),
+                }
+            )
         ).get("attachments")
         or []
     )
@@ -211,14 +219,16 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
     local_queues: list[Obj] = []
     for namespace in of_kind(objects, "Namespace"):
         answer = entrance.sync(
-            {
-                "object": namespace,
-                "attachments": _object_map((f"{LOCAL_QUEUE}.{KUEUE_API}",), []),
-                "related": _object_map(
-                    (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
-                    [*cluster_queues, settings],
-                ),
-            },
+            DecoratorRequest.parse(
+                {
+                    "object": namespace,
+                    "attachments": _object_map((f"{LOCAL_QUEUE}.{KUEUE_API}",), []),
+                    "related": _object_map(
+                        (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
+                        [*cluster_queues, settings],
+                    ),
+                }
+            ),
             env,
         )
         local_queues += answer.get("attachments") or []
@@ -257,11 +267,13 @@ def _instance_step(
             == (meta["name"], meta.get("namespace"))
         ]
         answer = instance_hook.sync(
-            {
-                "parent": instance,
-                "children": _object_map(("Pod.v1",), owned),
-                "related": related,
-            },
+            CompositeRequest.parse(
+                {
+                    "parent": instance,
+                    "children": _object_map(("Pod.v1",), owned),
+                    "related": related,
+                }
+            ),
             default_manufacturers(),
             CHAIN_IMAGE,
         )

@@ -306,6 +306,32 @@ def parse_shallow(body: Any) -> DecoratorRequest:
     )
 
 
+def customize_parent(body: Any) -> Obj:
+    """A customize request's parent (checked against the customize schema)."""
+    parent: Obj = validate(body, CUSTOMIZE_REQUEST_SCHEMA)["parent"]
+    return parent
+
+
+# Routes: the shell parses a request (deep, or shallow for hooks that relate thousands of
+# objects) and hands the pure function the typed view it reads.
+
+
+def decorator_route(sync: Callable[[DecoratorRequest], Obj]) -> Handler:
+    return lambda body: sync(DecoratorRequest.parse(body))
+
+
+def shallow_route(sync: Callable[[DecoratorRequest], Obj]) -> Handler:
+    return lambda body: sync(parse_shallow(body))
+
+
+def composite_route(sync: Callable[[CompositeRequest], Obj]) -> Handler:
+    return lambda body: sync(CompositeRequest.parse(body))
+
+
+def customize_route(customize: Callable[[Obj], Obj]) -> Handler:
+    return lambda body: customize(customize_parent(body))
+
+
 def _error(status: int, message: str, field: str | None = None) -> tuple[Response, int]:
     payload: Obj = {"error": message}
     if field is not None:

@@ -6,14 +6,16 @@ import os
 
 from chain.settings import StartupEnv
 from hooks.entrance.sync import customize, sync
-from hooks.shell import Obj, make_app
+from hooks.shell import DecoratorRequest, Obj, customize_route, decorator_route, make_app
 
 # Read once at start: the reserved namespaces follow the chain's own namespace.
 ENV = StartupEnv.from_env(os.environ)
 
 
-def _sync(body: Obj) -> Obj:
-    return sync(body, ENV)
+def _sync(request: DecoratorRequest) -> Obj:
+    return sync(request, ENV)
 
 
-app = make_app("entrance", {"/sync": _sync, "/customize": customize})
+app = make_app(
+    "entrance", {"/sync": decorator_route(_sync), "/customize": customize_route(customize)}
+)

@@ -25,19 +25,16 @@ from chain.labels import QUEUE_ANNOTATION, RESOURCE_TYPE, RESOURCE_TYPE_INSTANCE
 from chain.names import local_queue_name
 from chain.settings import Settings, StartupEnv
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
     BadRequest,
     DecoratorRequest,
     Obj,
     related_settings,
-    validate,
 )
 
 CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
 
-def customize(body: Obj) -> Obj:
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
+def customize(parent: Obj) -> Obj:
     return {
         "relatedResources": [
             {
@@ -82,8 +79,7 @@ def chain_queues(request: DecoratorRequest) -> list[str]:
     return sorted(names)
 
 
-def sync(body: Obj, env: StartupEnv) -> Obj:
-    request = DecoratorRequest.parse(body)
+def sync(request: DecoratorRequest, env: StartupEnv) -> Obj:
     namespace = request.object
     meta = namespace["metadata"]
     if namespace.get("kind") != "Namespace":

@@ -7,16 +7,17 @@ Routes: POST /node/sync, /node/customize (Node decorator), /flavors/sync, /flavo
 from __future__ import annotations
 
 from hooks.flavor import node, pools
-from hooks.shell import make_app
+from hooks.shell import customize_route, decorator_route, make_app, shallow_route
 
 app = make_app(
     "flavor",
     {
-        "/node/sync": node.sync,
-        "/node/customize": node.customize,
-        "/flavors/sync": pools.sync,
-        "/flavors/finalize": pools.sync,
-        "/flavors/customize": pools.customize,
+        "/node/sync": decorator_route(node.sync),
+        "/node/customize": customize_route(node.customize),
+        # The pools request relates every node's summary: parsed shallow (`parse_shallow`).
+        "/flavors/sync": shallow_route(pools.sync),
+        "/flavors/finalize": shallow_route(pools.sync),
+        "/flavors/customize": customize_route(pools.customize),
     },
     # The pools decorator's hook timeout is 30 s (manifests/controllers/flavor-pools.yaml): its
     # request relates every node's summary.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
 
 from chain.apis import CHAIN_API, CORE_V1, NODE, SETTINGS_NAME, SETTINGS_RESOURCE
 from chain.keys import CpuKey, node_cpu_key
@@ -48,26 +47,22 @@ from chain.quantity import parse_quantity
 from chain.settings import Settings
 from hooks.flavor.summary import DEVICE_FIELDS, FlavorEntry, NodeSummary, cpu_facts
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
     BadRequest,
     DecoratorRequest,
     Obj,
     related_settings,
-    validate,
 )
 
 Labels = dict[str, str | None]
 
 
-def customize(body: Any) -> Obj:
+def customize(parent: Obj) -> Obj:
     """Relate the Settings singleton; the answer depends on nothing in the Node (it is cached)."""
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
     rule = {"apiVersion": CHAIN_API, "resource": SETTINGS_RESOURCE, "names": [SETTINGS_NAME]}
     return {"relatedResources": [rule]}
 
 
-def sync(body: Any) -> Obj:
-    request = DecoratorRequest.parse(body)
+def sync(request: DecoratorRequest) -> Obj:
     node = request.object
     if node["kind"] != NODE or node["apiVersion"] != CORE_V1:
         raise BadRequest("$.object.kind", f"expected a v1 Node, got {node['kind']}")

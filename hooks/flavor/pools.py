@@ -45,24 +45,21 @@ from chain.settings import Settings
 from hooks.flavor.objects import as_observed, instance_type, resource_flavor, topology
 from hooks.flavor.summary import FlavorEntry, entry_of, scan
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
     BadRequest,
+    DecoratorRequest,
     Obj,
     object_path,
     parent_settings,
-    parse_shallow,
-    validate,
 )
 
 RELEASE_WAIT = 2
 """Seconds between finalize calls while the lifecycle keeper releases the attachments."""
 
 
-def customize(body: Any) -> Obj:
+def customize(parent: Obj) -> Obj:
     """Relate every summary, and every object whose name an attachment could take (every
     InstanceType, the chain's flavors and Topology); the rules depend on nothing in the parent
     (the answer is cached)."""
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
 
     def labelled(value: str) -> Obj:
         return {"matchLabels": {RESOURCE_TYPE: value}}
@@ -125,8 +122,7 @@ def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
     }
 
 
-def sync(body: Any) -> Obj:
-    request = parse_shallow(body)
+def sync(request: DecoratorRequest) -> Obj:
     settings = parent_settings(request)
     if settings is None:
         return {"attachments": []}

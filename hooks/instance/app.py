@@ -12,15 +12,17 @@ import os
 from chain.manufacturers import default_manufacturers
 from chain.release import CHAIN_IMAGE
 from hooks.instance.sync import customize, sync
-from hooks.shell import Obj, make_app
+from hooks.shell import CompositeRequest, Obj, composite_route, customize_route, make_app
 
 TABLE = default_manufacturers()
 SIDECAR_IMAGE_ENV = "GPUSTACK_SSH_SIDECAR_IMAGE"
 SIDECAR_IMAGE = os.environ.get(SIDECAR_IMAGE_ENV, CHAIN_IMAGE)
 
 
-def _sync(body: Obj) -> Obj:
-    return sync(body, TABLE, SIDECAR_IMAGE)
+def _sync(request: CompositeRequest) -> Obj:
+    return sync(request, TABLE, SIDECAR_IMAGE)
 
 
-app = make_app("instance", {"/sync": _sync, "/customize": customize})
+app = make_app(
+    "instance", {"/sync": composite_route(_sync), "/customize": customize_route(customize)}
+)

@@ -25,11 +25,9 @@ from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, INSTANCE_TYPE_RESOURCE, KUE
 from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
 from chain.manufacturers import ManufacturerTable
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
     BadRequest,
     CompositeRequest,
     Obj,
-    validate,
 )
 
 CLUSTER_QUEUES_RESOURCE = "clusterqueues"
@@ -42,9 +40,8 @@ def _spec(parent: Obj) -> InstanceSpec:
         raise BadRequest.at("$.parent", err) from None
 
 
-def customize(body: Obj) -> Obj:
+def customize(parent: Obj) -> Obj:
     """The InstanceType the Instance names, and its pool's ClusterQueue (the same name)."""
-    parent = validate(body, CUSTOMIZE_REQUEST_SCHEMA)["parent"]
     name = _spec(parent).instance_type
     return {
         "relatedResources": [
@@ -54,8 +51,7 @@ def customize(body: Obj) -> Obj:
     }
 
 
-def sync(body: Obj, table: ManufacturerTable, sidecar_image: str) -> Obj:
-    request = CompositeRequest.parse(body)
+def sync(request: CompositeRequest, table: ManufacturerTable, sidecar_image: str) -> Obj:
     parent = request.parent
     if parent["kind"] != "Instance" or parent["apiVersion"] != WORKER_API:
         raise BadRequest("$.parent.kind", f"expected a {WORKER_API} Instance, got {parent['kind']}")

@@ -16,7 +16,7 @@ from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import Obj, make_app
+from hooks.shell import Obj, customize_route, make_app, shallow_route
 
 settings = catalog_source(catalog_settings, Settings())
 
@@ -30,10 +30,11 @@ app = make_app(
     {
         "/mutate": _mutate,
         "/validate": validate_review,
-        "/sync": sync,
-        "/customize": customize,
-        "/catalog/sync": catalog.sync,
-        "/catalog/customize": catalog.customize,
+        # Both decorators relate many objects: parsed shallow (`parse_shallow`).
+        "/sync": shallow_route(sync),
+        "/customize": customize_route(customize),
+        "/catalog/sync": shallow_route(catalog.sync),
+        "/catalog/customize": customize_route(catalog.customize),
     },
     webhooks=frozenset({"/mutate", "/validate"}),
 )

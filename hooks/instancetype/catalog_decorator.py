@@ -22,8 +22,6 @@ ConfigMap and retries, so the webhook goes on with the pools it knew (never an e
 
 from __future__ import annotations
 
-from typing import Any
-
 from chain.apis import (
     INSTANCE_TYPE,
     INSTANCE_TYPE_RESOURCE,
@@ -46,11 +44,9 @@ from chain.kvcache import (
     kvcache_catalog,
 )
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
+    DecoratorRequest,
     Obj,
     parent_settings,
-    parse_shallow,
-    validate,
 )
 
 CATALOG_BUDGET = ANNOTATIONS_LIMIT - ANNOTATIONS_HEADROOM
@@ -60,10 +56,9 @@ class CatalogTooLarge(RuntimeError):
     """The catalog would not fit in the ConfigMap Metacontroller writes."""
 
 
-def customize(body: Any) -> Obj:
+def customize(parent: Obj) -> Obj:
     """Relate every InstanceType and every KVCachePool; the rule reads nothing of the parent
     (the answer is cached)."""
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
     return {
         "relatedResources": [
             {"apiVersion": WORKER_API, "resource": INSTANCE_TYPE_RESOURCE},
@@ -82,8 +77,7 @@ def _fitting(configmap: Obj, what: str) -> Obj:
     return configmap
 
 
-def sync(body: Any) -> Obj:
-    request = parse_shallow(body)
+def sync(request: DecoratorRequest) -> Obj:
     if parent_settings(request) is None:
         return {"attachments": []}
     related = request.related.of(INSTANCE_TYPE, WORKER_API)

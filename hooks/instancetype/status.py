@@ -26,7 +26,7 @@ from hooks.instancetype.request import (
     pool_queue,
     read_instance_type,
 )
-from hooks.shell import CUSTOMIZE_REQUEST_SCHEMA, Obj, parse_shallow, related_settings, validate
+from hooks.shell import DecoratorRequest, Obj, related_settings
 
 CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
@@ -57,10 +57,9 @@ def phase(instance_type: InstanceType, queue: QueueState | None) -> tuple[str, s
     return state, str(queue.active.get("message") or "")
 
 
-def sync(body: Obj) -> Obj:
+def sync(request: DecoratorRequest) -> Obj:
     """`/sync`: the complete status, replacing what is there (never null: a request this hook
     cannot read is a 400, and the status stays as it was)."""
-    request = parse_shallow(body)
     instance_type = read_instance_type(request.object, "$.object")
     identity = instance_type.identity
     aware = related_settings(request).instance_type_aware_cpu_manufacturer
@@ -89,7 +88,7 @@ def sync(body: Obj) -> Obj:
     return {"status": status}
 
 
-def customize(body: Obj) -> Obj:
+def customize(parent: Obj) -> Obj:
     """Relate the pool's PoolCards and flavors, its ClusterQueue and the settings singleton.
 
     The answer is cached per InstanceType generation, so it depends on the spec alone: the
@@ -97,8 +96,7 @@ def customize(body: Obj) -> Obj:
     applies the narrower one when the setting is on (as the queue hook does). The pool's nodes
     reach the hook only through its PoolCards (`chain.pool_cards`), named after the type.
     """
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
-    instance_type = read_instance_type(body["parent"], "$.parent")
+    instance_type = read_instance_type(parent, "$.parent")
     identity = instance_type.identity
     flavors = flavor_selector(identity, aware=False)
     rules: list[Obj] = []

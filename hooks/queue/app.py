@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from chain.manufacturers import default_manufacturers
 from hooks.queue import queue
-from hooks.shell import Obj, make_app
+from hooks.shell import DecoratorRequest, Obj, customize_route, make_app
 
 # Read once at start, like every `GPUSTACK_<MFR>_*` override.
 TABLE = default_manufacturers()
 
 
 def _sync(body: Obj) -> Obj:
-    return queue.sync(body, TABLE)
+    return queue.sync(DecoratorRequest.parse(body), TABLE)
 
 
 def _finalize(body: Obj) -> Obj:
@@ -23,7 +23,10 @@ def _finalize(body: Obj) -> Obj:
         # Metacontroller calls this route only for a target being finalized; trust the route
         # over a body that forgot to say so.
         body = {**body, "finalizing": True}
-    return queue.sync(body, TABLE)
+    return queue.sync(DecoratorRequest.parse(body), TABLE)
 
 
-app = make_app("queue", {"/sync": _sync, "/finalize": _finalize, "/customize": queue.customize})
+app = make_app(
+    "queue",
+    {"/sync": _sync, "/finalize": _finalize, "/customize": customize_route(queue.customize)},
+)

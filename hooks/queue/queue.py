@@ -54,12 +54,10 @@ from hooks.queue.request import (
     selector_of,
 )
 from hooks.shell import (
-    CUSTOMIZE_REQUEST_SCHEMA,
     BadRequest,
     DecoratorRequest,
     Obj,
     related_settings,
-    validate,
 )
 
 log = logging.getLogger("hooks.queue")
@@ -226,10 +224,9 @@ def _instance_type(obj: Obj, where: str) -> None:
         )
 
 
-def sync(body: Obj, table: ManufacturerTable) -> Obj:
+def sync(request: DecoratorRequest, table: ManufacturerTable) -> Obj:
     """`/sync`, and `/finalize` (whose body says `finalizing: true`): a type being deleted is
     finalized whichever route is called, reading nothing but its name and its queue."""
-    request = DecoratorRequest.parse(body)
     _instance_type(request.object, "$.object")
     meta = request.object["metadata"]
     if request.finalizing or meta.get("deletionTimestamp"):
@@ -291,15 +288,13 @@ def finalize(observed: Sequence[ObservedQueue]) -> Obj:
     return {"attachments": held, "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
 
 
-def customize(body: Obj) -> Obj:
+def customize(parent: Obj) -> Obj:
     """Relate the pool's flavors, the node-devices check and the settings singleton.
 
     The answer is cached per InstanceType generation, so it depends on the spec alone: the
     flavor selector is the one without CPU awareness, which every aware selector narrows;
     `sync` applies the narrower one when the setting is on.
     """
-    validate(body, CUSTOMIZE_REQUEST_SCHEMA)
-    parent = body["parent"]
     _instance_type(parent, "$.parent")
     pool = read_pool(parent, "$.parent")
     rules: list[Obj] = []

@@ -20,7 +20,7 @@ from flask import Flask, Response, jsonify, request
 
 from hooks.flavor.app import app as flavor_app
 from hooks.flavor.node import sync as node_sync
-from hooks.shell import WRITE_RECHECK_SECONDS
+from hooks.shell import WRITE_RECHECK_SECONDS, DecoratorRequest
 
 Obj = dict[str, Any]
 FIXTURE = Path(__file__).parent / "flavor" / "fixtures" / "node-epyc-2xt4.json"
@@ -79,7 +79,7 @@ def _without_recheck() -> Flask:
 
     @bare.post("/node/sync")
     def sync() -> Response:
-        return jsonify(node_sync(request.get_json()))
+        return jsonify(node_sync(DecoratorRequest.parse(request.get_json())))
 
     return bare
 

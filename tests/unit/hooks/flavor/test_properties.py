@@ -20,6 +20,7 @@ from benchmarks.cluster import (
 from chain.pools import FlavorIdentity
 from hooks.flavor import node, pools
 from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
+from hooks.shell import DecoratorRequest, parse_shallow
 
 GKEYS = ("amd-epyc-7763", "intel-xeon-platinum-8358", "amd-25-1")
 AKEYS = ("", "", "nvidia-tesla-t4", "nvidia-a10g")
@@ -49,7 +50,7 @@ def _request(items: list[NodeSummary], spec: dict[str, Any]) -> Any:
 
 @given(summaries(), st.booleans())
 def test_capacity_is_count_times_contributors(items: list[NodeSummary], mixed: bool) -> None:
-    answer = pools.sync(_request(items, {"instance-type-mixed-on-node": mixed}))
+    answer = pools.sync(parse_shallow(_request(items, {"instance-type-mixed-on-node": mixed})))
     expected: dict[str, int] = {}
     for item in items:
         for entry in item.flavors:
@@ -77,8 +78,8 @@ def test_answer_ignores_order_and_map_keys(items: list[NodeSummary], rng: Any, a
     shuffled["related"]["NodeFlavors.gpustack.ai/v1alpha1"] = {
         f"k{index}": obj for index, (_, obj) in enumerate(entries)
     }
-    first = json.dumps(pools.sync(request))
-    assert json.dumps(pools.sync(shuffled)) == first
+    first = json.dumps(pools.sync(parse_shallow(request)))
+    assert json.dumps(pools.sync(parse_shallow(shuffled))) == first
 
 
 @given(summaries())
@@ -90,7 +91,7 @@ def test_observed_types_are_always_returned_unchanged(items: list[NodeSummary]) 
         "spec": {"displayName": "kept as the admin left it"},
     }
     request = pools_request(settings_object(), [item.to_object() for item in items], [observed])
-    answer = pools.sync(request)
+    answer = pools.sync(parse_shallow(request))
     types = [obj for obj in answer["attachments"] if obj["kind"] == "InstanceType"]
     assert observed in types
     assert len({obj["metadata"]["name"] for obj in types}) == len(types)
@@ -106,8 +107,12 @@ def test_observed_types_are_always_returned_unchanged(items: list[NodeSummary]) 
 def test_node_answer_ignores_heartbeats(cpu: Any, card: Any, beat: int, other: int) -> None:
     """Conditions, allocatable, resourceVersion move on every heartbeat; the answer must not."""
     cards = 2 if card else 0
-    first = node.sync(node_request(node_object("n", cpu, card, cards, heartbeat=beat)))
-    second = node.sync(node_request(node_object("n", cpu, card, cards, heartbeat=other)))
+    first = node.sync(
+        DecoratorRequest.parse(node_request(node_object("n", cpu, card, cards, heartbeat=beat)))
+    )
+    second = node.sync(
+        DecoratorRequest.parse(node_request(node_object("n", cpu, card, cards, heartbeat=other)))
+    )
     assert first == second
 
 

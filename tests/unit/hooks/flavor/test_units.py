@@ -11,7 +11,7 @@ from chain.keys import CpuKey
 from chain.settings import Settings
 from hooks.flavor import node
 from hooks.flavor.objects import as_observed, cpu_detail
-from hooks.shell import BadRequest, parse_shallow, read_settings
+from hooks.shell import BadRequest, DecoratorRequest, parse_shallow, read_settings
 
 G = "general.feature.gpustack.ai/"
 
@@ -90,12 +90,14 @@ def test_acceleratable_true_is_never_touched() -> None:
 def test_node_without_os_feeds_nothing() -> None:
     obj = node_object("n", CPU_MODELS[0])
     del obj["metadata"]["labels"]["kubernetes.io/os"]
-    assert node.sync(node_request(obj))["attachments"] == []
+    assert node.sync(DecoratorRequest.parse(node_request(obj)))["attachments"] == []
 
 
 def test_missing_settings_object_means_defaults() -> None:
-    with_defaults = node.sync(node_request(node_object("n", CPU_MODELS[0]), settings_object()))
-    without = node.sync(node_request(node_object("n", CPU_MODELS[0])))
+    with_defaults = node.sync(
+        DecoratorRequest.parse(node_request(node_object("n", CPU_MODELS[0]), settings_object()))
+    )
+    without = node.sync(DecoratorRequest.parse(node_request(node_object("n", CPU_MODELS[0]))))
     assert with_defaults == without
 
 

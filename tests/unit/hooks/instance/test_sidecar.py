@@ -6,6 +6,7 @@ import copy
 
 from chain.manufacturers import default_manufacturers
 from hooks.instance.sync import sync
+from hooks.shell import CompositeRequest
 from tests.unit.hooks.instance.cases import CASES
 
 
@@ -14,7 +15,9 @@ def _ssh_request() -> dict[str, object]:
 
 
 def test_the_sidecar_runs_the_configured_image_whatever_main_runs() -> None:
-    answer = sync(_ssh_request(), default_manufacturers(), "mirror.example/chain:7")
+    answer = sync(
+        CompositeRequest.parse(_ssh_request()), default_manufacturers(), "mirror.example/chain:7"
+    )
     (pod,) = answer["children"]
     main, sshd = pod["spec"]["containers"]
     assert main["image"] == "registry.example/lab:1"
@@ -23,7 +26,7 @@ def test_the_sidecar_runs_the_configured_image_whatever_main_runs() -> None:
 
 
 def test_without_a_sidecar_image_an_ssh_instance_fails_with_a_reason() -> None:
-    answer = sync(_ssh_request(), default_manufacturers(), "")
+    answer = sync(CompositeRequest.parse(_ssh_request()), default_manufacturers(), "")
     assert answer["children"] == []
     assert answer["status"]["phase"] == "Failed"
     assert "GPUSTACK_SSH_SIDECAR_IMAGE" in answer["status"]["message"]

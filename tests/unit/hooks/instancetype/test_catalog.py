@@ -23,7 +23,9 @@ from chain.settings import Settings
 from hooks.admission.pool_catalog import parse_catalog
 from hooks.catalog_file import load_document
 from hooks.instancetype.app import app
-from hooks.instancetype.catalog_decorator import CATALOG_BUDGET, sync
+from hooks.instancetype.catalog_decorator import CATALOG_BUDGET
+from hooks.instancetype.catalog_decorator import sync as sync_parsed
+from hooks.shell import parse_shallow
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.catalog_cases import (
     A100_TYPE,
@@ -53,6 +55,11 @@ Obj = dict[str, Any]
         "tests.unit.hooks.instancetype.catalog_fixtures",
     )
 )
+
+
+def sync(body: Obj) -> Obj:
+    """The decorator's sync as its route calls it: the request parsed shallow first."""
+    return sync_parsed(parse_shallow(body))
 
 
 @pytest.fixture(scope="module")
