@@ -65,7 +65,8 @@ from chain.queues import NODE_DEVICES_CHECK
 from chain.units import RESOURCE_MAX_UNITS, credits_to_accelerators
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from testbed import build
-from testbed.harness import Testbed, free_port, http_ok
+from testbed.components import http_ok
+from testbed.harness import Testbed, free_port
 from testbed.install import install
 from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import (

@@ -32,8 +32,9 @@ from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build, images
 from testbed.cluster import AGENT_NAMESPACE, REAL_NODES, install_chain, pool_views, start_nodes
+from testbed.components import CONTROL_PLANE_NODE
 from testbed.drivers import run_agent
-from testbed.harness import COMPONENT_ORDER, CONTROL_PLANE_NODE, Testbed
+from testbed.harness import COMPONENT_ORDER, Testbed
 from testbed.install import REPO, install
 from testbed.instances import (
     SMALL,

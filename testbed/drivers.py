@@ -17,7 +17,8 @@ from pathlib import Path
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.queues import NODE_DEVICES_CHECK
 from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
-from testbed.harness import Testbed, free_port, http_ok
+from testbed.components import http_ok
+from testbed.harness import Testbed, free_port
 from testbed.kube import Kube, load_yaml_documents, wait_for
 from testbed.workloads import now
 from verdictdriver.driver import FIELD_MANAGER

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from testbed.crds import crd_established
 from testbed.drivers import run_pool_cards_keeper
 from testbed.harness import Testbed
 from testbed.kube import Obj, load_yaml_documents, wait_for
@@ -147,7 +148,7 @@ def install(
         bed.kube.apply(obj, FIELD_MANAGER)
     for crd in crds:
         name = crd["metadata"]["name"]
-        wait_for(partial(bed.crd_established, name), timeout, f"CRD {name} established")
+        wait_for(partial(crd_established, bed, name), timeout, f"CRD {name} established")
     bed.kube.forget_discovery()
     # What the verdict driver does on its first start (its Deployment is not run here).
     ensure_settings(bed.kube, {})

@@ -47,7 +47,7 @@ def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
     """Metacontroller as its own manifests install it (`manifests/production` of its module:
     namespace, RBAC, StatefulSet), rendered by the real kubectl, with the image reference
     swapped for the testbed's. Its CRDs stay the ones the testbed installed (widened by v4's two
-    fields, `harness.metacontroller_v4_fields`)."""
+    fields, `crds.metacontroller_v4_fields`)."""
     source = build.module_dir("metacontroller") / "manifests/production"
     rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(source)))
     objects = [o for o in rendered if o and o["kind"] != "CustomResourceDefinition"]

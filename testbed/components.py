@@ -1,0 +1,312 @@
+"""How the testbed starts each upstream component (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, Kueue, Metacontroller, nfd-master) as a process of a `Testbed`, with the flags
+and configuration running outside a cluster needs."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import requests
+import yaml
+
+from chain.kueue_config import merged_configuration
+from testbed import build, certs, crds
+from testbed.kube import Obj, load_yaml_documents
+from testbed.nodes import node_object, register_node
+
+if TYPE_CHECKING:
+    from testbed.harness import Testbed
+
+KUEUE_NAMESPACE = "kueue-system"
+# Kueue reads its metrics certificate from this fixed path when internal cert management is off.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+# The chain's Kueue Configuration fragment; the testbed's Kueue runs with it merged in.
+KUEUE_FRAGMENT = (
+    Path(__file__).resolve().parent.parent / "manifests" / "kueue" / "configuration.yaml"
+)
+KUEUE_STOCK_CONFIG = "config/components/manager/controller_manager_config.yaml"
+"""Kueue's own Configuration, what its release manifests install."""
+CONTROL_PLANE_NODE = "testbed-control-plane"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def start_etcd(bed: Testbed, binary: Path, timeout: float) -> None:
+    port = bed.state.ports["etcd"]
+    url = f"http://127.0.0.1:{port}"
+    bed.spawn(
+        "etcd",
+        [
+            str(binary),
+            f"--data-dir={bed.root / 'etcd'}",
+            f"--listen-client-urls={url}",
+            f"--advertise-client-urls={url}",
+            f"--listen-peer-urls=http://127.0.0.1:{bed.state.ports['etcd_peer']}",
+            "--unsafe-no-fsync=true",  # test data: durability buys nothing, fsync costs a lot
+            "--quota-backend-bytes=4294967296",
+        ],
+    )
+
+    def healthy() -> bool:
+        try:
+            return bool(requests.get(f"{url}/health", timeout=2).json().get("health") == "true")
+        except (requests.RequestException, ValueError):
+            return False
+
+    bed.wait_ready("etcd", healthy, timeout)
+
+
+def apiserver_network_flags(bed: Testbed) -> list[str]:
+    c = bed.certs
+    if not bed.state.real_nodes:
+        return [
+            "--bind-address=127.0.0.1",
+            # No default route on these machines: without this the server refuses to start.
+            "--advertise-address=127.0.0.1",
+            "--endpoint-reconciler-type=none",
+        ]
+    front_proxy = certs.issue(bed.root / "certs", FRONT_PROXY_CLIENT, FRONT_PROXY_CLIENT)
+    return [
+        # Loopback for the host's clients, the bridge for the nodes and their Pods.
+        "--bind-address=0.0.0.0",
+        f"--advertise-address={bed.network.host_ip}",  # the `kubernetes` Service's endpoint
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={c.admin_crt}",
+        f"--kubelet-client-key={c.admin_key}",
+        f"--kubelet-certificate-authority={c.ca_crt}",
+        # Webhooks and aggregated APIs at their Pods' addresses: the host runs no kube-proxy.
+        "--enable-aggregator-routing=true",
+        # The front proxy: aggregated API servers (Kueue's visibility API) trust requests the
+        # API server forwards with this client certificate and these headers; without it
+        # they answer 403, and clients whose discovery must be complete (Metacontroller
+        # v1.5.20) stop altogether.
+        f"--proxy-client-cert-file={front_proxy[0]}",
+        f"--proxy-client-key-file={front_proxy[1]}",
+        f"--requestheader-client-ca-file={c.ca_crt}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+    ]
+
+
+def start_apiserver(bed: Testbed, binary: Path, timeout: float) -> None:
+    c = bed.certs
+    port = bed.state.ports["apiserver"]
+    bed.spawn(
+        "kube-apiserver",
+        [
+            str(binary),
+            f"--etcd-servers=http://127.0.0.1:{bed.state.ports['etcd']}",
+            *apiserver_network_flags(bed),
+            f"--secure-port={port}",
+            f"--tls-cert-file={c.serving_crt}",
+            f"--tls-private-key-file={c.serving_key}",
+            f"--client-ca-file={c.ca_crt}",
+            "--authorization-mode=Node,RBAC",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--allow-privileged=true",
+            f"--service-account-issuer=https://127.0.0.1:{port}",
+            f"--service-account-key-file={c.sa_pub}",
+            f"--service-account-signing-key-file={c.sa_key}",
+            "--max-requests-inflight=2000",
+            "--max-mutating-requests-inflight=1000",
+        ],
+    )
+    bed.wait_ready("kube-apiserver", lambda: bed.https_ok(f"{bed.server}/readyz"), timeout)
+
+
+def start_kcm(bed: Testbed, binary: Path, timeout: float) -> None:
+    c = bed.certs
+    port = bed.state.ports["kcm"]
+    bed.spawn(
+        "kube-controller-manager",
+        [
+            str(binary),
+            *controller_flags(bed, port),
+            # With real nodes, everything a cluster runs (node lifecycle, Deployments,
+            # DaemonSets, Jobs, EndpointSlices, the root CA publisher, ...).
+            "--controllers="
+            + (
+                "*"
+                if bed.state.real_nodes
+                else "namespace,garbagecollector,serviceaccount,serviceaccount-token"
+            ),
+            f"--cluster-signing-cert-file={c.ca_crt}",
+            f"--cluster-signing-key-file={c.ca_key}",
+            f"--root-ca-file={c.ca_crt}",
+            f"--service-account-private-key-file={c.sa_key}",
+            "--use-service-account-credentials=false",
+        ],
+    )
+    bed.wait_ready(
+        "kube-controller-manager",
+        lambda: bed.https_ok(f"https://127.0.0.1:{port}/healthz"),
+        timeout,
+    )
+    # The service-account controller creating `default` proves the controllers run.
+    bed.wait_ready(
+        "kube-controller-manager",
+        lambda: bed.kube.get("v1", "ServiceAccount", "default", "default"),
+        timeout,
+    )
+
+
+def controller_flags(bed: Testbed, port: int) -> list[str]:
+    """What kube-controller-manager and kube-scheduler share: the admin kubeconfig for
+    everything, no leader election, HTTPS health on a loopback port."""
+    c = bed.certs
+    return [
+        f"--kubeconfig={bed.kubeconfig}",
+        f"--authentication-kubeconfig={bed.kubeconfig}",
+        f"--authorization-kubeconfig={bed.kubeconfig}",
+        "--leader-elect=false",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--tls-cert-file={c.serving_crt}",
+        f"--tls-private-key-file={c.serving_key}",
+    ]
+
+
+def start_scheduler(bed: Testbed, binary: Path, timeout: float) -> None:
+    port = bed.state.ports["scheduler"]
+    bed.spawn("kube-scheduler", [str(binary), *controller_flags(bed, port)])
+    bed.wait_ready(
+        "kube-scheduler", lambda: bed.https_ok(f"https://127.0.0.1:{port}/healthz"), timeout
+    )
+
+
+def kueue_config(bed: Testbed) -> Obj:
+    """The Configuration the testbed's Kueue runs with: what running outside a cluster
+    needs, plus the chain's shipped fragment (feature gates, resource transformations)."""
+    config = kueue_base_config(bed, bed.state.ports)
+    if not KUEUE_FRAGMENT.is_file():
+        return config
+    return merged_configuration(config, load_yaml_documents(KUEUE_FRAGMENT)[0])
+
+
+def kueue_base_config(bed: Testbed, p: dict[str, int]) -> Obj:
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        **kueue_stock_tuning(),
+        "namespace": KUEUE_NAMESPACE,
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {
+            "port": p["kueue_webhook"],
+            "host": "127.0.0.1",
+            "certDir": str(bed.root / "kueue-webhook-certs"),
+        },
+        "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
+        "integrations": {"frameworks": ["batch/job"]},
+        # No kubelet runs Pods here: an admitted Workload never becomes PodsReady, and
+        # waitForPodsReady (on by default since 0.19) would evict it after 30 minutes.
+        "featureGates": {"VisibilityOnDemand": False, "DisableWaitForPodsReady": True},
+    }
+
+
+def start_kueue(bed: Testbed, binary: Path, timeout: float) -> None:
+    c = bed.certs
+    certdir = bed.root / "kueue-webhook-certs"
+    certdir.mkdir(exist_ok=True)
+    shutil.copy(c.serving_crt, certdir / "tls.crt")
+    shutil.copy(c.serving_key, certdir / "tls.key")
+    KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
+    for src, dst in ((c.serving_crt, "tls.crt"), (c.serving_key, "tls.key")):
+        shutil.copy(src, KUEUE_METRICS_CERTS / dst)
+    config = bed.root / "kueue-config.yaml"
+    config.write_text(yaml.safe_dump(kueue_config(bed)))
+    bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
+    bed.spawn(
+        "kueue",
+        [
+            str(binary),
+            f"--config={config}",
+            f"--kubeconfig={bed.kubeconfig}",
+            "--zap-log-level=2",
+        ],
+    )
+    health = f"http://127.0.0.1:{bed.state.ports['kueue_health']}/readyz"
+    bed.wait_ready("kueue", lambda: http_ok(health), timeout)
+    for hook_config in crds.kueue_webhooks(bed):
+        bed.kube.apply(hook_config)
+
+
+def start_metacontroller(bed: Testbed, binary: Path, timeout: float) -> None:
+    port = bed.state.ports["metacontroller"]
+    bed.spawn(
+        "metacontroller",
+        [
+            str(binary),
+            # v1.5.20 reads --client-config-path (or $KUBECONFIG), not --kubeconfig.
+            f"--client-config-path={bed.kubeconfig}",
+            f"--debug-addr=127.0.0.1:{port}",
+            # New CRDs (ours) are picked up on the next discovery; the default 30 s is slow.
+            "--discovery-interval=2s",
+            "--client-go-qps=100",
+            "--client-go-burst=200",
+            "-v=4",
+        ],
+    )
+    bed.wait_ready("metacontroller", lambda: http_ok(f"http://127.0.0.1:{port}/metrics"), timeout)
+
+
+def start_nfd(bed: Testbed, binary: Path, timeout: float) -> None:
+    port = bed.state.ports["nfd"]
+    argv = [
+        str(binary),
+        f"-kubeconfig={bed.kubeconfig}",
+        f"-port={port}",
+        "-enable-leader-election=false",
+        f"-config={bed.root / 'nfd-master.conf'}",
+        "-v=2",
+    ]
+    if bed.nfd_extra_label_ns:
+        argv.append(f"-extra-label-ns={','.join(bed.nfd_extra_label_ns)}")
+    (bed.root / "nfd-master.conf").write_text("{}\n")
+    # nfd-master annotates the Node it runs on and exits if that Node does not exist. This
+    # Node hosts no workload; the chain is told to leave it alone.
+    if bed.kube.get("v1", "Node", CONTROL_PLANE_NODE) is None:
+        node = node_object(
+            CONTROL_PLANE_NODE,
+            labels={
+                "node-role.kubernetes.io/control-plane": "",
+                "gpustack.ai/managed": "false",
+            },
+        )
+        node["spec"] = {
+            "taints": [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+        }
+        register_node(bed.kube, node)
+    bed.spawn(
+        "nfd-master",
+        argv,
+        env={"KUBERNETES_NAMESPACE": "node-feature-discovery", "NODE_NAME": CONTROL_PLANE_NODE},
+    )
+    bed.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "node-feature-discovery"},
+        }
+    )
+    bed.wait_ready("nfd-master", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout)
+
+
+def kueue_stock_tuning() -> Obj:
+    """The reconciler concurrency and API client rates of Kueue's stock Configuration, read from
+    the pinned module. A real install runs with them; without them controller-runtime and
+    client-go fall back to one Workload at a time and 20 requests per second, and the testbed's
+    Kueue would be far slower than any cluster's (the admission benchmark measured it)."""
+    stock = load_yaml_documents(build.module_dir("kueue") / KUEUE_STOCK_CONFIG)[0]
+    return {key: stock[key] for key in ("controller", "clientConnection") if key in stock}
