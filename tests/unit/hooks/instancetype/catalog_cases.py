@@ -12,6 +12,7 @@ import copy
 import json
 from typing import Any
 
+from tests.unit.hooks.builders import hook_reference
 from tests.unit.hooks.instancetype.world import (
     WORKER,
     Obj,
@@ -33,8 +34,7 @@ CM_GROUP = "ConfigMap.v1"
 
 
 def _hook(path: str) -> Obj:
-    service = {"name": "gpustack-hook-instancetype", "namespace": "gpustack-system", "port": 80}
-    return {"version": "v2", "webhook": {"service": service, "path": path, "timeout": "10s"}}
+    return hook_reference("gpustack-hook-instancetype", path)
 
 
 CONTROLLER = {

@@ -39,6 +39,7 @@ from chain.ledger import (
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
 from chain.settings import Settings
+from tests.unit.hooks.builders import hook_reference, uid
 
 Obj = dict[str, Any]
 View = tuple[str, str, str]
@@ -58,14 +59,8 @@ SETTINGS_GROUP = "Settings.gpustack.ai/v1alpha1"
 RESOURCE_MAX_UNITS = 1_600_000
 
 
-def uid(seed: str) -> str:
-    digest = hashlib.sha256(seed.encode()).hexdigest()
-    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
-
-
 def _hook(path: str) -> Obj:
-    service = {"name": "gpustack-hook-instancetype", "namespace": "gpustack-system", "port": 80}
-    return {"version": "v2", "webhook": {"service": service, "path": path, "timeout": "10s"}}
+    return hook_reference("gpustack-hook-instancetype", path)
 
 
 CONTROLLER = {

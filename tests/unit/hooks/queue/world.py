@@ -8,8 +8,9 @@ the rules, with literal numbers in the cases; nothing here calls the hook's own 
 from __future__ import annotations
 
 import copy
-import hashlib
 from typing import Any
+
+from tests.unit.hooks.builders import hook_reference, uid
 
 Obj = dict[str, Any]
 
@@ -31,14 +32,8 @@ AC_GROUP = f"AdmissionCheck.{KUEUE}"
 SETTINGS_GROUP = "Settings.gpustack.ai/v1alpha1"
 
 
-def uid(seed: str) -> str:
-    digest = hashlib.sha256(seed.encode()).hexdigest()
-    return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
-
-
 def _hook(path: str) -> Obj:
-    service = {"name": "gpustack-hook-queue", "namespace": "gpustack-system", "port": 80}
-    return {"version": "v2", "webhook": {"service": service, "path": path, "timeout": "10s"}}
+    return hook_reference("gpustack-hook-queue", path)
 
 
 CONTROLLER = {
