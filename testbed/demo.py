@@ -447,8 +447,14 @@ def _slicing_scene(bed: Testbed) -> None:
                 f"  Allocate granted {label[card]} (token {token}); the container gets "
                 + ", ".join(f"{k}={envs[k]}" for k in [*SHOWN_ENV, *limits] if k in envs)
             )
-            stored = kube.get("v1", "Pod", name, DEMO_NAMESPACE) or {}
-            record = (stored["metadata"].get("annotations") or {}).get(ALLOCATED_ANNOTATION)
+
+            def recorded(pod_name: str = name) -> str | None:
+                stored = kube.get("v1", "Pod", pod_name, DEMO_NAMESPACE) or {}
+                annotations = stored["metadata"].get("annotations") or {}
+                return annotations.get(ALLOCATED_ANNOTATION) or None
+
+            # Journaled before the answer, written to the Pod right after it (docs/nodeagent.md).
+            record = wait_for(recorded, 30, f"{name}'s allocation record")
             print(f"  {ALLOCATED_ANNOTATION}: {record}")
             held[card] = held.get(card, 0) + 1
             after = _ledger_reaches(
