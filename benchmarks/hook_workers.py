@@ -35,9 +35,9 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.cluster import node_request, random_cluster
 from benchmarks.timing import percentile
 from testbed.harness import free_port
+from tests.builders.cluster import node_request, random_cluster
 
 GPU = "nvidia.com/gpu"
 POOL = "gpustack--nvidia-t4-linux-amd64"

@@ -17,7 +17,10 @@ import argparse
 import json
 import statistics
 
-from benchmarks.cluster import (
+from benchmarks.timing import measure, percentile
+from hooks.flavor import node, pools
+from hooks.shell import DecoratorRequest, parse_shallow, shallow_route
+from tests.builders.cluster import (
     Obj,
     node_request,
     pools_request,
@@ -25,9 +28,6 @@ from benchmarks.cluster import (
     served,
     settings_object,
 )
-from benchmarks.timing import measure, percentile
-from hooks.flavor import node, pools
-from hooks.shell import DecoratorRequest, parse_shallow, shallow_route
 
 
 def _labelled(obj: Obj, labels: dict[str, str | None]) -> Obj:

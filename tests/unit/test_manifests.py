@@ -382,17 +382,27 @@ def test_every_gunicorn_deployment_loads_the_shared_log_settings() -> None:
 
 
 def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
-    """The optional component's PodMonitor reaches every port serving `/metrics` (the node
-    agents' and the driver's `health`, the hooks' `http`, the webhooks' `https`), and its
-    NetworkPolicy opens those the default deny closes."""
+    """The optional component reaches every port serving `/metrics`: its PodMonitor the node
+    agents' and the driver's `health` (no Service fronts them), its ServiceMonitor the hooks'
+    `http` and the webhooks' `https` through their Services; its NetworkPolicy opens those the
+    default deny closes."""
     monitoring = {o["kind"]: o for o in kustomize(MANIFESTS / "monitoring")}
-    monitor, policy = monitoring["PodMonitor"], monitoring["NetworkPolicy"]
-    selected = monitor["spec"]["selector"]["matchLabels"]
-    scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
-    assert {e["path"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"/metrics"}
+    pods, services = monitoring["PodMonitor"], monitoring["ServiceMonitor"]
+    policy = monitoring["NetworkPolicy"]
+    selected = pods["spec"]["selector"]["matchLabels"]
+    assert services["spec"]["selector"]["matchLabels"] == selected
+    pod_ports = {e["port"] for e in pods["spec"]["podMetricsEndpoints"]}
+    service_ports = {e["port"] for e in services["spec"]["endpoints"]}
+    paths = [*pods["spec"]["podMetricsEndpoints"], *services["spec"]["endpoints"]]
+    assert {e["path"] for e in paths} == {"/metrics"}
     assert policy["spec"]["podSelector"]["matchLabels"] == selected
     opened = {p["port"] for p in policy["spec"]["ingress"][0]["ports"]}
     assert opened == {"health", "http"}
+    fronted = {
+        tuple(sorted(svc["spec"]["selector"].items())): svc
+        for svc in _of("Service")
+        if svc["metadata"]["namespace"] == "gpustack-system"
+    }
     serving = [*_of("DaemonSet"), *_of("Deployment")]
     metered = 0
     for workload in serving:
@@ -406,11 +416,17 @@ def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
         if not (is_agent or is_driver or is_hook):
             continue
         metered += 1
+        name = workload["metadata"]["name"]
         assert selected.items() <= template["metadata"]["labels"].items()
-        assert ports & scraped, workload["metadata"]["name"]
-        if is_hook:  # gunicorn's workers add up their metrics in a shared directory
+        if is_hook:  # behind a Service; gunicorn's workers add up their metrics in one directory
+            key = tuple(sorted(workload["spec"]["selector"]["matchLabels"].items()))
+            service = fronted[key]
+            assert selected.items() <= service["metadata"]["labels"].items(), name
+            assert {p["name"] for p in service["spec"]["ports"]} & service_ports, name
             env = {e["name"]: e.get("value") for c in containers for e in c.get("env", [])}
             assert env.get("PROMETHEUS_MULTIPROC_DIR", "").startswith("/dev/shm/")
+        else:
+            assert ports & pod_ports, name
     assert metered == 9 + 1 + 7  # nine agents, the driver, six hooks and the webhook
 
 

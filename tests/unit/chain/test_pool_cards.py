@@ -26,7 +26,8 @@ from chain.pool_cards import (
 from chain.pool_nodes import pool_node
 from chain.pools import PoolIdentity
 from chain.views import accelerator_views
-from tests.unit.hooks.instancetype.world import card, devices, group, instance_type, row, type_spec
+from tests.builders.instancetypes import type_spec
+from tests.unit.hooks.instancetype.world import card, devices, group, instance_type, row
 
 T4 = "nvidia-tesla-t4"
 IDENTITY = PoolIdentity(True, "generic", T4, "linux", "amd64")

@@ -11,6 +11,7 @@ from chain.ledger import Mode
 from chain.pool_cards import PoolCards, pool_cards
 from chain.pools import PoolIdentity
 from kubeapi import KubeError
+from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     card,
     devices,
@@ -18,7 +19,6 @@ from tests.unit.hooks.instancetype.world import (
     instance_type,
     row,
     settings,
-    type_spec,
 )
 from verdictdriver import pool_cards as keeper_module
 from verdictdriver.pool_cards import PoolCardsKeeper

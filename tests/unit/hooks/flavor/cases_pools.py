@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from benchmarks.cluster import POOLS_CONTROLLER, pools_request, served, settings_object
+from tests.builders.cluster import POOLS_CONTROLLER, pools_request, served, settings_object
 
 Case = dict[str, Any]
 

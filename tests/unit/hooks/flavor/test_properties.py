@@ -9,7 +9,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from benchmarks.cluster import (
+from chain.pools import FlavorIdentity
+from hooks.flavor import node, pools
+from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
+from hooks.shell import DecoratorRequest, parse_shallow
+from tests.builders.cluster import (
     CARD_MODELS,
     CPU_MODELS,
     node_object,
@@ -17,10 +21,6 @@ from benchmarks.cluster import (
     pools_request,
     settings_object,
 )
-from chain.pools import FlavorIdentity
-from hooks.flavor import node, pools
-from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
-from hooks.shell import DecoratorRequest, parse_shallow
 
 GKEYS = ("amd-epyc-7763", "intel-xeon-platinum-8358", "amd-25-1")
 AKEYS = ("", "", "nvidia-tesla-t4", "nvidia-a10g")

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from chain.ledger import Mode
+from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     POOL_CARDS_GROUP,
     RESOURCE_MAX_UNITS,
@@ -27,7 +28,6 @@ from tests.unit.hooks.instancetype.world import (
     row,
     settings,
     status,
-    type_spec,
 )
 
 Case = dict[str, Any]

@@ -12,13 +12,13 @@ import copy
 import json
 from typing import Any
 
-from tests.unit.hooks.builders import hook_reference
+from tests.builders import hook_reference
+from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     WORKER,
     Obj,
     instance_type,
     settings,
-    type_spec,
     uid,
 )
 

@@ -39,7 +39,8 @@ from chain.ledger import (
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
 from chain.settings import Settings
-from tests.unit.hooks.builders import hook_reference, uid
+from tests.builders import hook_reference, uid
+from tests.builders.instancetypes import ENTRANCE, served_instance_type
 
 Obj = dict[str, Any]
 View = tuple[str, str, str]
@@ -85,40 +86,12 @@ CONTROLLER = {
 # --- InstanceTypes ------------------------------------------------------------------------------
 
 
-def type_spec(akey: str = "", general: str = "generic", display: str = "") -> Obj:
-    spec: Obj = {"generalGroup": general}
-    if akey:
-        spec["acceleratorGroup"] = akey
-    spec.update(acceleratable=bool(akey), os="linux", arch="amd64")
-    if display:
-        spec["displayName"] = display
-    units = {"cpu": "8", "ram": "32Gi"} if akey else {"cpu": "1", "ram": "2Gi"}
-    spec.update(unitResources=units, localStorage="100Gi")
-    return spec
-
-
 def instance_type(name: str, spec: Obj, deleting: bool = False, status: Obj | None = None) -> Obj:
     """An InstanceType as served: webhook-stamped labels, the queue hook's finalizer, and the
     status this hook wrote last time (which it never reads)."""
-    meta: Obj = {
-        "name": name,
-        "uid": uid(name),
-        "resourceVersion": "30017",
-        "generation": 1,
-        "creationTimestamp": "2026-11-30T05:00:00Z",
-        "labels": {"schedule.gpustack.ai/derived-from-node": "true"},
-        "finalizers": ["metacontroller.io/decoratorcontroller-gpustack-queue"],
-    }
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-30T09:00:00Z"
-        meta["deletionGracePeriodSeconds"] = 0
-    return {
-        "apiVersion": WORKER,
-        "kind": "InstanceType",
-        "metadata": meta,
-        "spec": copy.deepcopy(spec),
-        "status": status or {"phase": "Pending", "entrance": "gpustack-fnv64-0000000000000000"},
-    }
+    finalizers = ["metacontroller.io/decoratorcontroller-gpustack-queue"]
+    last = status or {"phase": "Pending", "entrance": ENTRANCE}
+    return served_instance_type(name, spec, finalizers, last, deleting=deleting)
 
 
 # --- ResourceFlavors, as the pools hook authors them --------------------------------------------

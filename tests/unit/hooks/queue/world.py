@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.unit.hooks.builders import hook_reference, uid
+from tests.builders import hook_reference, uid
+from tests.builders.instancetypes import ENTRANCE, served_instance_type, type_spec
 
 Obj = dict[str, Any]
 
@@ -73,19 +74,9 @@ CONTROLLER = {
 # --- the InstanceTypes of the vectors' cluster (awareness off) --------------------------------
 
 
-def _type_spec(akey: str = "", display: str = "", cpu: str = "1", ram: str = "2Gi") -> Obj:
-    spec: Obj = {"generalGroup": "generic"}
-    if akey:
-        spec["acceleratorGroup"] = akey
-    spec.update(acceleratable=bool(akey), os="linux", arch="amd64")
-    spec.update(displayName=display, unitResources={"cpu": cpu, "ram": ram})
-    spec["localStorage"] = "100Gi"
-    return spec
-
-
-T4_SPEC = _type_spec("nvidia-tesla-t4", "Tesla-T4", "8", "32Gi")
-A10G_SPEC = _type_spec("nvidia-a10g", "NVIDIA-A10G", "8", "64Gi")
-GENERIC_SPEC = _type_spec(display="CPU-only")
+T4_SPEC = type_spec("nvidia-tesla-t4", display="Tesla-T4", cpu="8", ram="32Gi")
+A10G_SPEC = type_spec("nvidia-a10g", display="NVIDIA-A10G", cpu="8", ram="64Gi")
+GENERIC_SPEC = type_spec(display="CPU-only")
 
 
 def instance_type(
@@ -97,27 +88,11 @@ def instance_type(
 ) -> Obj:
     """An InstanceType as served: webhook-stamped labels, the two decorators' finalizers, and
     the status the instancetype hook keeps (which this hook never reads)."""
-    meta: Obj = {
-        "name": name,
-        "uid": uid(name),
-        "resourceVersion": "30017",
-        "generation": generation,
-        "creationTimestamp": "2026-11-30T05:00:00Z",
-        "labels": {"schedule.gpustack.ai/derived-from-node": "true"},
-        "finalizers": [MC_FINALIZER, "metacontroller.io/decoratorcontroller-gpustack-instancetype"],
-    }
-    if annotations:
-        meta["annotations"] = dict(annotations)
-    if deleting:
-        meta["deletionTimestamp"] = "2026-11-30T09:00:00Z"
-        meta["deletionGracePeriodSeconds"] = 0
-    return {
-        "apiVersion": WORKER,
-        "kind": "InstanceType",
-        "metadata": meta,
-        "spec": copy.deepcopy(spec),
-        "status": {"phase": "Active", "entrance": "gpustack-fnv64-0000000000000000"},
-    }
+    finalizers = [MC_FINALIZER, "metacontroller.io/decoratorcontroller-gpustack-instancetype"]
+    status = {"phase": "Active", "entrance": ENTRANCE}
+    return served_instance_type(
+        name, spec, finalizers, status, annotations, deleting=deleting, generation=generation
+    )
 
 
 # --- ResourceFlavors, as the pools hook authors them ------------------------------------------
