@@ -90,6 +90,13 @@ def test_a_sliced_instance_runs_on_its_card(lab: tuple[Testbed, str]) -> None:
     table = kubectl(bed, "get", "instances", "-n", namespace, "half-t4", "--no-headers")
     assert table.split()[:5] == ["half-t4", T4_POOL, "1x50%", "Running", "node-a"], table
     assert _mode(bed, card) == Mode.SLICED
+    # Through Kueue and the per-card check (the verdict driver's Pod answered it).
+    (workload,) = bed.kube.list(KUEUE, "Workload", namespace)
+    checks = workload["status"]["admissionChecks"]
+    assert [(c["name"], c["state"]) for c in checks] == [("gpustack-node-devices", "Ready")]
+    assert any(
+        c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"]
+    )
 
     bed.kube.merge_patch(WORKER, "Instance", "half-t4", {"spec": {"stop": True}}, namespace)
     wait_for(lambda: bed.kube.get("v1", "Pod", "half-t4", namespace) is None, 90, "the Pod to go")
