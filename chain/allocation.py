@@ -179,7 +179,7 @@ def grant_units(mode: Mode, per_token: int, tokens: int) -> int:
 # --- Who holds a card ---------------------------------------------------------------------------
 
 
-def held_mode(
+def conflicting_mode(
     ref: CardRef,
     mode: Mode,
     status: DevicesStatus,
@@ -303,11 +303,11 @@ def decide_grant(
                 Code.FAILED_PRECONDITION,
                 f"a shared grant takes one share per card, got {count} of card {ref.card}",
             )
-        held = held_mode(ref, request.mode, status, reservations.values())
-        if held != Mode.NONE:
+        conflict = conflicting_mode(ref, request.mode, status, reservations.values())
+        if conflict != Mode.NONE:
             raise Refusal(
                 Code.FAILED_PRECONDITION,
-                f"card {ref.card} is held in {held} mode, "
+                f"card {ref.card} is held in {conflict} mode, "
                 f"cannot allocate it in {request.mode} mode",
             )
     if request.mode == Mode.SLICED and occupancy is not None:

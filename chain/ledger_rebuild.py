@@ -203,8 +203,9 @@ def stays_charged(claim: Claim) -> bool:
     return claim.row.mode not in (Mode.EXCLUSIVE, Mode.SHARED)
 
 
-def held_record(record: AllocationRecord, terminal: bool, release: bool) -> AllocationRecord:
-    """What of a record still charges, given whether its Pod finished and the release switch."""
+def charged_part(record: AllocationRecord, terminal: bool, release: bool) -> AllocationRecord:
+    """The part of a record that still charges, given whether its Pod finished and the release
+    switch."""
     if not (terminal and release):
         return record
     kept = {number for number, claim in enumerate(record.claims()) if stays_charged(claim)}
@@ -225,7 +226,9 @@ def node_holdings(
         mine = {h.container: r for h, r in reservations.items() if h.pod_uid == pod.uid}
         for container in sorted({*pod.records, *mine}):
             record = mine.get(container) or pod.records[container]
-            held[Holder(pod.uid, container)] = held_record(record, pod.terminal, release_terminated)
+            held[Holder(pod.uid, container)] = charged_part(
+                record, pod.terminal, release_terminated
+            )
     return held
 
 
@@ -309,7 +312,7 @@ def rebuild_status(
             )
             continue
         for container in sorted(pod.records):
-            record = held_record(pod.records[container], pod.terminal, release_terminated)
+            record = charged_part(pod.records[container], pod.terminal, release_terminated)
             for claim in record.claims():
                 problem = _merge(cards, claim)
                 if problem:

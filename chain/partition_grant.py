@@ -35,8 +35,8 @@ from chain.allocation import (
     DeviceToken,
     Refusal,
     card_tokens,
+    conflicting_mode,
     grant_units,
-    held_mode,
     units_per_token,
 )
 from chain.devices import DevicesGroup, DevicesSpec
@@ -214,11 +214,11 @@ def decide_partition(
     _check_tokens(spec, request.manufacturer, request.device_ids)
     site = choose_site(spec, request.manufacturer, request.profile, occupied, prior)
     others = {h: r for h, r in reservations.items() if h != request.holder}
-    held = held_mode(site.ref, Mode.PARTITIONED, status, others.values())
-    if held != Mode.NONE:
+    conflict = conflicting_mode(site.ref, Mode.PARTITIONED, status, others.values())
+    if conflict != Mode.NONE:
         raise Refusal(
             Code.FAILED_PRECONDITION,
-            f"card {site.card.id} is held in {held} mode, "
+            f"card {site.card.id} is held in {conflict} mode, "
             f"cannot allocate it in {Mode.PARTITIONED} mode",
         )
     per_token = units_per_token(request.units_limit)

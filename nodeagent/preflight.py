@@ -43,7 +43,7 @@ from typing import Any
 from chain.devices import DevicesGroup
 from chain.ledger import Mode
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.held import DetectionPass
+from nodeagent.detect.remembered import DetectionPass
 from nodeagent.plugin.ascend import Ascend, ContainerShare
 from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (

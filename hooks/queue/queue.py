@@ -120,7 +120,7 @@ def refusal(pool: Pool, flavors: Sequence[Flavor], table: ManufacturerTable) -> 
     return None
 
 
-def _held(pool: Pool, live: ObservedQueue | None) -> str:
+def _asked_stop(pool: Pool, live: ObservedQueue | None) -> str:
     """The stop the type asks for: Hold while inactive, else None. A drain of the hook's own
     stays until its type is marked inactive: the lifecycle keeper's `spec.inactive` is the drain's
     lasting record, so a drain is not lifted before it is recorded. (Someone else's drain is
@@ -144,31 +144,31 @@ def plan(
 ) -> Plan:
     """Groups and stop policy of the queue (package docstring, "Rules")."""
     live = observed if observed is not None and not observed.deleting else None
-    held = _held(pool, live)
+    asked = _asked_stop(pool, live)
     if flavors:
         problem = refusal(pool, flavors, table)
         if problem is None:
             maker = split_accelerator_key(pool.identity.accelerator_group)[0]
             resource = quota_resource(pool.identity.acceleratable, maker)
             groups = resource_groups(resource, pool.identity.acceleratable, flavors)
-            return Plan(groups, held)
+            return Plan(groups, asked)
         log.warning("instance type %s: %s", pool.name, problem)
         kept = live.groups if live is not None else []
-        return Plan(kept, held if kept else stronger_stop(held, STOP_HOLD), problem=problem)
+        return Plan(kept, asked if kept else stronger_stop(asked, STOP_HOLD), problem=problem)
     if live is None or not live.groups:
         # Nothing to drain: an empty queue admits nothing; Hold makes it read Inactive.
-        return Plan([], stronger_stop(held, STOP_HOLD))
+        return Plan([], stronger_stop(asked, STOP_HOLD))
     if settings.instance_type_drain_when_no_flavors:
         # Keep the groups under HoldAndDrain until Kueue shows the stopped queue empty.
         if live.stop_policy == STOP_HOLD_AND_DRAIN and live.idle:
-            return Plan([], stronger_stop(held, STOP_HOLD))
+            return Plan([], stronger_stop(asked, STOP_HOLD))
         return Plan(live.groups, STOP_HOLD_AND_DRAIN, wait=True)
     # Switch off, it gates the drain and nothing else: the queue keeps its groups and its stop
     # policy while workloads hold quota in it (upstream requeues and waits), and empties (held)
     # once none does. Nothing is evicted, so nothing marks the type.
     if live.idle:
-        return Plan([], stronger_stop(held, STOP_HOLD))
-    return Plan(live.groups, held, wait=True)
+        return Plan([], stronger_stop(asked, STOP_HOLD))
+    return Plan(live.groups, asked, wait=True)
 
 
 def effective_stop(decided: str, observed: ObservedQueue | None) -> str:
@@ -267,13 +267,13 @@ def finalize(observed: Sequence[ObservedQueue]) -> Obj:
     """
     if not observed:
         return {"attachments": [], "finalized": True, "resyncAfterSeconds": 0}
-    held: list[Obj] = []
+    draining: list[Obj] = []
     for queue in observed:
         drained = queue.stop_policy == STOP_HOLD_AND_DRAIN and queue.idle
         if queue.deleting or drained:
             continue
         meta = queue.obj["metadata"]
-        held.append(
+        draining.append(
             {
                 "apiVersion": KUEUE_API,
                 "kind": CLUSTER_QUEUE,
@@ -285,7 +285,7 @@ def finalize(observed: Sequence[ObservedQueue]) -> Obj:
                 "spec": {**(queue.obj.get("spec") or {}), "stopPolicy": STOP_HOLD_AND_DRAIN},
             }
         )
-    return {"attachments": held, "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
+    return {"attachments": draining, "finalized": False, "resyncAfterSeconds": WAIT_SECONDS}
 
 
 def customize(parent: Obj) -> Obj:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from chain.devices import DevicesGroup
 from nodeagent.detect.base import CardKey
-from nodeagent.detect.held import DetectionPass, ManufacturerDetection
+from nodeagent.detect.remembered import DetectionPass, ManufacturerDetection
 from nodeagent.metrics import DETECTION_PASSES
 
 log = logging.getLogger(__name__)

@@ -18,13 +18,13 @@ from nodeagent.detect.amd import AMD, AmdDetector
 from nodeagent.detect.ascend import ASCEND, AscendDetector
 from nodeagent.detect.base import Detector
 from nodeagent.detect.cambricon import CAMBRICON, CambriconDetector
-from nodeagent.detect.held import ManufacturerDetection
 from nodeagent.detect.hygon import HYGON, HygonDetector
 from nodeagent.detect.iluvatar import ILUVATAR, IluvatarDetector
 from nodeagent.detect.metax import METAX, MetaxDetector
 from nodeagent.detect.mthreads import MTHREADS, MthreadsDetector
 from nodeagent.detect.nvidia import NVIDIA, NvidiaDetector
 from nodeagent.detect.nvml import Nvml
+from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.detect.thead import THEAD, TheadDetector
 

@@ -32,8 +32,8 @@ from chain.allocation import (
     PreferenceRequest,
     Refusal,
     card_tokens,
+    conflicting_mode,
     decide_grant,
-    held_mode,
     plugin_resource,
     preferred_allocation,
     preferred_cards,
@@ -186,7 +186,7 @@ class Allocator:
             ref = CardRef(group.manufacturer, card.id)
             healthy = (
                 not card.status.unhealthy
-                and held_mode(ref, self.mode, status, reservations) == Mode.NONE
+                and conflicting_mode(ref, self.mode, status, reservations) == Mode.NONE
             )
             numa = numa_nodes(card.topology.numa_affinity)
             found.extend(

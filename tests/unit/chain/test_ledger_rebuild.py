@@ -27,8 +27,8 @@ from chain.ledger_rebuild import (
     AllocationRecord,
     Holder,
     PodAllocations,
+    charged_part,
     free_placements,
-    held_record,
     node_holdings,
     parse_allocated,
     rebuild_status,
@@ -172,15 +172,15 @@ def test_finished_pod_releases_whole_shared_and_sliced_but_not_partitions() -> N
         claim(2, Mode.SLICED, 1),
         claim(3, Mode.PARTITIONED, 320000, profile="1g.10gb"),
     )
-    held = held_record(kept, terminal=True, release=True)
+    held = charged_part(kept, terminal=True, release=True)
     assert [c.row.mode for c in held.claims()] == [Mode.PARTITIONED]
-    assert held_record(kept, terminal=True, release=False) == kept
-    assert held_record(kept, terminal=False, release=True) == kept
+    assert charged_part(kept, terminal=True, release=False) == kept
+    assert charged_part(kept, terminal=False, release=True) == kept
 
 
 @pytest.mark.parametrize(("maker", "kept"), [("metax", 1), ("cambricon", 1), ("nvidia", 0)])
 def test_stateful_slices_stay_charged(maker: str, kept: int) -> None:
-    held = held_record(record(claim(0, Mode.SLICED, 1), maker=maker), terminal=True, release=True)
+    held = charged_part(record(claim(0, Mode.SLICED, 1), maker=maker), terminal=True, release=True)
     assert len(list(held.claims())) == kept
 
 

@@ -10,7 +10,7 @@ import pytest
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.amd import AmdDetector, card_id, rocm_version
 from nodeagent.detect.amdsmi import AmdSmi, load_amdsmi
-from nodeagent.detect.held import ManufacturerDetection
+from nodeagent.detect.remembered import ManufacturerDetection
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

@@ -8,8 +8,8 @@ import pytest
 
 from chain.devices import Accelerator, DevicesGroup
 from nodeagent.detect.base import CardMetrics
-from nodeagent.detect.held import ManufacturerDetection
 from nodeagent.detect.loop import DetectionRound, DetectLoop, HeldBack
+from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.detect.sysfs import Sysfs
 from tests.unit.nodeagent.helpers import nvidia_node, small_profile
 

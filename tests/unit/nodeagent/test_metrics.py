@@ -9,8 +9,8 @@ import urllib.request
 from chain.devices import Devices, DevicesSpec
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.units import RESOURCE_MAX_UNITS
-from nodeagent.detect.held import ManufacturerDetection
 from nodeagent.detect.loop import DetectLoop
+from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.metrics import LEDGER, REGISTRY, exposition

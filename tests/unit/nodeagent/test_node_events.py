@@ -9,8 +9,8 @@ from typing import Any
 from chain.devices import Accelerator, AcceleratorStatus, DevicesGroup
 from chain.manufacturers import default_manufacturers
 from nodeagent.agent import Reporter
-from nodeagent.detect.held import ManufacturerDetection
 from nodeagent.detect.loop import DetectLoop
+from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.node_events import NodeEvent, detection_events
 from tests.unit.nodeagent.test_loop import Fake, Recorder

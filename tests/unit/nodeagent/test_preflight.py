@@ -15,7 +15,7 @@ import pytest
 from chain.accelerators import Accelerator, AcceleratorStatus, LogicalSliced
 from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
-from nodeagent.detect.held import DetectionPass
+from nodeagent.detect.remembered import DetectionPass
 from nodeagent.plugin.grants import DeviceNodes
 from nodeagent.plugin.mthreads import MThreads
 from nodeagent.preflight import (

@@ -37,7 +37,7 @@ from chain.ledger_rebuild import (
     CardRef,
     Holder,
     PodAllocations,
-    held_record,
+    charged_part,
     node_holdings,
     rebuild_status,
 )
@@ -185,7 +185,7 @@ class Node(RuleBasedStateMachine):
         expected: dict[str, tuple[Mode, int, int]] = {}
         for pod in self.pods.values():
             for record in pod.records.values():
-                for claim in held_record(record, pod.terminal, self.release).claims():
+                for claim in charged_part(record, pod.terminal, self.release).claims():
                     _, used, slices = expected.get(claim.row.id, (Mode.NONE, 0, 0))
                     expected[claim.row.id] = (
                         claim.row.mode,

@@ -1,14 +1,14 @@
-"""One manufacturer's detection with its memory: the PCI pre-check and the held result.
+"""One manufacturer's detection with its memory: the PCI pre-check and the remembered result.
 
 Two outcomes look alike and must not be confused:
-- a pass that **ran** and found nothing: the cards are gone (pulled, driver unloaded). The held
-  result is dropped, so a pulled card is never resurrected from memory;
+- a pass that **ran** and found nothing: the cards are gone (pulled, driver unloaded). The
+  remembered result is dropped, so a pulled card is never resurrected from memory;
 - a pass that **failed** (the detector raised): nothing is known. The last result is reported
   again, marked unmeasured, so a flaky driver call does not take every card off the node and
   every Pod's ledger row with it. The loop re-detects soon after an unmeasured pass.
 
-Results are frozen dataclasses, so "report the held result" hands out the same immutable value;
-no copy is needed to keep a caller from changing what we hold.
+Results are frozen dataclasses, so "report the remembered result" hands out the same immutable
+value; no copy is needed to keep a caller from changing what we remember.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ManufacturerDetection:
         self.sysfs = sysfs
         self.pci_vendor = pci_vendor
         self.class_prefixes = tuple(class_prefixes)
-        self._held: tuple[DevicesGroup, ...] = ()
+        self._remembered: tuple[DevicesGroup, ...] = ()
 
     @property
     def manufacturer(self) -> str:
@@ -87,8 +87,10 @@ class ManufacturerDetection:
             log.warning(
                 "%s: detection failed, keeping the last result: %s", self.manufacturer, error
             )
-            return DetectionPass(self.manufacturer, self._held, measured=False, error=str(error))
-        self._held = groups
+            return DetectionPass(
+                self.manufacturer, self._remembered, measured=False, error=str(error)
+            )
+        self._remembered = groups
         return DetectionPass(self.manufacturer, groups)
 
     def monitor(self, no_pci_check: bool = False) -> tuple[CardMetrics, ...] | None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from chain.devices import Accelerator, DevicesGroup
 from nodeagent.detect.base import CardMetrics
-from nodeagent.detect.held import ManufacturerDetection
+from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate import simulated_node
 from tests.unit.nodeagent.helpers import nvidia_node, small_profile, write
