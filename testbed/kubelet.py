@@ -168,6 +168,10 @@ class KubeletEmulator:
                     endpoint.changed.notify_all()
         except grpc.RpcError:
             pass  # the plugin went away or kubelet closed the channel
+        except ValueError:
+            # The channel was closed (a re-registration replaced it, or the emulator stopped)
+            # before this thread made its call: grpc says so with a ValueError, not an RpcError.
+            pass
 
     def wait_endpoint(self, resource: str, timeout: float = 10.0) -> Endpoint:
         with self._registered:
