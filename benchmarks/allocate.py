@@ -15,6 +15,9 @@ process (as on a node, where kubelet and the agent are two processes):
   node's allocation journal and answers, and the annotation is patched right after, from a thread.
 - memory: the same servers over Pods, spec and annotation writer held in memory.
 
+Each node's Pod work dirs and journal are under /var/lib, as on a node (/var/lib/gpustack/operator),
+when this user may write there; its sockets under /tmp (a socket path is limited to 107 bytes).
+
 `--pods` sliced Pods (one container asking one slice, a tenth of a card) go to each node, one at
 a time as kubelet admits them (GetPreferredAllocation, then Allocate), the nodes taking turns
 Pod by Pod and which one goes first, so all see the same noise. Each Pod is removed once
@@ -69,6 +72,7 @@ AGENT_ACCOUNT = "gpustack-device-manager"
 NVIDIA = manufacturers({})["nvidia"]
 SLICE = plugin_resource(NVIDIA, Mode.SLICED)
 WARMUP = 5
+WORK_ROOT = "/var/lib"
 VARIANTS = ("api", "journal", "memory")
 API_VARIANTS = frozenset({"api", "journal"})
 """The variants whose Pods live on the testbed's API server, wired as `nodeagent serve` is."""
@@ -326,6 +330,12 @@ def detected_groups() -> list[Obj]:
     return groups
 
 
+def work_root() -> str | None:
+    """Where the agent's state lives on a node (`/var/lib/gpustack/operator`): /var/lib when
+    this user may write there, else the default temporary directory."""
+    return WORK_ROOT if os.access(WORK_ROOT, os.W_OK) else None
+
+
 def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) -> Node:
     """A kubelet emulator here, the plugin servers in a child process; the api variant's
     `Devices` object on the testbed."""
@@ -333,6 +343,11 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
     # Unix socket paths are limited to 107 bytes: keep the root short.
     root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
     stack.callback(shutil.rmtree, root, ignore_errors=True)
+    # The Pods' work dirs (and the journal beside them) where the agent keeps them, under
+    # /var/lib: a sliced Allocate makes three directories before it answers, and on this
+    # machine a directory made under /tmp costs several times one made there (README).
+    work = Path(tempfile.mkdtemp(prefix=f"gpustack-bench-{variant}-", dir=work_root()))
+    stack.callback(shutil.rmtree, work, ignore_errors=True)
     kubelet = KubeletEmulator(root)
     stack.callback(kubelet.stop)
     kubeconfig = ""
@@ -348,7 +363,7 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
         groups,
         str(kubelet.plugin_dir),
         str(kubelet.pod_resources_socket),
-        str(root / "pods"),
+        str(work / "pods"),
         kubeconfig,
     )
     # Spawned, not forked: gRPC's threads do not survive a fork.

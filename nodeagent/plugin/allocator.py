@@ -320,8 +320,9 @@ class Allocator:
             if isinstance(error, (Late, Refusal)):
                 raise
             raise Refusal(Code.INTERNAL, str(error)) from error
-        # ListAndWatch hears of the grant only now: woken earlier, every stream would rebuild
-        # its list while this call still writes and answers.
+        # ListAndWatch hears of the grant only now (under a server, once the answer has left:
+        # `NodeState.answering`): woken earlier, every stream would rebuild its list while
+        # this call still writes and answers.
         self.node.notify()
         return response
 

@@ -31,12 +31,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chain.ledger_rebuild import Holder, PodAllocations, parse_allocated
-from nodeagent.plugin.node import AnnotationWriter, NodeState, Pod
+from nodeagent.plugin.node import AnnotationWriter, Answers, NodeState, Pod
 
 log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "allocations.journal"
 NOT_FOUND = 404
+ANSWER_HOLD_S = 0.05
+"""The longest a record's write waits for an Allocate answer still on its way (`answering`)."""
 
 
 @dataclass(frozen=True)
@@ -121,16 +123,23 @@ class JournaledWriter:
         uid_of: Callable[[str, str], str],
         current_uid: Callable[[str, str], str | None],
         backoff: tuple[float, float] = (0.05, 5.0),
+        answer_hold: float = ANSWER_HOLD_S,
     ) -> None:
         """`uid_of(namespace, name)` is the uid of the Pod being granted (from the cache the
-        grant was decided on); `current_uid` reads the Pod afresh (None: gone) before a retry."""
+        grant was decided on); `current_uid` reads the Pod afresh (None: gone) before a retry;
+        a write waits up to `answer_hold` seconds for the answers on their way (`answering`)."""
         self.journal = journal
         self.target = target
         self.uid_of = uid_of
         self.current_uid = current_uid
         self.backoff = backoff
+        self.answer_hold = answer_hold
         self._queue: queue.Queue[Entry | None] = queue.Queue()
         self._idle = threading.Condition()
+        self._answers = Answers(self._idle)
+        """Allocate answers on their way: the journal made their records durable, so their
+        writes wait until the answers have left (woken at once, the write would share the
+        interpreter with the answer it follows: built, encoded and sent by other threads)."""
         self._busy = 0
         self._thread = threading.Thread(target=self._run, name="annotations", daemon=True)
         self._thread.start()
@@ -138,6 +147,11 @@ class JournaledWriter:
     def write(self, namespace: str, name: str, value: str) -> None:
         entry = self.journal.append(namespace, name, self.uid_of(namespace, name), value)
         self._submit(entry)
+
+    def answering(self) -> Callable[[], None]:
+        """An Allocate is answering: writes wait (at most `answer_hold`) until every answer
+        on its way has left. Call what this returns once it has; a second call does nothing."""
+        return self._answers.begin()
 
     def _submit(self, entry: Entry) -> None:
         with self._idle:
@@ -159,6 +173,8 @@ class JournaledWriter:
 
     def _run(self) -> None:
         while (entry := self._queue.get()) is not None:
+            with self._idle:
+                self._idle.wait_for(lambda: self._answers.count == 0, self.answer_hold)
             self._land(entry)
             self.journal.landed(entry)
             with self._idle:

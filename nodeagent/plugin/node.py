@@ -61,6 +61,51 @@ class AnnotationWriter(Protocol):
         ...
 
 
+@runtime_checkable
+class AfterAnswerWriter(AnnotationWriter, Protocol):
+    """A writer whose writes land after Allocate answers (the journal's): it holds them while
+    an answer is on its way, so a write does not compete with the answer for the interpreter."""
+
+    def answering(self) -> Callable[[], None]:
+        """An answer is being given; the returned callable says it has left."""
+        ...
+
+
+def _answered() -> None:
+    """Nothing held: the writer writes before the answer."""
+
+
+class Answers:
+    """Allocate answers on their way, counted under `cond`: `begin` counts one and returns what
+    says it has left (only its first call counts); once none is left, `on_none` runs under
+    `cond` and every waiter on `cond` is woken."""
+
+    def __init__(
+        self, cond: threading.Condition, on_none: Callable[[], None] = lambda: None
+    ) -> None:
+        self.cond = cond
+        self.on_none = on_none
+        self.count = 0
+
+    def begin(self) -> Callable[[], None]:
+        with self.cond:
+            self.count += 1
+        left = False
+
+        def answered() -> None:
+            nonlocal left
+            with self.cond:
+                if left:
+                    return
+                left = True
+                self.count -= 1
+                if self.count == 0:
+                    self.on_none()
+                    self.cond.notify_all()
+
+        return answered
+
+
 class NodeState:
     """The allocation state of one node, shared by all its plugin servers."""
 
@@ -87,6 +132,10 @@ class NodeState:
         """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()
         self._version = 0
+        self._answers = Answers(self._changed, self._wake_held)
+        """Allocate answers on their way (`answering`)."""
+        self._held_change = False
+        """A change `notify` keeps until those answers have left."""
 
     def pods(self) -> list[PodAllocations]:
         return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
@@ -137,8 +186,34 @@ class NodeState:
         with self._changed:
             return self._version
 
+    def answering(self) -> Callable[[], None]:
+        """Called as an Allocate begins; call what it returns once the answer has left (a
+        second call does nothing). Until every answer on its way has left, ListAndWatch is not
+        woken (`notify` keeps the change for then) and a writer that writes after the answer
+        holds its writes: woken at once, each would share the interpreter with the answer."""
+        writer_left = (
+            self.writer.answering() if isinstance(self.writer, AfterAnswerWriter) else _answered
+        )
+        node_left = self._answers.begin()
+
+        def answered() -> None:
+            node_left()
+            writer_left()
+
+        return answered
+
+    def _wake_held(self) -> None:
+        """The last answer has left (under `_changed`): wake the streams for a held change."""
+        if self._held_change:
+            self._held_change = False
+            self._version += 1
+
     def notify(self) -> None:
+        """Wake every ListAndWatch stream: now, or once the answers on their way have left."""
         with self._changed:
+            if self._answers.count:
+                self._held_change = True
+                return
             self._version += 1
             self._changed.notify_all()
 

@@ -170,6 +170,10 @@ class DevicePluginService:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no container request")
         ids = list(request.container_requests[0].devices_ids)
         attempt = Attempt(self.deadline_s)
+        # A record written after the answer (the journal's) waits until this RPC has ended.
+        answered = self.allocator.node.answering()
+        if not context.add_callback(answered):
+            answered()
         resource = self.allocator.resource
         started = time.monotonic()
         outcome = "failed"

@@ -104,6 +104,92 @@ def test_a_record_for_a_pod_that_is_gone_or_replaced_is_dropped(tmp_path: Path) 
     assert journal.pending() == []
 
 
+def test_a_write_waits_while_an_answer_is_on_its_way_and_lands_once_it_has_left(
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster()
+    cluster.add("p", ("main", {GPU: "1"}))
+    cluster.add("q", ("main", {GPU: "1"}))
+    writer = JournaledWriter(
+        Journal(tmp_path / "j"), cluster, _uid(cluster), _uid(cluster), answer_hold=30.0
+    )
+    answered = writer.answering()
+    writer.write("default", "p", "the-record")
+    assert not writer.drain(0.2)  # durable in the journal, its write held for the answer
+    assert cluster.annotation("p") == ""
+    answered()
+    assert writer.drain(5.0)
+    assert cluster.annotation("p") == "the-record"
+    answered()  # said twice: the second changes nothing, so the next write is not held
+    writer.write("default", "q", "another")
+    assert writer.drain(5.0)
+    assert cluster.annotation("q") == "another"
+
+
+def test_an_answer_that_never_says_it_left_holds_a_write_no_longer_than_the_hold(
+    tmp_path: Path,
+) -> None:
+    cluster = FakeCluster()
+    cluster.add("p", ("main", {GPU: "1"}))
+    writer = JournaledWriter(
+        Journal(tmp_path / "j"), cluster, _uid(cluster), _uid(cluster), answer_hold=0.1
+    )
+    writer.answering()  # never said to have left
+    started = time.monotonic()
+    writer.write("default", "p", "the-record")
+    assert writer.drain(5.0)
+    assert time.monotonic() - started >= 0.1
+    assert cluster.annotation("p") == "the-record"
+
+
+def test_the_plugin_server_holds_a_grants_write_until_its_rpc_has_ended() -> None:
+    """The annotation follows the answer: the server says when its Allocate RPC ended (gRPC's
+    termination callback), so the write does not wait out the hold."""
+    root = Path(tempfile.mkdtemp(prefix="kdh", dir="/tmp"))
+    kubelet = KubeletEmulator(root)
+    servers: list[Any] = []
+    try:
+        cluster = FakeCluster()
+        pod = cluster.add("p", ("main", {GPU: "1"}))
+        writer = JournaledWriter(
+            Journal(root / "journal"), cluster, _uid(cluster), _uid(cluster), answer_hold=30.0
+        )
+        said: list[str] = []
+        hold = writer.answering
+
+        def answering() -> Any:
+            answered = hold()
+            said.append("answering")
+
+            def left() -> None:
+                said.append("left")
+                answered()
+
+            return left
+
+        writer.answering = answering  # type: ignore[method-assign]
+        spec = t4_spec()
+        node = NodeState(lambda: spec, cluster, writer)
+        servers = plugin_servers(
+            node, NVIDIA, str(kubelet.plugin_dir), None, pods_dir=str(root / "pods")
+        )
+        for server in servers:
+            server.start()
+        kubelet.wait_devices(GPU, lambda d: len(d) == 4, timeout=30)
+        kubelet.admit(pod)
+        assert writer.drain(10.0)  # well inside the 30 s hold: the RPC's end released it
+        assert said == ["answering", "left"]
+        granted = kubelet.known[("default", "p")]["main"][GPU]
+        assert sorted(parse_allocated(cluster.annotation("p"))["main"].device_ids) == sorted(
+            granted
+        )
+    finally:
+        for server in servers:
+            server.stop()
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # --- the agent killed between answer and annotation -------------------------------------------
 
 
