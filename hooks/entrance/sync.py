@@ -5,8 +5,11 @@ Target: a Namespace. Related: the chain's ClusterQueues (label
 per live chain ClusterQueue, named `gpustack-fnv64-<fnv64a(cq)>` and annotated with the full
 ClusterQueue name (the LocalQueue name is a hash, so users read the annotation).
 
-A ClusterQueue being deleted gets no new LocalQueue, and its existing ones are dropped
-(Metacontroller deletes attachments the answer leaves out): the queue is draining away.
+A ClusterQueue being deleted gets no new LocalQueue, but keeps the ones it has until it is gone:
+Kueue finds a Workload's ClusterQueue only through its LocalQueue, so dropping the LocalQueue while
+the queue drains would leave its admitted Workloads neither evicted nor released, and the queue's
+`resource-in-use` finalizer would hold it forever. Once the queue is gone, the next resync drops
+them (Metacontroller deletes attachments the answer leaves out).
 """
 
 from __future__ import annotations
@@ -66,15 +69,25 @@ def local_queue(namespace: str, cluster_queue: str) -> Obj:
     }
 
 
+def _held_queues(request: DecoratorRequest) -> set[str]:
+    """The ClusterQueues this Namespace already has a LocalQueue for."""
+    return {
+        str((lq.get("spec") or {}).get("clusterQueue"))
+        for lq in request.attachments.of(LOCAL_QUEUE, KUEUE_API)
+    }
+
+
 def chain_queues(request: DecoratorRequest) -> list[str]:
-    """Live chain ClusterQueues, by name (sorted, so the answer is stable)."""
+    """The chain ClusterQueues this Namespace gets a LocalQueue for, by name (sorted, so the answer
+    is stable): every live one, and every deleting one it already has a LocalQueue for."""
+    held = _held_queues(request)
     names = set()
     for cq in request.related.of(CLUSTER_QUEUE, KUEUE_API):
         meta = cq["metadata"]
         labels: Mapping[str, str] = meta.get("labels") or {}
-        if labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_INSTANCE_TYPES and not meta.get(
-            "deletionTimestamp"
-        ):
+        if labels.get(RESOURCE_TYPE) != RESOURCE_TYPE_INSTANCE_TYPES:
+            continue
+        if not meta.get("deletionTimestamp") or meta["name"] in held:
             names.add(meta["name"])
     return sorted(names)
 
