@@ -3,7 +3,7 @@ holding cards, by hostname, kept current one Workload at a time (a cache its cal
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from chain import fields
@@ -17,6 +17,13 @@ def workload_key(obj: fields.Obj) -> tuple[str, str]:
     return fields.string(meta, "namespace", "metadata"), fields.string(meta, "name", "metadata")
 
 
+def _part(obj: fields.Obj, outer: str, inner: str) -> object:
+    """`obj[outer][inner]` as it is (None where absent or not an object): a key for `Holdings.read`,
+    never a reading (`workload_shares` reads, and names a malformed field)."""
+    found = obj.get(outer)
+    return found.get(inner) if isinstance(found, Mapping) else None
+
+
 @dataclass
 class Holdings:
     """The node-pinned shares of the Workloads holding cards (`holds_cards`), by hostname.
@@ -28,6 +35,10 @@ class Holdings:
     check: str = NODE_DEVICES_CHECK
     by_host: dict[str, dict[tuple[str, str], list[Share]]] = field(default_factory=dict)
     hosts_of: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    read: dict[tuple[str, str], tuple[object, object, list[Share]]] = field(default_factory=dict)
+    """Per Workload holding cards, the shares last read and the `spec.podSets` and
+    `status.admission` they were read from: a Workload changes several times while it holds
+    (Kueue's conditions, our entry, its Pods' counts) and its shares only when those two do."""
 
     @classmethod
     def of(
@@ -45,16 +56,35 @@ class Holdings:
     def update(self, workload: fields.Obj, table: ManufacturerTable) -> None:
         """Replace what `workload` holds (nothing once it no longer holds cards)."""
         key = workload_key(workload)
-        self.forget(key)
+        self._unindex(key)
         if not holds_cards(workload, self.check):
+            self.read.pop(key, None)
             return
-        for share in workload_shares(workload, table):
+        for share in self._shares(key, workload, table):
             if share.node:
                 self.by_host.setdefault(share.node, {}).setdefault(key, []).append(share)
                 self.hosts_of.setdefault(key, set()).add(share.node)
 
+    def _shares(
+        self, key: tuple[str, str], workload: fields.Obj, table: ManufacturerTable
+    ) -> list[Share]:
+        podsets, admission = (
+            _part(workload, "spec", "podSets"),
+            _part(workload, "status", "admission"),
+        )
+        last = self.read.get(key)
+        if last is not None and last[0] == podsets and last[1] == admission:
+            return last[2]
+        shares = workload_shares(workload, table)
+        self.read[key] = (podsets, admission, shares)
+        return shares
+
     def forget(self, key: tuple[str, str]) -> None:
-        """The Workload `key` holds nothing any more (gone, or changed since indexed)."""
+        """The Workload `key` is gone: it holds nothing."""
+        self._unindex(key)
+        self.read.pop(key, None)
+
+    def _unindex(self, key: tuple[str, str]) -> None:
         for host in self.hosts_of.pop(key, set()):
             held = self.by_host[host]
             held.pop(key, None)

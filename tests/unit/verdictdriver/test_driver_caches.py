@@ -90,6 +90,37 @@ def test_holdings_index_node_pinned_shares_of_card_holders() -> None:
     assert held.by_host == {} and held.hosts_of == {}
 
 
+def test_holdings_read_a_holders_shares_again_only_when_its_pod_sets_or_admission_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import chain.holdings as holdings_module
+
+    reads: list[str] = []
+
+    def counted(wl: Obj, table: Any) -> Any:
+        reads.append(wl["metadata"]["name"])
+        return workload_shares(wl, table)
+
+    monkeypatch.setattr(holdings_module, "workload_shares", counted)
+    held = Holdings()
+    held.update(workload(2, "n1", name="admitted", admitted=True), TABLE)
+    again = workload(2, "n1", name="admitted", admitted=True)
+    again["status"]["conditions"].append({"type": "PodsReady", "status": "True"})
+    held.update(again, TABLE)  # a condition more: the same shares
+    assert reads == ["admitted"]
+    assert [k for k, _ in held.on({"n1"}, ("", ""))] == [("team-a", "admitted")]
+    held.update(workload(2, "n2", name="admitted", admitted=True), TABLE)  # moved: read again
+    assert reads == ["admitted", "admitted"]
+    assert sorted(held.by_host) == ["n2"]
+    finished = workload(2, "n2", name="admitted", admitted=True)
+    finished["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    held.update(finished, TABLE)
+    assert held.by_host == {} and held.read == {}
+    held.update(workload(2, "n2", name="admitted", admitted=True), TABLE)
+    held.forget(("team-a", "admitted"))
+    assert held.by_host == {} and held.read == {}
+
+
 @pytest.mark.parametrize("asked", [1, 2, 3])
 def test_a_verdict_with_holdings_equals_one_that_scans_the_workloads(asked: int) -> None:
     others = [_ready(workload(1, "n1", name="a")), workload(1, "n1", name="b", admitted=True)]
