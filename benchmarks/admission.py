@@ -16,9 +16,10 @@ node agents), every card free.
    check once it is Active), and by `benchmarks.trivial_check`, which says Ready at once without
    judging (the limit any AdmissionCheck controller meets: Kueue's own writes per checked
    Workload). The same Workloads each time. The headline is driver / trivial.
-3. Verdict latency: `--latency` Workloads at `--rate` per second, answered by the driver and then
-   by the trivial check, on the first pool size and again after the pool grew to the second;
-   QuotaReserved -> the check's entry Ready, as seen by a watch.
+3. Verdict latency: `--latency` Workloads at `--rate` per second for each of the driver and the
+   trivial check, split over `--rounds` runs each in alternating order, on the first pool size
+   and again after the pool grew to the second; QuotaReserved -> the check's entry Ready, as seen
+   by a watch, and driver / trivial of its p50 and p99.
 
 Every Workload is deleted as soon as it is admitted (there is no job to run it), so cards never
 run out. The API server's request counters around both runs show what the check costs per
@@ -405,6 +406,16 @@ def report_run(label: str, stages: dict[str, Stages]) -> float:
     return rate
 
 
+def alternated(rounds: int) -> list[tuple[int, str]]:
+    """(round, who answers) for `rounds` runs each of the driver and the trivial check, the order
+    swapped every round, so neither always runs first (on a cooler or a warmer testbed)."""
+    return [
+        (turn, who)
+        for turn in range(rounds)
+        for who in ((DRIVER, TRIVIAL) if turn % 2 == 0 else (TRIVIAL, DRIVER))
+    ]
+
+
 def compare(
     bed: Testbed,
     clients: Clients,
@@ -429,16 +440,14 @@ def compare(
     rates: dict[str, list[float]] = {DRIVER: [], TRIVIAL: []}
     checked_requests: Counter[RequestKey] = Counter()
     paces = []
-    for turn in range(rounds):
-        order = (DRIVER, TRIVIAL) if turn % 2 == 0 else (TRIVIAL, DRIVER)
-        for who in order:
-            with checking(bed, who, period, profile if who == DRIVER else None):
-                before = api_requests(kube)
-                run = submit(clients, f"{who}-{turn}", count, None, timeout)
-                if who == DRIVER:
-                    checked_requests += served_between(before, api_requests(kube))
-                    paces.append(verdict_pace(run.values()))
-                rates[who].append(report_run(f"with the check, {who} ({pool})", run))
+    for turn, who in alternated(rounds):
+        with checking(bed, who, period, profile if who == DRIVER else None):
+            before = api_requests(kube)
+            run = submit(clients, f"{who}-{turn}", count, None, timeout)
+            if who == DRIVER:
+                checked_requests += served_between(before, api_requests(kube))
+                paces.append(verdict_pace(run.values()))
+            rates[who].append(report_run(f"with the check, {who} ({pool})", run))
     driver = statistics.mean(rates[DRIVER])
     trivial = statistics.mean(rates[TRIVIAL])
     print(
@@ -461,11 +470,33 @@ def _times(counts: Counter[RequestKey], n: int) -> Counter[RequestKey]:
 def latency(
     bed: Testbed, clients: Clients, pool: str, args: argparse.Namespace, timeout: float
 ) -> None:
-    """Paced Workloads answered by the driver, then by the trivial check (the floor)."""
-    for who in (DRIVER, TRIVIAL):
+    """Paced Workloads answered by the driver and by the trivial check (the floor) in turn:
+    `args.rounds` runs of each, the order alternated, each of `args.latency / rounds` Workloads;
+    then each one's verdict latency over all its runs, and driver / trivial of the p50 and p99
+    (the machine's quiet and busy spells fall on both alike)."""
+    rounds = max(1, args.rounds)
+    per_run = max(1, args.latency // rounds)
+    pooled: dict[str, list[float]] = {DRIVER: [], TRIVIAL: []}
+    for turn, who in alternated(rounds):
         with checking(bed, who, args.period, None):
-            paced = submit(clients, f"paced-{pool}-{who}", args.latency, args.rate, timeout)
-            report_run(f"verdict latency, {pool} nodes, {args.rate:g}/s, {who}", paced)
+            paced = submit(clients, f"paced-{pool}-{who}-{turn}", per_run, args.rate, timeout)
+            label = f"verdict latency, {pool} nodes, {args.rate:g}/s, {who}, round {turn + 1}"
+            report_run(label, paced)
+            pooled[who] += verdict_latencies(paced.values())
+    for who, samples in pooled.items():
+        print(
+            f"verdict latency, {pool} nodes, {who}, all {len(samples)}: p50 {_ms(samples, 0.5)},"
+            f" p99 {_ms(samples, 0.99)}",
+            flush=True,
+        )
+    driver, trivial = pooled[DRIVER], pooled[TRIVIAL]
+    if driver and trivial:
+        ratios = [percentile(driver, q) / percentile(trivial, q) for q in (0.5, 0.99)]
+        print(
+            f"verdict latency, {pool} nodes, driver / trivial check: p50 {ratios[0]:.2f},"
+            f" p99 {ratios[1]:.2f}",
+            flush=True,
+        )
 
 
 @contextlib.contextmanager
@@ -490,7 +521,10 @@ def main() -> None:
         "--latency", type=int, help="Workloads per latency run (default 200; 0: none)"
     )
     parser.add_argument(
-        "--rounds", type=int, default=2, help="throughput runs each of driver and trivial check"
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs each of driver and trivial check, alternated (throughput and latency)",
     )
     parser.add_argument("--rate", type=float, default=2.0, help="latency runs: creates per s")
     parser.add_argument("--cards", type=int, default=8, help="T4 cards per node")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.admission import devices, free_ledger, workload
+from benchmarks.admission import DRIVER, TRIVIAL, alternated, devices, free_ledger, workload
 from benchmarks.admission_events import (
     Stages,
     admission_latencies,
@@ -191,3 +191,14 @@ def test_profiled_writes_the_profile_when_asked(tmp_path: Path) -> None:
     subprocess.run(command, env=env, check=True, timeout=60)
     functions = {name for _, _, name in pstats.Stats(str(out)).stats}  # type: ignore[attr-defined]
     assert "busy" in functions
+
+
+def test_driver_and_trivial_check_take_turns_going_first() -> None:
+    assert alternated(3) == [
+        (0, DRIVER),
+        (0, TRIVIAL),
+        (1, TRIVIAL),
+        (1, DRIVER),
+        (2, DRIVER),
+        (2, TRIVIAL),
+    ]
