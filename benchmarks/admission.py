@@ -19,7 +19,9 @@ node agents), every card free.
 3. Verdict latency: `--latency` Workloads at `--rate` per second for each of the driver and the
    trivial check, split over `--rounds` runs each in alternating order, on the first pool size
    and again after the pool grew to the second; QuotaReserved -> the check's entry Ready, as seen
-   by a watch, and driver / trivial of its p50 and p99.
+   by a watch, and driver / trivial of its p50 and p99; and, from the driver's
+   `gpustack_verdict_write_seconds`, how long its writes alone took (the API server's round trip,
+   Kueue's validating webhook on `workloads/status` included), which any check pays.
 
 Every Workload is deleted as soon as it is admitted (there is no job to run it), so cards never
 run out. The API server's request counters around both runs show what the check costs per
@@ -46,10 +48,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import requests
+
 from benchmarks.admission_events import (
+    Buckets,
     RequestKey,
     Stages,
     admission_latencies,
+    bucket_quantile,
+    buckets_between,
     observed,
     per_workload,
     request_counts,
@@ -57,6 +64,7 @@ from benchmarks.admission_events import (
     throughput,
     verdict_latencies,
     verdict_pace,
+    write_buckets,
 )
 from benchmarks.timing import percentile
 from chain.labels import capacity_key, count_key
@@ -319,9 +327,9 @@ def api_requests(kube: Kube) -> Counter[RequestKey]:
     return request_counts(reply.text)
 
 
-def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
+def start_driver(bed: Testbed, period: float, profile: Path | None) -> str:
     """The driver as the shipped ServiceAccount, by its command line (under cProfile when
-    `profile` names where to write the profile)."""
+    `profile` names where to write the profile); the URL of its `/metrics`."""
     kubeconfig = bed.service_account_kubeconfig(*DRIVER_ACCOUNT)
     wrap = [] if profile is None else ["benchmarks.profiled", str(profile)]
     argv = [sys.executable, "-m", *wrap, "verdictdriver", "--kubeconfig", str(kubeconfig)]
@@ -331,6 +339,7 @@ def start_driver(bed: Testbed, period: float, profile: Path | None) -> None:
     url = f"http://127.0.0.1:{port}/healthz"
     wait_for(partial(http_ok, url), 120, "the driver's caches to be listed")
     _wait_check_named(bed, "the driver")
+    return f"http://127.0.0.1:{port}/metrics"
 
 
 def start_trivial(bed: Testbed, period: float) -> None:
@@ -355,15 +364,16 @@ def _wait_check_named(bed: Testbed, who: str) -> None:
 
 
 @contextlib.contextmanager
-def checking(bed: Testbed, who: str, period: float, profile: Path | None) -> Iterator[None]:
+def checking(bed: Testbed, who: str, period: float, profile: Path | None) -> Iterator[str | None]:
     """The check answered by `who` (DRIVER or TRIVIAL) for the block, stopped after it (the
-    AdmissionCheck stays Active, so the queue keeps naming it)."""
+    AdmissionCheck stays Active, so the queue keeps naming it); the driver's `/metrics` URL."""
+    metrics = None
     if who == DRIVER:
-        start_driver(bed, period, profile)
+        metrics = start_driver(bed, period, profile)
     else:
         start_trivial(bed, period)
     try:
-        yield
+        yield metrics
     finally:
         if who == DRIVER and profile is not None:
             print_profile(bed, profile)
@@ -477,16 +487,32 @@ def latency(
     rounds = max(1, args.rounds)
     per_run = max(1, args.latency // rounds)
     pooled: dict[str, list[float]] = {DRIVER: [], TRIVIAL: []}
+    writes: Counter[float] = Counter()
     for turn, who in alternated(rounds):
-        with checking(bed, who, args.period, None):
+        with checking(bed, who, args.period, None) as metrics:
+            before = _write_times(metrics)
             paced = submit(clients, f"paced-{pool}-{who}-{turn}", per_run, args.rate, timeout)
+            writes.update(buckets_between(before, _write_times(metrics)))
             label = f"verdict latency, {pool} nodes, {args.rate:g}/s, {who}, round {turn + 1}"
             report_run(label, paced)
             pooled[who] += verdict_latencies(paced.values())
+            import json as _j
+
+            with open("/tmp/trace-bench.jsonl", "a") as f:
+                for n, st in paced.items():
+                    f.write(_j.dumps([who, pool, n, st.created, st.reserved, st.judged]) + "\n")
     for who, samples in pooled.items():
         print(
             f"verdict latency, {pool} nodes, {who}, all {len(samples)}: p50 {_ms(samples, 0.5)},"
             f" p99 {_ms(samples, 0.99)}",
+            flush=True,
+        )
+    bounds = [bucket_quantile(writes, q) for q in (0.5, 0.99)]
+    if None not in bounds:
+        print(
+            f"verdict latency, {pool} nodes: the driver's writes alone (its round trip to the API"
+            f" server, Kueue's validating webhook on workloads/status included), p50 <="
+            f" {_bound(bounds[0])}, p99 <= {_bound(bounds[1])}",
             flush=True,
         )
     driver, trivial = pooled[DRIVER], pooled[TRIVIAL]
@@ -497,6 +523,20 @@ def latency(
             f" p99 {ratios[1]:.2f}",
             flush=True,
         )
+
+
+def _write_times(metrics: str | None) -> Buckets:
+    """The driver's write-time histogram (`gpustack_verdict_write_seconds`); none for the
+    trivial check."""
+    if metrics is None:
+        return {}
+    reply = requests.get(metrics, timeout=30)
+    reply.raise_for_status()
+    return write_buckets(reply.text)
+
+
+def _bound(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.0f} ms"
 
 
 @contextlib.contextmanager

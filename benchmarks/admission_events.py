@@ -124,3 +124,41 @@ def per_workload(
         return []
     ranked = sorted(extra.items(), key=lambda item: (-item[1], item[0]))
     return [(key, n / workloads) for key, n in ranked[:top]]
+
+
+# --- the driver's own write timings -----------------------------------------------------------
+
+Buckets = dict[float, float]
+"""A Prometheus histogram's cumulative counts by upper bound (`le`; +Inf as `math.inf`)."""
+
+_WRITE_BUCKET = re.compile(
+    r'^gpustack_verdict_write_seconds_bucket\{le="(?P<le>[^"]+)"\}\s+(?P<value>\S+)$'
+)
+
+
+def write_buckets(metrics: str) -> Buckets:
+    """The driver's `gpustack_verdict_write_seconds` histogram from its `/metrics` text."""
+    buckets: Buckets = {}
+    for line in metrics.splitlines():
+        match = _WRITE_BUCKET.match(line.strip())
+        if match is not None:
+            buckets[float(match["le"])] = float(match["value"])
+    return buckets
+
+
+def buckets_between(before: Mapping[float, float], after: Mapping[float, float]) -> Buckets:
+    """The observations made between two readings of one histogram."""
+    return {le: count - before.get(le, 0.0) for le, count in after.items()}
+
+
+def bucket_quantile(buckets: Mapping[float, float], fraction: float) -> float | None:
+    """The upper bound of the bucket the `fraction` quantile falls in: the quantile is at most
+    this (None without observations)."""
+    bounds = sorted(buckets)
+    total = buckets[bounds[-1]] if bounds else 0.0
+    if total <= 0:
+        return None
+    for le in bounds:
+        if buckets[le] >= fraction * total:
+            return le
+    return bounds[-1]

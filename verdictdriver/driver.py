@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import requests
 
@@ -62,7 +63,13 @@ from verdictdriver.caches import Caches
 from verdictdriver.entries import active_patch, as_written, now_text, verdict_patch
 from verdictdriver.health import Heartbeat
 from verdictdriver.lease import Elector
-from verdictdriver.metrics import VERDICT_SECONDS, VERDICTS, WRITE_FAILURES, since
+from verdictdriver.metrics import (
+    VERDICT_SECONDS,
+    VERDICTS,
+    WRITE_FAILURES,
+    WRITE_SECONDS,
+    since,
+)
 from verdictdriver.promises import Promises
 from verdictdriver.workloads import (
     assigned_hosts,
@@ -81,6 +88,12 @@ FIELD_MANAGER = "gpustack-admission-driver"
 """Owns our `admissionChecks` entries and the AdmissionCheck's Active condition."""
 EVENTS_CONTROLLER = "gpustack.ai/admission-driver"
 RETRY_REASON = "NodeDevicesRetry"
+
+
+def write_verdict(kube: Kube, body: Obj) -> Obj:
+    """Apply a verdict's entries (`entries.verdict_patch`), its round trip timed."""
+    with WRITE_SECONDS.time():
+        return kube.apply(body, FIELD_MANAGER, subresource="status")
 
 
 def judged_ledger(devices: Devices, pods: Iterable[PodAllocations], release: bool) -> Devices:
@@ -294,16 +307,14 @@ class Driver:
         if body is None:
             return None
         if self.writers is not None:
-            reply = self.writers.submit(
-                lambda kube: kube.apply(body, FIELD_MANAGER, subresource="status")
-            )
+            reply = self.writers.submit(partial(write_verdict, body=body))
             self.inflight[(ns, name)] = Write(wl, verdict, reply)
             intended = as_written(wl, body)
             if verdict.state == State.READY:
                 self.promises.remember(wl, intended)  # promised now; taken back if it fails
             return intended
         try:
-            written = self.kube.apply(body, FIELD_MANAGER, subresource="status")
+            written = write_verdict(self.kube, body)
         except KubeError as err:
             if err.status in (404, 409):
                 self._moved_on(ns, name, err.status)

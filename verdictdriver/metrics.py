@@ -3,6 +3,9 @@
 - `gpustack_verdicts_total{state}`: verdicts written (`Ready`, `Retry`, `Rejected`, `Pending`);
 - `gpustack_verdict_seconds{state}`: from the Workload's QuotaReserved transition to its
   verdict written (Kueue stamps whole seconds, so the low buckets read coarse);
+- `gpustack_verdict_write_seconds`: one verdict write's round trip (the API server, Kueue's
+  validating webhook on `workloads/status`, etcd), landed or not: what any AdmissionCheck pays
+  between its decision and its verdict being there;
 - `gpustack_verdict_write_failures_total`: verdict writes that did not land (judged again);
 - `gpustack_promises`: Readys written and not yet seen back in the watch cache (cards promised
   that the next verdict must not hand out again);
@@ -26,6 +29,12 @@ VERDICT_SECONDS = Histogram(
     "From a Workload's QuotaReserved transition to its verdict written, by state.",
     ["state"],
     buckets=(0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+    registry=REGISTRY,
+)
+WRITE_SECONDS = Histogram(
+    "gpustack_verdict_write_seconds",
+    "One verdict write's round trip to the API server, landed or not.",
+    buckets=(0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.25, 1.0, 5.0),
     registry=REGISTRY,
 )
 WRITE_FAILURES = Counter(

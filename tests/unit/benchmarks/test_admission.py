@@ -3,6 +3,7 @@ from them, the API server's request counters, and the objects it writes (a Ready
 
 from __future__ import annotations
 
+import math
 import os
 import pstats
 import subprocess
@@ -16,6 +17,8 @@ from benchmarks.admission import DRIVER, TRIVIAL, alternated, devices, free_ledg
 from benchmarks.admission_events import (
     Stages,
     admission_latencies,
+    bucket_quantile,
+    buckets_between,
     observed,
     per_workload,
     request_counts,
@@ -23,6 +26,7 @@ from benchmarks.admission_events import (
     throughput,
     verdict_latencies,
     verdict_pace,
+    write_buckets,
 )
 from chain.devices import Devices
 from chain.manufacturers import manufacturers
@@ -202,3 +206,26 @@ def test_driver_and_trivial_check_take_turns_going_first() -> None:
         (2, DRIVER),
         (2, TRIVIAL),
     ]
+
+
+def test_the_drivers_write_times_are_read_from_its_histogram() -> None:
+    text = "\n".join(
+        [
+            "# TYPE gpustack_verdict_write_seconds histogram",
+            'gpustack_verdict_write_seconds_bucket{le="0.01"} 50.0',
+            'gpustack_verdict_write_seconds_bucket{le="0.02"} 95.0',
+            'gpustack_verdict_write_seconds_bucket{le="0.05"} 99.0',
+            'gpustack_verdict_write_seconds_bucket{le="+Inf"} 100.0',
+            "gpustack_verdict_write_seconds_count 100.0",
+        ]
+    )
+    after = write_buckets(text)
+    assert after == {0.01: 50.0, 0.02: 95.0, 0.05: 99.0, math.inf: 100.0}
+    before = {0.01: 40.0, 0.02: 40.0, 0.05: 40.0, math.inf: 40.0}
+    run = buckets_between(before, after)  # 10 under 10 ms, 45 more under 20, 4 under 50, 1 over
+    assert bucket_quantile(run, 0.1) == 0.01
+    assert bucket_quantile(run, 0.5) == 0.02
+    assert bucket_quantile(run, 0.95) == 0.05
+    assert bucket_quantile(run, 0.99) == math.inf  # the 60th is over 50 ms
+    assert bucket_quantile(buckets_between(after, after), 0.5) is None
+    assert bucket_quantile({}, 0.5) is None

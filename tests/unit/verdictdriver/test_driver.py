@@ -468,6 +468,7 @@ def test_verdicts_promises_and_the_lease_are_measured() -> None:
 
     ready, retry = (sample("gpustack_verdicts_total", state=s) for s in ("Ready", "Retry"))
     waited = sample("gpustack_verdict_seconds_count", state="Ready")
+    writes = sample("gpustack_verdict_write_seconds_count")
     first, second = pending(workload(2, "n1", name="w1")), pending(workload(2, "n1", name="w2"))
     for wl in (first, second):  # reserved a minute ago, as Kueue stamps it
         wl["status"]["conditions"] = [
@@ -484,6 +485,7 @@ def test_verdicts_promises_and_the_lease_are_measured() -> None:
     assert sample("gpustack_verdicts_total", state="Ready") == ready + 1
     assert sample("gpustack_verdicts_total", state="Retry") == retry + 1
     assert sample("gpustack_verdict_seconds_count", state="Ready") == waited + 1
+    assert sample("gpustack_verdict_write_seconds_count") == writes + 2  # each write timed
     assert sample("gpustack_promises") == 1  # the Ready, until the cache shows it
     assert sample("gpustack_lease_leading") == 1
     server = serve_health(Heartbeat(30), 0, "127.0.0.1", metrics=metrics.exposition)
