@@ -496,11 +496,6 @@ def latency(
             label = f"verdict latency, {pool} nodes, {args.rate:g}/s, {who}, round {turn + 1}"
             report_run(label, paced)
             pooled[who] += verdict_latencies(paced.values())
-            import json as _j
-
-            with open("/tmp/trace-bench.jsonl", "a") as f:
-                for n, st in paced.items():
-                    f.write(_j.dumps([who, pool, n, st.created, st.reserved, st.judged]) + "\n")
     for who, samples in pooled.items():
         print(
             f"verdict latency, {pool} nodes, {who}, all {len(samples)}: p50 {_ms(samples, 0.5)},"
