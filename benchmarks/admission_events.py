@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from chain.queues import NODE_DEVICES_CHECK
 from chain.workload_state import State, check_state
 from testbed.kube import Obj
@@ -131,19 +133,19 @@ def per_workload(
 Buckets = dict[float, float]
 """A Prometheus histogram's cumulative counts by upper bound (`le`; +Inf as `math.inf`)."""
 
-_WRITE_BUCKET = re.compile(
-    r'^gpustack_verdict_write_seconds_bucket\{le="(?P<le>[^"]+)"\}\s+(?P<value>\S+)$'
-)
+WRITE_SECONDS = "gpustack_verdict_write_seconds"
 
 
 def write_buckets(metrics: str) -> Buckets:
     """The driver's `gpustack_verdict_write_seconds` histogram from its `/metrics` text."""
-    buckets: Buckets = {}
-    for line in metrics.splitlines():
-        match = _WRITE_BUCKET.match(line.strip())
-        if match is not None:
-            buckets[float(match["le"])] = float(match["value"])
-    return buckets
+    for family in text_string_to_metric_families(metrics):
+        if family.name == WRITE_SECONDS:
+            return {
+                float(sample.labels["le"]): sample.value
+                for sample in family.samples
+                if sample.name == f"{WRITE_SECONDS}_bucket"
+            }
+    return {}
 
 
 def buckets_between(before: Mapping[float, float], after: Mapping[float, float]) -> Buckets:

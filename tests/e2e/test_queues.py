@@ -226,6 +226,19 @@ def test_an_admins_hold_and_delete_of_the_queue(
         # The admin deletes the queue while a Workload is admitted in it.
         old_uid = _queue(kube)["metadata"]["uid"]
         kube.delete(KUEUE, "ClusterQueue", T4_POOL)
+        # It keeps its LocalQueue while it drains (the Workload holds its quota until released
+        # below, so the queue stays): Kueue reaches the Workload only through it.
+        wait_for(
+            lambda: (
+                (q := _queue(kube))
+                and q["metadata"].get("deletionTimestamp")
+                and q["spec"].get("stopPolicy") == "HoldAndDrain"
+            ),
+            60,
+            "the deleted queue to be drained",
+        )
+        time.sleep(2)  # a few syncs of the entrance hook: none may drop it
+        assert kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), ns) is not None
         wait_for(
             lambda: _release_if_evicted(kube, ns, "running"),
             120,
