@@ -290,6 +290,14 @@ def decide_grant(
         group = _locate(spec, request.manufacturer, token)
         card = group.accelerator(token.card)
         assert card is not None  # _locate checked it
+        if request.mode == Mode.SLICED and group.slicing_unavailable:
+            # The node published the group without slices; a kubelet still holding an old
+            # token must not get a slice the isolation library would not enforce.
+            raise Refusal(
+                Code.FAILED_PRECONDITION,
+                f"card {card.id} of group {group.id} offers no slices on this node: "
+                f"{group.slicing_unavailable}",
+            )
         if token_pool(card, request.mode) == 0:
             raise Refusal(
                 Code.FAILED_PRECONDITION, f"card {card.id} offers no {request.mode} tokens"

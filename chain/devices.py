@@ -180,20 +180,31 @@ class DevicesGroup:
     family: str = ""
     accelerators: tuple[Accelerator, ...] = ()
     sliced_detail: SlicedDetail = SlicedDetail()
+    slicing_unavailable: str = ""
+    """Why the node publishes the group without its logical slices although the cards take
+    them (the isolation library a sliced grant preloads is not usable there); empty otherwise.
+    Not upstream's: the node agent's own word, so `kubectl get devices` says why no slice is
+    offered."""
 
-    def without_logical_slices(self) -> DevicesGroup:
-        """The group with no card offering logical slices: what a node publishes for a
-        manufacturer whose slices no device plugin of it can hand out."""
-        if not self.sliced_detail.logical and not any(
+    @property
+    def offers_logical_slices(self) -> bool:
+        """Whether the group, or any of its cards, offers logical slices."""
+        return bool(self.sliced_detail.logical) or any(
             card.status.logical_sliced for card in self.accelerators
-        ):
-            return self
+        )
+
+    def without_logical_slices(self, reason: str = "") -> DevicesGroup:
+        """The group with no card offering logical slices: what a node publishes for a
+        manufacturer whose slices no device plugin of it can hand out, or (with the `reason`
+        kept in `slicingUnavailable`) for a group whose isolation library is not usable."""
+        if not self.offers_logical_slices:
+            return replace(self, slicing_unavailable=reason)
         cards = tuple(
             replace(card, status=replace(card.status, logical_sliced=LogicalSliced()))
             for card in self.accelerators
         )
         detail = replace(self.sliced_detail, logical=LogicalSliced())
-        return replace(self, accelerators=cards, sliced_detail=detail)
+        return replace(self, accelerators=cards, sliced_detail=detail, slicing_unavailable=reason)
 
     @property
     def accelerator_key(self) -> str:
@@ -240,6 +251,7 @@ class DevicesGroup:
                 for item, where in fields.items(obj, "accelerators", path)
             ),
             sliced_detail=SlicedDetail.parse(detail, fields.at(path, "acceleratorSlicedDetail")),
+            slicing_unavailable=fields.string(obj, "slicingUnavailable", path),
             **text,
         )
 
@@ -257,6 +269,8 @@ class DevicesGroup:
             out["accelerators"] = [card.render() for card in self.accelerators]
         if self.sliced_detail:
             out["acceleratorSlicedDetail"] = self.sliced_detail.render()
+        if self.slicing_unavailable:
+            out["slicingUnavailable"] = self.slicing_unavailable
         return out
 
 

@@ -6,3 +6,8 @@ The manifests name it (`python -m nodeagent.manifests` writes it into the Daemon
 from __future__ import annotations
 
 CHAIN_IMAGE = "ghcr.io/gpustack-chain/gpustack-chain:0.1.0"
+SYSTEM_NAMESPACE = "gpustack-system"
+"""Where every component but the node agents runs, under the `restricted` Pod Security level."""
+AGENT_NAMESPACE = "gpustack-agents"
+"""The node agents' own namespace: their DaemonSets need host paths and device access, so it is
+the one namespace of the chain labelled for `privileged` Pods."""

@@ -13,6 +13,12 @@ differs from what the API already holds:
   `shared-free-cards.fit.gpustack.ai/<aKey>`, control-plane §3.3) from the Devices ledger, which
   the Workload webhook pins against.
 
+A group whose logical slices this node cannot hand out is published without them (`slicing`):
+its manufacturer's slices are not served here, or the isolation library a slice preloads is not
+usable (`nodeagent/plugin/isolation.py`; the group then says why in `slicingUnavailable`, and
+the Node gets a `SlicingUnavailable` Event). The check runs on every report and on every
+monitor round, so a library staged or removed later moves the node within one period.
+
 With `ledger` on (the agent serves the device plugins, `--device-plugin-dir`), the Reporter also
 keeps the ledger: `Devices.status` rebuilt from the allocation annotations of the node's Pods,
 applied on the status subresource when it differs from what the API holds. It is checked on every
@@ -40,11 +46,12 @@ from chain.labels import is_managed
 from chain.ledger_rebuild import PodAllocations, rebuild_status
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
-from kubeapi.events import EventRecorder
+from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache
 from nodeagent.detect.loop import DetectionRound
 from nodeagent.metrics import LEDGER
-from nodeagent.node_events import ACTION, detection_events, held_back_event
+from nodeagent.node_events import ACTION, detection_events, held_back_event, slicing_events
+from nodeagent.plugin.isolation import OFFERED, Slicing
 from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
 
 log = logging.getLogger("nodeagent")
@@ -61,16 +68,36 @@ def _without_server_fields(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (obj or {}).items() if k not in ("status", "metadata")}
 
 
+def slicing_verdicts(
+    groups: Sequence[DevicesGroup],
+    owned: Sequence[str],
+    slicing: Callable[[DevicesGroup], Slicing],
+) -> dict[str, Slicing]:
+    """By aKey, whether this node can hand out the logical slices of each group of `owned`
+    manufacturers that offers some (a group offering none has nothing to check)."""
+    return {
+        group.accelerator_key: slicing(group)
+        for group in groups
+        if group.manufacturer in owned and group.offers_logical_slices
+    }
+
+
 def published_groups(
-    groups: Sequence[DevicesGroup], owned: Sequence[str], slices: Callable[[str], bool]
+    groups: Sequence[DevicesGroup], owned: Sequence[str], verdicts: Mapping[str, Slicing]
 ) -> list[DevicesGroup]:
     """The detected groups of `owned` manufacturers as the node publishes them: without the
-    logical slices of a manufacturer whose slices it cannot hand out."""
-    return [
-        group if slices(group.manufacturer) else group.without_logical_slices()
-        for group in groups
-        if group.manufacturer in owned
-    ]
+    logical slices of a group whose `verdicts` entry says they cannot be handed out, with the
+    reason in `slicingUnavailable` when it is this node's fault (not when the manufacturer's
+    slices are simply not served)."""
+    published = []
+    for group in groups:
+        if group.manufacturer not in owned:
+            continue
+        verdict = verdicts.get(group.accelerator_key, OFFERED)
+        published.append(
+            group if verdict.offered else group.without_logical_slices(verdict.problem)
+        )
+    return published
 
 
 @dataclass
@@ -89,9 +116,13 @@ class Reporter:
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
     events: EventRecorder | None = None
     """Where detection changes become Events on the Node (`node_events`); None: not recorded."""
-    slices: Callable[[str], bool] = field(default=lambda manufacturer: True)
-    """Whether this node hands out logical slices of a manufacturer's cards; the detected slices
-    of one it cannot are not published (no pool, quota or view then promises them)."""
+    slicing: Callable[[DevicesGroup], Slicing] = field(default=lambda group: OFFERED)
+    """Whether this node can hand out a group's logical slices (`IsolationCheck` where the agent
+    serves the device plugins); the slices of a group it cannot are not published (no pool,
+    quota, counting key, view or fit label then promises them)."""
+    _detected: tuple[DevicesGroup, ...] = field(default=(), init=False)
+    _verdicts: dict[str, Slicing] = field(default_factory=dict, init=False)
+    """The last report's groups and their slicing verdicts (what a monitor round compares)."""
     _reported: str = field(default="", init=False)
     reported_labels: dict[str, str] | None = field(default=None, init=False)
     """The Node's labels as the last report left them (what the loop's sleep compares with)."""
@@ -109,7 +140,10 @@ class Reporter:
 
     def node_changed(self) -> bool:
         """True when the Node or its ledger moved since the last report (a label, the kubelet's
-        tokens, an allocation)."""
+        tokens, an allocation), or a group's slicing verdict did (a library staged or gone)."""
+        if self._slicing_moved():
+            log.info("the slicing of a group on %s changed: reporting now", self.node)
+            return True
         try:
             node = self.kube.get("v1", "Node", self.node)
             devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
@@ -124,7 +158,8 @@ class Reporter:
         node = self.kube.get("v1", "Node", self.node)
         if node is None:
             raise RuntimeError(f"Node {self.node} does not exist")
-        groups = published_groups(current.groups, self.owned, self.slices)
+        verdicts = slicing_verdicts(current.groups, self.owned, self.slicing)
+        groups = published_groups(current.groups, self.owned, verdicts)
         self._node_feature(groups, node["metadata"]["uid"])
         devices = self._devices(node, groups)
         if devices is not None and not self.ledger:
@@ -137,6 +172,13 @@ class Reporter:
         self._reported = self._node_signature(
             node, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         )
+        self._detected, self._verdicts = tuple(current.groups), verdicts
+
+    def _slicing_moved(self) -> bool:
+        """Whether a group of the last report would get another slicing verdict now."""
+        if not self._verdicts:
+            return False
+        return slicing_verdicts(self._detected, self.owned, self.slicing) != self._verdicts
 
     def _node_feature(self, groups: list[Any], node_uid: str) -> None:
         desired: dict[str, Any] = node_feature(self.node, self.namespace, groups, node_uid)
@@ -187,6 +229,10 @@ class Reporter:
                 held = ()
             before = [group for group in held if group.manufacturer in self.owned]
         for change in detection_events(before, groups):
+            self.events.event(node, change.type, change.reason, change.note, ACTION)
+        for change in slicing_events(before, groups):
+            level = logging.WARNING if change.type == WARNING else logging.INFO
+            log.log(level, "%s", change.note)
             self.events.event(node, change.type, change.reason, change.note, ACTION)
 
     def held_back(self, message: str) -> None:

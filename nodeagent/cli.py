@@ -1,8 +1,8 @@
 """The agent's command line: `python -m nodeagent <command>`.
 
 `preflight` answers, for each manufacturer, whether its cards are detected (cross-checked with the
-host's own CLI), can be sliced and can be managed while sliced (`nodeagent/preflight.py`); exit
-status 1 means some allocation would be refused.
+host's own CLI), can be sliced (their isolation library staged and loading) and can be managed
+while sliced (`nodeagent/preflight.py`); exit status 1 means some allocation would be refused.
 
 `detect` prints what detection finds now, as the `spec.groups` of the node's `Devices` object: a
 pure read that writes nothing anywhere. `--simulate PROFILE` runs the real NVIDIA detector on a
@@ -26,6 +26,7 @@ from typing import cast
 import yaml
 
 from chain.manufacturers import manufacturers
+from chain.release import AGENT_NAMESPACE
 from chain.settings import StartupEnv
 from kubeapi import Kube, logs
 from kubeapi.events import EventRecorder
@@ -53,7 +54,8 @@ from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin.ascend import ContainerShare
 from nodeagent.plugin.dmi_mig import DmiMig
-from nodeagent.plugin.grants import DeviceNodes, Responder
+from nodeagent.plugin.grants import OPERATOR_LIB_DIR, DeviceNodes, Responder
+from nodeagent.plugin.isolation import IsolationCheck
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.plugin.sgpu import SgpuDriver
@@ -65,6 +67,11 @@ from nodeagent.simulate.host import SimulatedHost, simulated_host
 
 HOST_ROOT = "/host"
 """Where a preflight container finds the host's root filesystem (bind-mounted read-only)."""
+LIB_DIR_HELP = (
+    "where the isolation libraries sliced grants preload are staged on the host, one directory "
+    "per manufacturer; a group whose library there is missing or does not load is published "
+    f"without logical slices (default {OPERATOR_LIB_DIR})"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,11 +109,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the host's root filesystem, entered with chroot for its own vendor CLI and read "
         f"for its device nodes and staged libraries (default {HOST_ROOT} when mounted, else /)",
     )
+    check.add_argument("--lib-dir", default=OPERATOR_LIB_DIR, help=LIB_DIR_HELP)
     serve = commands.add_parser("serve", help="the agent: detect and report, until stopped")
     serve.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     serve.add_argument(
         "--namespace",
-        default=os.environ.get("KUBERNETES_POD_NAMESPACE", "gpustack-system"),
+        default=os.environ.get("KUBERNETES_POD_NAMESPACE", AGENT_NAMESPACE),
         help="where the NodeFeature lives (default: $KUBERNETES_POD_NAMESPACE)",
     )
     serve.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
@@ -148,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
         default="/var/lib/gpustack/operator/pods",
         help="where the sliced plugin keeps its per-Pod work dirs",
     )
+    serve.add_argument("--lib-dir", default=OPERATOR_LIB_DIR, help=LIB_DIR_HELP)
     serve.add_argument(
         "--mig-dir",
         help="where the partitioned plugin keeps the ownership markers of its MIG instances "
@@ -213,7 +222,19 @@ def run_preflight(args: argparse.Namespace) -> int:
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
-        report = preflight(passes, table, nodes, args.host_root, share=share, sgpu=sgpu, smlu=smlu)
+        # The simulated host's staged directory is read as the real one is: a simulated node
+        # whose library is not staged refuses its slices too.
+        isolation = IsolationCheck(lib_dir=args.lib_dir, root=args.host_root)
+        report = preflight(
+            passes,
+            table,
+            nodes,
+            args.host_root,
+            share=share,
+            sgpu=sgpu,
+            smlu=smlu,
+            isolation=isolation,
+        )
     rendered = report.render()
     if args.output == "json":
         print(json.dumps(rendered, indent=2))
@@ -313,10 +334,7 @@ def serve(args: argparse.Namespace) -> int:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = _partition_libraries(names)
         if plugins:  # imported here: the gRPC stubs are generated on first use
-            from nodeagent.plugin.responders import slices
             from nodeagent.plugin.running import DevicePlugins
-
-            reporter.slices = slices
 
             servers = DevicePlugins(
                 kube,
@@ -334,7 +352,11 @@ def serve(args: argparse.Namespace) -> int:
                 journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
                 device_nodes=device_nodes,
                 responders=responders,
+                lib_dir=args.lib_dir,
             )
+            # A simulated host is checked like a real one (its responders, the same staged
+            # directory): a group whose isolation library is not usable publishes no slices.
+            reporter.slicing = IsolationCheck(servers.responders, args.lib_dir)
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger
             servers.on_pods = reporter.write_ledger

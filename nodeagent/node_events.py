@@ -11,7 +11,11 @@ what changed between two reports of the node's `Devices` (pure: `detection_event
 - `CardUnhealthy` (Warning) / `CardHealthy` (Normal): a card's health flipped (uncorrected
   memory errors); the device plugin stops or starts offering it;
 - `AcceleratorsNotDetected` (Warning): the one manufacturer the agent serves was not found, with
-  the cause the detector gives (the hold-back; repeats are folded into one Event's count).
+  the cause the detector gives (the hold-back; repeats are folded into one Event's count);
+- `SlicingUnavailable` (Warning) / `SlicingAvailable` (Normal): a group's logical slices stopped
+  or started being published because the isolation library a slice preloads is not, or is
+  again, usable on the node (`slicingUnavailable` on the group, `plugin/isolation.py`); told
+  when that changes (or the problem does), not every round.
 
 The baseline is the `Devices` spec the API server holds, so a restarted agent that finds the
 same cards records nothing.
@@ -32,6 +36,14 @@ CARDS_LOST = "CardsLost"
 CARD_UNHEALTHY = "CardUnhealthy"
 CARD_HEALTHY = "CardHealthy"
 NOT_DETECTED = "AcceleratorsNotDetected"
+SLICING_UNAVAILABLE = "SlicingUnavailable"
+SLICING_AVAILABLE = "SlicingAvailable"
+STAGING_HINT = (
+    "the {manufacturer} device manager DaemonSet must stage the isolation library on the host "
+    "(an init container copying it from its image into the staged directory the path names; "
+    'docs/nodeagent.md, "Slicing needs its isolation library"); slices come back at the next '
+    "report once it loads"
+)
 ACTION = "Detected"
 
 
@@ -97,3 +109,26 @@ def detection_events(
 def held_back_event(message: str) -> NodeEvent:
     """The hold-back's message (`manufacturer X is expected but not detected: <cause>`)."""
     return NodeEvent(WARNING, NOT_DETECTED, message)
+
+
+def slicing_events(
+    before: Sequence[DevicesGroup] | None, after: Sequence[DevicesGroup]
+) -> list[NodeEvent]:
+    """A group's slicing that changed since the last reported groups (None: never reported):
+    unavailable (first seen so, or for another reason) or available again."""
+    had = {group.accelerator_key: group.slicing_unavailable for group in before or ()}
+    events = []
+    for group in after:
+        now, then = group.slicing_unavailable, had.get(group.accelerator_key, "")
+        where = f"{group.name} ({group.accelerator_key})"
+        if now and now != then:
+            note = (
+                f"{where}: logical slices are not offered on this node, its "
+                f"{_plural(len(group.accelerators), group.manufacturer)} are published without "
+                f"them: {now}. Fix: " + STAGING_HINT.format(manufacturer=group.manufacturer)
+            )
+            events.append(NodeEvent(WARNING, SLICING_UNAVAILABLE, note))
+        elif then and not now and group.offers_logical_slices:
+            note = f"{where}: its slicing isolation library loads again: logical slices are offered"
+            events.append(NodeEvent(NORMAL, SLICING_AVAILABLE, note))
+    return events

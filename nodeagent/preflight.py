@@ -7,10 +7,13 @@ Three questions per manufacturer, each answerable on its own (node-agent §7.1):
    `rocm-smi --showuniqueid`), reached through the host root (`--host-root`, entered with
    `chroot`). A count that differs from the detector's is `unavailable`: the host has cards this
    agent cannot see.
-2. **can they be sliced**: the manufacturer's own responder renders a slice of each card (half
-   its memory and compute), and the quota it would inject is asserted on
-   (`sliced-quota-in-force`); every library the slice would mount must be staged on the host
-   (`sliced-runtime-loaded`).
+2. **can they be sliced**: the isolation library a slice of each group preloads is staged on
+   the host and loads there (`isolation-library`, one row per group, by the agent's own check,
+   `plugin/isolation.py`: present, an ELF shared object of the host's machine, `dlopen` in a
+   subprocess; a group failing it is published without slices); the manufacturer's own
+   responder renders a slice of each card (half its memory and compute), and the quota it would
+   inject is asserted on (`sliced-quota-in-force`); the card's slice has its runtime only when
+   its group's library is usable (`sliced-runtime-loaded`).
 3. **can they be managed while sliced**: `sidecar-visibility` (an owner's slice, then its
    sidecar's visibility grant, which must name nothing the owner was not granted) and
    `co-tenancy` (two slices of one card, each with its own quota).
@@ -19,8 +22,9 @@ Every row is `ok`, `unavailable` (offered, and this pass did not establish it: t
 guards is refused) or `not-declared` (not offered: nothing to check), at the depth it reached:
 `declared` (the driver answered), `simulated` (the allocator's own code produced the artifact and
 it was asserted on; nothing on the hardware changed) or `measured` (something ran and was
-observed). This preflight starts no probe container, so nothing here is `measured`; each row says
-why it went no deeper. Only `unavailable` makes the exit status 1.
+observed). This preflight starts no probe container: only `isolation-library` is `measured` (the
+library was loaded in a subprocess, or found unusable); each other row says why it went no
+deeper. Only `unavailable` makes the exit status 1.
 
 Nothing on the host changes: slices render into a throwaway directory, Ascend's container-share
 flag is read, never written, MetaX's `sgpu` subdevices and Cambricon's sMLU instances are read,
@@ -47,7 +51,6 @@ from nodeagent.detect.remembered import DetectionPass
 from nodeagent.plugin.ascend import Ascend, ContainerShare
 from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (
-    Cards,
     DeviceNodes,
     GrantedCard,
     Responder,
@@ -55,6 +58,7 @@ from nodeagent.plugin.grants import (
     SliceRequest,
 )
 from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.isolation import OFFERED, IsolationCheck, Slicing
 from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.mig import NAMINGS
 from nodeagent.plugin.responders import RESPONDERS
@@ -298,8 +302,9 @@ class Rehearsal:
     runtime: str
     """The manufacturer's RuntimeClass, which the rehearsed Pod names (as a correct one does)."""
     nodes: DeviceNodes
-    host_root: str
     pods_dir: str
+    lib_dir: str
+    """Where the slice's libraries are staged (the isolation check's directory)."""
 
     def _channel(self) -> Channel:
         maker = self.responder.manufacturer
@@ -310,7 +315,9 @@ class Rehearsal:
         such as Hygon's then leaves the rehearsal's next slices their room)."""
         limits = SlicedLimits(cores_percentage=share, memory_percentage=share)
         pod = f"preflight-{card.card.index}"  # one rehearsed Pod per card
-        request = SliceRequest(limits, pod, container, self._channel(), pods_dir=self.pods_dir)
+        request = SliceRequest(
+            limits, pod, container, self._channel(), pods_dir=self.pods_dir, lib_dir=self.lib_dir
+        )
         return self.responder.sliced((card,), request, self.nodes)
 
     def shown(self, card: GrantedCard, mode: Mode) -> ContainerResponse:
@@ -343,15 +350,31 @@ def quota_of(response: ContainerResponse) -> str:
     return ", ".join(quota)
 
 
-def staged_libraries(response: ContainerResponse, host_root: str) -> list[str]:
-    """The read-only library mounts of a slice whose host file is missing."""
-    missing = []
-    for mount in response.mounts:
-        if not mount.read_only or mount.host_path.endswith(".config"):
-            continue
-        if not (Path(host_root) / mount.host_path.lstrip("/")).exists():
-            missing.append(mount.host_path)
-    return missing
+ISOLATION_LIBRARY = "isolation-library"
+
+
+def isolation_row(
+    group: DevicesGroup, responder: Responder, isolation: IsolationCheck
+) -> tuple[Check, Slicing]:
+    """Whether the isolation library a slice of the group preloads is staged and loads here,
+    by the agent's own check (what decides whether the node publishes the group's slices)."""
+    name = group.accelerator_key
+    files = responder.isolation_libraries(group, isolation.lib_dir)
+    if not files:
+        why = "a slice preloads no library: the driver or a host runtime enforces it"
+        return Check(name, ISOLATION_LIBRARY, "sliced", State.OK, Depth.DECLARED, why), OFFERED
+    verdict = isolation.verdict(responder, group)
+    if verdict.problem:
+        reason = (
+            f"{verdict.problem}: the node publishes the group without logical slices, so a "
+            "sliced allocation is refused; the device manager DaemonSet must stage the library"
+        )
+        return Check(
+            name, ISOLATION_LIBRARY, "sliced", State.UNAVAILABLE, Depth.MEASURED, reason=reason
+        ), verdict
+    loaded = ", ".join(f.path for f in files if f.shared_object)
+    detail = f"staged, and loaded by dlopen in a subprocess: {loaded}"
+    return Check(name, ISOLATION_LIBRARY, "sliced", State.OK, Depth.MEASURED, detail), verdict
 
 
 def refused(name: str, capability: str, mode: str, reason: str) -> Check:
@@ -376,7 +399,8 @@ def injection_check(rehearsal: Rehearsal, card: GrantedCard) -> Check:
     return rendered(name, "whole-card-injection", "exclusive", ", ".join(given) or "nothing")
 
 
-def card_checks(rehearsal: Rehearsal, card: GrantedCard) -> list[Check]:
+def card_checks(rehearsal: Rehearsal, card: GrantedCard, slicing: Slicing) -> list[Check]:
+    """The card's rows; `slicing` is its group's isolation verdict."""
     name = card.card.id
     maker = rehearsal.responder.manufacturer
     checks: list[Check] = []
@@ -419,19 +443,12 @@ def card_checks(rehearsal: Rehearsal, card: GrantedCard) -> list[Check]:
             refused(name, capability, "sliced", str(error))
             for capability in ("sliced-quota-in-force", "sidecar-visibility", "co-tenancy")
         ]
-    missing = staged_libraries(owner, rehearsal.host_root)
-    if missing:
-        checks.append(
-            refused(
-                name,
-                "sliced-runtime-loaded",
-                "sliced",
-                f"not staged on the host: {', '.join(missing)}",
-            )
-        )
+    if slicing.problem:
+        why = f"the isolation library is not usable ({ISOLATION_LIBRARY}): {slicing.problem}"
+        checks.append(refused(name, "sliced-runtime-loaded", "sliced", why))
     else:
-        staged = "every library the slice mounts is staged on the host; " + NO_PROBE
-        checks.append(rendered(name, "sliced-runtime-loaded", "sliced", "", staged))
+        staged = f"every library the slice preloads is staged and loads ({ISOLATION_LIBRARY}); "
+        checks.append(rendered(name, "sliced-runtime-loaded", "sliced", "", staged + NO_PROBE))
     checks.append(rendered(name, "sliced-quota-in-force", "sliced", quota_of(owner)))
     checks.append(sidecar_check(rehearsal, card, owner))
     checks.append(co_tenancy_check(rehearsal, card))
@@ -487,8 +504,19 @@ def co_tenancy_check(rehearsal: Rehearsal, card: GrantedCard) -> Check:
     )
 
 
-def _cards(groups: Iterable[DevicesGroup]) -> Cards:
-    return tuple(GrantedCard(group, card) for group in groups for card in group.accelerators)
+def group_checks(
+    rehearsal: Rehearsal, group: DevicesGroup, isolation: IsolationCheck
+) -> list[Check]:
+    """The group's isolation row (when its cards take logical slices this agent serves), then
+    each card's rows."""
+    checks: list[Check] = []
+    slicing = OFFERED
+    if group.offers_logical_slices and rehearsal.responder.slices:
+        row, slicing = isolation_row(group, rehearsal.responder, isolation)
+        checks.append(row)
+    for card in group.accelerators:
+        checks += card_checks(rehearsal, GrantedCard(group, card), slicing)
+    return checks
 
 
 def manufacturer_report(
@@ -497,7 +525,7 @@ def manufacturer_report(
     responder: Responder | None,
     runtime: str,
     nodes: DeviceNodes,
-    host_root: str,
+    isolation: IsolationCheck,
     now: str,
 ) -> ManufacturerReport:
     detection = detection_answer(found, host)
@@ -505,8 +533,10 @@ def manufacturer_report(
         note = f"this agent has no responder for {found.manufacturer}: no allocation is served"
         return ManufacturerReport(found.manufacturer, now, detection, note=note)
     with tempfile.TemporaryDirectory(prefix="gpustack-preflight-") as pods:
-        rehearsal = Rehearsal(responder, runtime, nodes, host_root, pods)
-        checks = [check for card in _cards(found.groups) for check in card_checks(rehearsal, card)]
+        rehearsal = Rehearsal(responder, runtime, nodes, pods, isolation.lib_dir)
+        checks = [
+            check for group in found.groups for check in group_checks(rehearsal, group, isolation)
+        ]
     return ManufacturerReport(found.manufacturer, now, detection, tuple(checks))
 
 
@@ -543,10 +573,13 @@ def preflight(
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     sgpu: SgpuDriver | None = None,
     smlu: Callable[[], SmluDriver] = open_cndev_smlu,
+    isolation: IsolationCheck | None = None,
 ) -> Report:
     """`sgpu`: the MetaX driver whose subdevices are read (default: the host root's sysfs);
-    `smlu`: opens Cambricon's cnDev, whose sMLU state is read."""
+    `smlu`: opens Cambricon's cnDev, whose sMLU state is read; `isolation`: the check of the
+    staged isolation libraries (default: the agent's, under the host root)."""
     cards = sgpu or SysfsSgpu(host_root)
+    libraries = isolation or IsolationCheck(root=host_root)
     now = clock().strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = []
     for found in passes:
@@ -559,7 +592,7 @@ def preflight(
                 preflight_responder(maker, ascend_share, cards, smlu),
                 table[maker].runtime_name if maker in table else "",
                 nodes,
-                host_root,
+                libraries,
                 now,
             )
         )

@@ -58,6 +58,7 @@ from chain.ledger_rebuild import (
 from chain.manufacturers import Manufacturer
 from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percentage_to_units
 from nodeagent.plugin.grants import (
+    OPERATOR_LIB_DIR,
     OPERATOR_PODS_DIR,
     DeviceNodes,
     Responder,
@@ -157,7 +158,10 @@ class Allocator:
         pods_dir: str = OPERATOR_PODS_DIR,
         nodes: DeviceNodes | None = None,
         responder: Responder | None = None,
+        lib_dir: str = OPERATOR_LIB_DIR,
     ) -> None:
+        """`lib_dir`: where a sliced grant's isolation libraries are staged on the host (the
+        directory the agent's isolation check reads, so the two agree)."""
         if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
         self.node = node
@@ -168,13 +172,16 @@ class Allocator:
         self.channel = channel or Channel(maker.name, maker.runtime_name)
         self.make_dirs = make_dirs
         self.pods_dir = pods_dir
+        self.lib_dir = lib_dir
         self.nodes = nodes or DeviceNodes()
         self.responder = responder or responder_for(maker.name)
 
     # --- ListAndWatch -----------------------------------------------------------------------
 
     def advertised(self) -> list[Advertised]:
-        """Every token of the mode; a card held in another mode stays listed but Unhealthy."""
+        """Every token of the mode; a card held in another mode stays listed but Unhealthy. A
+        group whose slicing is unavailable here (its isolation library) lists no slice, even
+        from a spec that still counts some."""
         spec = self.node.spec()
         pods, reserved = self.node.live()
         reservations = list(reserved.values())
@@ -182,6 +189,8 @@ class Allocator:
         found: list[Advertised] = []
         for group, card in spec.cards():
             if group.manufacturer != self.maker.name:
+                continue
+            if self.mode == Mode.SLICED and group.slicing_unavailable:
                 continue
             ref = CardRef(group.manufacturer, card.id)
             healthy = (
@@ -508,6 +517,7 @@ class Allocator:
             channel,
             declared_env(found.container),
             self.pods_dir,
+            self.lib_dir,
         )
         response = responder.sliced(cards, request, self.nodes)
         for directory in response.directories:

@@ -29,15 +29,19 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from chain.devices import DevicesGroup
 from nodeagent.plugin.amd_topology import card_topology
 from nodeagent.plugin.cumask import delivered_percentage, mask_entry, place, window_length
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
+    IsolationFile,
     SliceRequest,
     VendorResponder,
     ledgered_preload,
     memory_limits,
+    preload_kit,
+    staged_dir,
     unless_declared,
     write_host_file,
 )
@@ -51,6 +55,14 @@ LIBRARY_DIR = "/usr/local/vrocm"
 LEDGER_DIR = "/var/run/vrocm"
 WINDOWS = "amd-cumask"
 QUIET = (("LIBVROCM_LOG_LEVEL", "1"),)
+
+
+def vrocm_kit(lib_dir: str) -> tuple[IsolationFile, ...]:
+    """`libvrocm.so` as staged (one flat build for every ROCm version), with its preload list
+    and the two tools mounted beside it."""
+    return preload_kit(
+        staged_dir(lib_dir, MANUFACTURER), ("libvrocm.so",), ("rocm-monitor", "rocm-cumask-check")
+    )
 
 
 def drm_nodes(cards: Cards) -> list[tuple[str, str]]:
@@ -131,9 +143,11 @@ class Amd(VendorResponder):
             "HSA_CU_MASK": ";".join(self._masks(cards, request, nodes, percentage)),
         }
         unless_declared(envs, QUIET, request.declared)
-        tools = ("libvrocm.so", "rocm-monitor", "rocm-cumask-check")
-        kit = ledgered_preload(request, MANUFACTURER, LIBRARY_DIR, tools, LEDGER_DIR)
+        kit = ledgered_preload(request, vrocm_kit(request.lib_dir), LIBRARY_DIR, LEDGER_DIR)
         return replace(kit, envs=envs, devices=shown.devices)
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        return vrocm_kit(lib_dir)
 
     def _masks(
         self, cards: Cards, request: SliceRequest, nodes: DeviceNodes, percentage: int

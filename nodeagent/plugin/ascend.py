@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
+from chain.devices import DevicesGroup
 from chain.ledger import Mode
 from nodeagent.detect.dcmi import API_V2, open_dcmi
 from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
@@ -35,9 +36,12 @@ from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
     GrantedCard,
+    IsolationFile,
     SliceRequest,
     VendorResponder,
     memory_limit_mib,
+    preload_kit,
+    staged_dir,
     unless_declared,
     visible_devices,
     write_host_file,
@@ -118,11 +122,22 @@ def ensure_shared(share: ContainerShare | None, granted: GrantedCard, v2: bool) 
         log.warning("enabled container-share mode without a trustworthy read: %s", read_error)
 
 
-def cann_dir(granted: GrantedCard) -> str:
-    """`cann-<major>-<family>`: the vcann-rt build for the card's CANN major and family."""
-    head = granted.group.runtime_version.split(".", 1)[0]
+def cann_dir(group: DevicesGroup) -> str:
+    """`cann-<major>-<family>`: the vcann-rt build for the group's CANN major and family."""
+    head = group.runtime_version.split(".", 1)[0]
     major = int(head) if head.isascii() and head.isdigit() else DEFAULT_CANN_MAJOR
-    return f"cann-{major}-{granted.group.family.lower()}"
+    return f"cann-{major}-{group.family.lower()}"
+
+
+def vcann_kit(group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+    """vcann-rt as staged for the group: the preload list, the build's `libvruntime.so` and
+    its `enpu-monitor` (in that order)."""
+    build = cann_dir(group)
+    return preload_kit(
+        staged_dir(lib_dir, MANUFACTURER),
+        (f"{build}/lib/libvruntime.so",),
+        (f"{build}/tools/enpu-monitor",),
+    )
 
 
 def read_config(path: Path) -> Mapping[str, str]:
@@ -226,16 +241,19 @@ class Ascend(VendorResponder):
             write_host_file(own, text)
         envs = {VISIBLE_DEVICES_ENV: str(index)}
         unless_declared(envs, QUIET, request.declared)
-        build = f"{request.lib_dir}/{MANUFACTURER}/{cann_dir(granted)}"
+        preload, runtime, monitor = vcann_kit(granted.group, request.lib_dir)
         mounts = (
-            Mount(LD_SO_PRELOAD, f"{request.lib_dir}/{MANUFACTURER}/ld.so.preload", True),
-            Mount("/opt/enpu/vcann-rt/lib/libvruntime.so", f"{build}/lib/libvruntime.so", True),
-            Mount("/opt/enpu/vcann-rt/tools/enpu-monitor", f"{build}/tools/enpu-monitor", True),
+            Mount(LD_SO_PRELOAD, preload.path, True),
+            Mount("/opt/enpu/vcann-rt/lib/libvruntime.so", runtime.path, True),
+            Mount("/opt/enpu/vcann-rt/tools/enpu-monitor", monitor.path, True),
             Mount(CONFIG, str(own), read_only=True),
             Mount("/dev/shm", "/dev/shm"),
         )
         response = ContainerResponse(envs=envs, mounts=mounts, directories=(request.work_dir,))
         return self._with_topology(response, cards)
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        return vcann_kit(group, lib_dir)
 
 
 def _open_dcmi() -> ContainerShare | None:

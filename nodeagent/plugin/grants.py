@@ -9,7 +9,10 @@ container is given.
 - `shown`: the exclusive, shared and visibility grants (the cards, nothing else);
 - `sliced`: a logical slice, when the manufacturer's isolation is built here (`slices`); a
   manufacturer without it serves no `.sliced` resource and its detector's slices are not
-  published (`served.py`), so no Pod can be promised one.
+  published (`served.py`), so no Pod can be promised one;
+- `isolation_libraries`: the host files a slice of a group takes from the manufacturer's staged
+  directory (`OPERATOR_LIB_DIR/<manufacturer>/`), named by the same helpers `sliced` mounts them
+  with; `isolation.py` checks them before the group's slices are published.
 
 Positional keys (`CUDA_DEVICE_MEMORY_LIMIT_<i>`, ...) follow the order `granted_cards` returns:
 ascending accelerator index, the enumeration the detector recorded.
@@ -42,6 +45,41 @@ OPERATOR_LIB_DIR = "/var/lib/gpustack/operator/lib"
 OPERATOR_PODS_DIR = "/var/lib/gpustack/operator/pods"
 LD_SO_PRELOAD = "/etc/ld.so.preload"
 """Every preload library is activated through this file, mounted read-only over the image's."""
+PRELOAD_LIST = "ld.so.preload"
+"""The staged file a grant mounts over `LD_SO_PRELOAD`, beside the libraries it names."""
+
+
+@dataclass(frozen=True)
+class IsolationFile:
+    """A host file a sliced grant mounts from its manufacturer's staged directory."""
+
+    path: str
+    shared_object: bool = True
+    """A library the container's loader preloads, so an ELF shared object this host can load;
+    otherwise a file the grant only mounts (`ld.so.preload`, a monitor tool), which must exist
+    or the container cannot start."""
+
+    @property
+    def name(self) -> str:
+        """The file's base name (the name a grant mounts it under in the container)."""
+        return self.path.rsplit("/", 1)[-1]
+
+
+def staged_dir(lib_dir: str, manufacturer: str) -> str:
+    """The manufacturer's staged directory on the host (`<lib_dir>/<manufacturer>`)."""
+    return f"{lib_dir}/{manufacturer}"
+
+
+def preload_kit(
+    staged: str, libraries: Sequence[str], tools: Sequence[str] = ()
+) -> tuple[IsolationFile, ...]:
+    """A preload kit as staged in `staged`: its `ld.so.preload`, the libraries it names, then
+    the tools mounted beside them (`libraries` and `tools` are paths below `staged`)."""
+    return (
+        IsolationFile(f"{staged}/{PRELOAD_LIST}", shared_object=False),
+        *(IsolationFile(f"{staged}/{name}") for name in libraries),
+        *(IsolationFile(f"{staged}/{name}", shared_object=False) for name in tools),
+    )
 
 
 @dataclass(frozen=True)
@@ -153,22 +191,23 @@ def memory_limits(cards: Cards, limits: SlicedLimits, prefix: str) -> dict[str, 
 
 
 def ledgered_preload(
-    request: SliceRequest,
-    manufacturer: str,
-    library_dir: str,
-    files: Sequence[str],
-    ledger: str,
+    request: SliceRequest, kit: Sequence[IsolationFile], library_dir: str, ledger: str
 ) -> ContainerResponse:
     """The mounts and directories of a preload library that keeps its accounting in a
-    per-container ledger region (AMD, T-Head): `/etc/ld.so.preload`, the library and its tools
-    under `library_dir`, all read-only from the manufacturer's staged directory, and `ledger`
+    per-container ledger region (AMD, T-Head): the staged `kit` read-only (its `ld.so.preload`
+    over `/etc/ld.so.preload`, the library and its tools under `library_dir`), and `ledger`
     (the region's directory in the container, `/var/run/<name>`) from `run/<name>` under the
     container's work directory."""
-    staged = f"{request.lib_dir}/{manufacturer}"
     region = request.work_dir + ledger.removeprefix("/var")
     mounts = (
-        Mount(LD_SO_PRELOAD, f"{staged}/ld.so.preload", read_only=True),
-        *(Mount(f"{library_dir}/{name}", f"{staged}/{name}", read_only=True) for name in files),
+        *(
+            Mount(
+                LD_SO_PRELOAD if staged.name == PRELOAD_LIST else f"{library_dir}/{staged.name}",
+                staged.path,
+                read_only=True,
+            )
+            for staged in kit
+        ),
         Mount(ledger, region),
     )
     return ContainerResponse(mounts=mounts, directories=(request.work_dir, region))
@@ -322,6 +361,11 @@ class Responder(Protocol):
         a partition-backed owner's sidecar): the partition, never its parent card alone."""
         ...
 
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        """The host files a sliced grant of `group` preloads or mounts from `lib_dir` (the
+        very paths `sliced` names); empty when the manufacturer's slices need none."""
+        ...
+
 
 class VendorResponder:
     """What the responders share: a grant holds at least one card, `show` says what the
@@ -350,6 +394,12 @@ class VendorResponder:
 
     def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
         raise ValueError(f"{self.manufacturer} partitions are not made by this agent")
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        """None by default: slices the driver makes (MetaX's sgpu subdevices, Cambricon's sMLU
+        instances), a host module's QoS variables (MThreads) or a quota file the host runtime
+        reads (Hygon) preload nothing. A responder that preloads a library names it."""
+        return ()
 
 
 class VisibleById(VendorResponder):

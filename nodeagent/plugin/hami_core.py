@@ -15,8 +15,10 @@ from collections.abc import Collection
 from nodeagent.plugin.grants import (
     LD_SO_PRELOAD,
     Cards,
+    IsolationFile,
     SliceRequest,
     memory_limit_mib,
+    preload_kit,
     unless_declared,
 )
 from nodeagent.plugin.response import ContainerResponse, Mount
@@ -29,16 +31,24 @@ QUIET = (("LIBCUDA_LOG_LEVEL", "0"),)
 """HAMi-core logs every intercepted call by default; a workload may still raise the level."""
 
 
+def hami_core_kit(staged: str, build: str) -> tuple[IsolationFile, IsolationFile]:
+    """HAMi-core as staged in `staged` (the manufacturer's directory on the host): its
+    `ld.so.preload` and the `libvgpu.so` build at `build` below it."""
+    preload, library = preload_kit(staged, (build,))
+    return preload, library
+
+
 def hami_core_response(
     shown: ContainerResponse,
     cards: Cards,
     request: SliceRequest,
-    vendor_lib: str,
-    library: str,
+    staged: str,
+    build: str,
     defaults: Collection[tuple[str, str]] = (),
 ) -> ContainerResponse:
-    """`shown` plus HAMi-core's environment, mounts and directories. `vendor_lib` is the host
-    directory holding `ld.so.preload`, `library` the host path of the `libvgpu.so` build."""
+    """`shown` plus HAMi-core's environment, mounts and directories, with the kit `staged` and
+    `build` name (`hami_core_kit`)."""
+    preload, library = hami_core_kit(staged, build)
     envs = dict(shown.envs)
     envs["CUDA_DEVICE_SM_LIMIT"] = str(request.limits.cores())
     envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = SHARED_CACHE_FILE
@@ -50,8 +60,8 @@ def hami_core_response(
     mounts = (
         *shown.mounts,
         Mount(VGPU_LOCK_DIR, VGPU_LOCK_DIR),
-        Mount(LD_SO_PRELOAD, f"{vendor_lib}/ld.so.preload", read_only=True),
-        Mount(LIBVGPU, library, read_only=True),
+        Mount(LD_SO_PRELOAD, preload.path, read_only=True),
+        Mount(LIBVGPU, library.path, read_only=True),
         Mount(VGPU_CACHE_DIR, work + VGPU_CACHE_DIR),
         Mount("/dev/shm", "/dev/shm"),
     )

@@ -19,17 +19,22 @@ enforces it.
 from __future__ import annotations
 
 from chain.allocation import Code, Refusal
+from chain.devices import DevicesGroup
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
+    IsolationFile,
     SliceRequest,
     VisibleById,
+    staged_dir,
 )
-from nodeagent.plugin.hami_core import hami_core_response
+from nodeagent.plugin.hami_core import hami_core_kit, hami_core_response
 from nodeagent.plugin.response import ContainerResponse
 
 MANUFACTURER = "iluvatar"
 VISIBLE_DEVICES_ENV = "IX_VISIBLE_DEVICES"
+BUILD = "libvgpu.so"
+"""NVIDIA's CUDA 12 build, staged flat in the manufacturer's directory."""
 
 
 class Iluvatar(VisibleById):
@@ -47,5 +52,8 @@ class Iluvatar(VisibleById):
                 "libcuda.so.1 to limit)",
             )
         shown = self.show(cards, nodes)
-        vendor_lib = f"{request.lib_dir}/{MANUFACTURER}"
-        return hami_core_response(shown, cards, request, vendor_lib, f"{vendor_lib}/libvgpu.so")
+        staged = staged_dir(request.lib_dir, MANUFACTURER)
+        return hami_core_response(shown, cards, request, staged, BUILD)
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        return hami_core_kit(staged_dir(lib_dir, MANUFACTURER), BUILD)

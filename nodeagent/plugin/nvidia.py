@@ -17,9 +17,17 @@ library), so it never conflicts with a 12.x group.
 
 from __future__ import annotations
 
+from chain.devices import DevicesGroup
 from chain.ledger import Mode
-from nodeagent.plugin.grants import Cards, DeviceNodes, GrantedCard, SliceRequest
-from nodeagent.plugin.hami_core import hami_core_response
+from nodeagent.plugin.grants import (
+    Cards,
+    DeviceNodes,
+    GrantedCard,
+    IsolationFile,
+    SliceRequest,
+    staged_dir,
+)
+from nodeagent.plugin.hami_core import hami_core_kit, hami_core_response
 from nodeagent.plugin.injection import Channel, inject
 from nodeagent.plugin.mig import Made
 from nodeagent.plugin.response import ContainerResponse
@@ -56,21 +64,34 @@ def cuda_major(runtime_version: str) -> int:
     return int(head) if head.isascii() and head.isdigit() else DEFAULT_CUDA_MAJOR
 
 
+def build_dir(major: int) -> str:
+    """`cuda-<major>`: the directory of the HAMi-core build for one CUDA major."""
+    return f"cuda-{major}"
+
+
 def library_dir(cards: Cards) -> str:
     """`cuda-<major>`: the HAMi-core build matching every granted card's driver."""
     majors = sorted({cuda_major(granted.group.runtime_version) for granted in cards})
     if len(majors) > 1:
         spanned = " and ".join(str(major) for major in majors)
         raise ValueError(f"the grant spans CUDA majors {spanned}; one library cannot serve both")
-    return f"cuda-{majors[0] if majors else DEFAULT_CUDA_MAJOR}"
+    return build_dir(majors[0] if majors else DEFAULT_CUDA_MAJOR)
 
 
 def sliced_response(cards: Cards, request: SliceRequest) -> ContainerResponse:
     """A sliced grant: visibility plus the HAMi-core environment, mounts and directories."""
     shown = visibility_response(cards, request.channel)
-    vendor_lib = f"{request.lib_dir}/{MANUFACTURER}"
-    library = f"{vendor_lib}/{library_dir(cards)}/libvgpu.so"
-    return hami_core_response(shown, cards, request, vendor_lib, library, ORDERED)
+    staged = staged_dir(request.lib_dir, MANUFACTURER)
+    return hami_core_response(
+        shown, cards, request, staged, f"{library_dir(cards)}/libvgpu.so", ORDERED
+    )
+
+
+def group_kit(group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+    """What a slice of the group mounts: the preload list and the HAMi-core build of the
+    group's CUDA major (`build_dir`, as `library_dir` picks it for a grant of its cards)."""
+    build = f"{build_dir(cuda_major(group.runtime_version))}/libvgpu.so"
+    return hami_core_kit(staged_dir(lib_dir, MANUFACTURER), build)
 
 
 class Nvidia:
@@ -88,3 +109,6 @@ class Nvidia:
 
     def partition(self, card: GrantedCard, made: Made, nodes: DeviceNodes) -> ContainerResponse:
         return partition_response(made.mig_uuid)
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        return group_kit(group, lib_dir)

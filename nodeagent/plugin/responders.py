@@ -2,7 +2,9 @@
 
 A manufacturer missing here gets no device-plugin server at all; one whose responder does not
 slice gets no `.sliced` server, and its detector's logical slices are not published either
-(`nodeagent/served.py`), so nothing promises a slice that no plugin can hand out.
+(`nodeagent/agent.py`, `published_groups`), so nothing promises a slice that no plugin can hand
+out. Nor are those of a group whose isolation library is not usable on the node
+(`isolation.py`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from kubeapi.watch import Cache, Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
 from nodeagent.plugin.cambricon import Cambricon, CambriconReclaimer
-from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes, Responder
+from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
     Channel,
@@ -115,6 +115,7 @@ class DevicePlugins:
         device_nodes: DeviceNodes | None = None,
         responders: Mapping[str, Responder] | None = None,
         partition_libraries: Mapping[str, MigNvml] | None = None,
+        lib_dir: str = OPERATOR_LIB_DIR,
     ) -> None:
         """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
         the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
@@ -123,7 +124,8 @@ class DevicePlugins:
         (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host. With
         `journal` (a file on the host) a grant is journaled before Allocate answers and its
         annotation written right after (`journal.py`); without, the annotation is written
-        before the answer."""
+        before the answer. `lib_dir`: where sliced grants mount their isolation libraries from
+        (the directory the agent's isolation check reads)."""
         self.watcher = (
             Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
             if watch_pods is not None
@@ -160,6 +162,7 @@ class DevicePlugins:
             else None
         )
         self.pods_dir = pods_dir
+        self.lib_dir = lib_dir
         self.device_nodes = device_nodes
         self.responders = {**RESPONDERS, **(responders or {})}
         """Each manufacturer's responder (a simulated host replaces Ascend's, for its DCMI)."""
@@ -234,6 +237,7 @@ class DevicePlugins:
                 events=self.events,
                 nodes=self.device_nodes,
                 responder=self.responders.get(name),
+                lib_dir=self.lib_dir,
             )
             if partitioner is not None:
                 self._start_reclaim(name, partitioner)

@@ -26,7 +26,7 @@ from kubeapi.events import WARNING, EventRecorder
 from nodeagent.metrics import ALLOCATE_REFUSALS, ALLOCATE_SECONDS
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
-from nodeagent.plugin.grants import OPERATOR_PODS_DIR, DeviceNodes, Responder
+from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
@@ -322,6 +322,7 @@ def plugin_servers(
     events: EventRecorder | None = None,
     nodes: DeviceNodes | None = None,
     responder: Responder | None = None,
+    lib_dir: str = OPERATOR_LIB_DIR,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
         the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
@@ -358,6 +359,7 @@ def plugin_servers(
                 pods_dir=pods_dir,
                 nodes=nodes,
                 responder=responder,
+                lib_dir=lib_dir,
             )
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc, events=events))

@@ -31,14 +31,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from chain.devices import DevicesGroup
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
     GrantedCard,
+    IsolationFile,
     SliceRequest,
     VendorResponder,
     ledgered_preload,
     memory_limits,
+    preload_kit,
+    staged_dir,
     unless_declared,
 )
 from nodeagent.plugin.mig import Made
@@ -51,6 +55,14 @@ LEDGER_DIR = "/var/run/vppu"
 QUIET = (("LIBHGGC_LOG_LEVEL", "1"),)
 CAPABILITIES = "/proc/driver/alixpu/capabilities"
 MINOR_FIELD = "DeviceFileMinor:"
+
+
+def hggc_kit(lib_dir: str) -> tuple[IsolationFile, ...]:
+    """The hggc pair as staged (no runtime-version subdirectory), with its preload list and the
+    monitor mounted beside it."""
+    return preload_kit(
+        staged_dir(lib_dir, MANUFACTURER), ("hgml_dlsym_hook.so", "hggc_quota.so"), ("ppu-monitor",)
+    )
 
 
 def card_node(index: int) -> str:
@@ -145,6 +157,8 @@ class Thead(VendorResponder):
             **memory_limits(cards, request.limits, "HGGC_DEVICE_MEMORY_LIMIT_"),
         }
         unless_declared(envs, QUIET, request.declared)
-        tools = ("hgml_dlsym_hook.so", "hggc_quota.so", "ppu-monitor")
-        kit = ledgered_preload(request, MANUFACTURER, LIBRARY_DIR, tools, LEDGER_DIR)
+        kit = ledgered_preload(request, hggc_kit(request.lib_dir), LIBRARY_DIR, LEDGER_DIR)
         return replace(kit, envs=envs, devices=devices)
+
+    def isolation_libraries(self, group: DevicesGroup, lib_dir: str) -> tuple[IsolationFile, ...]:
+        return hggc_kit(lib_dir)

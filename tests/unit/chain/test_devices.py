@@ -124,6 +124,22 @@ def test_round_trip_of_a_whole_object() -> None:
     assert Devices.parse(devices.render()) == devices
 
 
+def test_a_group_without_slices_says_why_and_round_trips() -> None:
+    group = Devices.parse(OBJECT).spec.groups[0]
+    assert group.slicing_unavailable == ""
+    reason = "/var/lib/gpustack/operator/lib/nvidia/cuda-12/libvgpu.so: missing"
+    gated = group.without_logical_slices(reason)
+    assert not gated.offers_logical_slices and group.offers_logical_slices
+    rendered = gated.render()
+    assert rendered["slicingUnavailable"] == reason
+    assert "logicalSliced" not in rendered["accelerators"][0]["status"]
+    assert DevicesGroup.parse(rendered, "g") == gated
+    assert "slicingUnavailable" not in group.render()
+    with_reason = copy.deepcopy(OBJECT)
+    with_reason["spec"]["groups"][0]["slicingUnavailable"] = reason
+    assert Devices.parse(with_reason).render() == with_reason
+
+
 def test_parsed_fields() -> None:
     devices = Devices.parse(OBJECT)
     group = devices.spec.groups[0]

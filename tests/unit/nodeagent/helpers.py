@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
@@ -92,3 +95,26 @@ def nodeagent_command(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+PROBE_SOURCE = "int gpustack_probe(void) { return 1; }\n"
+
+
+def shared_object(
+    path: Path, source: str = PROBE_SOURCE, needs: Sequence[Path] = (), flags: Sequence[str] = ()
+) -> Path:
+    """A real shared object at `path` (its soname its file name), built now with the host's
+    `cc` from `source` with `flags`, linked against the libraries `needs` (each becomes a
+    DT_NEEDED entry naming its soname). Skips the test on a machine without a C compiler."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) on this machine")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    code = path.parent / f".{path.name}.c"
+    code.write_text(source)
+    argv = [cc, "-shared", "-fPIC", f"-Wl,-soname,{path.name}", *flags, "-o", str(path), str(code)]
+    try:
+        subprocess.run([*argv, *map(str, needs)], check=True, capture_output=True, timeout=60)
+    finally:
+        code.unlink()
+    return path

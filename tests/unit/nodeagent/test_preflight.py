@@ -26,7 +26,7 @@ from nodeagent.preflight import (
     preflight,
 )
 from nodeagent.simulate import shipped_profiles
-from tests.unit.nodeagent.helpers import detect, nodeagent_command
+from tests.unit.nodeagent.helpers import detect, nodeagent_command, shared_object
 
 ROOT = Path(__file__).resolve().parents[3]
 TABLE = manufacturers({})
@@ -52,9 +52,9 @@ def t4_pass() -> DetectionPass:
 
 
 def staged(root: Path) -> Path:
-    for name in ("ld.so.preload", "cuda-13/libvgpu.so"):
-        (root / LIB / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / LIB / name).write_text("staged\n")
+    """HAMi-core's CUDA 13 build under the host root: a real shared object and its list."""
+    shared_object(root / LIB / "cuda-13/libvgpu.so")
+    (root / LIB / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     return root
 
 
@@ -77,16 +77,23 @@ def test_a_staged_sliced_node_answers_every_question_ok(tmp_path: Path) -> None:
     assert entry.detection.host is not None and entry.detection.host.accelerators == 4
     capabilities = {(check.capability, check.state, check.depth) for check in entry.checks}
     assert capabilities == {
+        ("isolation-library", State.OK, Depth.MEASURED),
         ("whole-card-injection", State.OK, Depth.SIMULATED),
         ("sliced-runtime-loaded", State.OK, Depth.SIMULATED),
         ("sliced-quota-in-force", State.OK, Depth.SIMULATED),
         ("sidecar-visibility", State.OK, Depth.SIMULATED),
         ("co-tenancy", State.OK, Depth.SIMULATED),
     }
-    assert len(entry.checks) == 4 * 5
+    assert len(entry.checks) == 1 + 4 * 5
+    library = entry.checks[0]  # one row for the group, before its cards'
+    assert library.accelerator == "nvidia-tesla-t4"
+    assert library.detail.endswith(f"/{LIB}/cuda-13/libvgpu.so")
     quota = next(c for c in entry.checks if c.capability == "sliced-quota-in-force")
     assert quota.detail == "CUDA_DEVICE_MEMORY_LIMIT_0=8192m, CUDA_DEVICE_SM_LIMIT=50"
-    assert all(c.depth != Depth.MEASURED for c in entry.checks)  # no container ran
+    # No container ran; only the library was loaded (in a subprocess).
+    assert [c.capability for c in entry.checks if c.depth == Depth.MEASURED] == [
+        "isolation-library"
+    ]
     assert report.exit_status() == 0
     assert report.render()["accelerators"][0]["timestamp"] == "2026-12-02T00:00:00Z"
 
@@ -96,7 +103,47 @@ def test_an_unstaged_library_is_unavailable(tmp_path: Path) -> None:
     loaded = [c for c in report.accelerators[0].checks if c.capability == "sliced-runtime-loaded"]
     assert {c.state for c in loaded} == {State.UNAVAILABLE}
     assert "cuda-13/libvgpu.so" in loaded[0].reason
+    [library] = [c for c in report.accelerators[0].checks if c.capability == "isolation-library"]
+    assert library.state == State.UNAVAILABLE
+    assert "/var/lib/gpustack/operator/lib/nvidia/cuda-13/libvgpu.so: missing" in library.reason
+    assert "a sliced allocation is refused" in library.reason
     assert report.exit_status() == 1
+
+
+def test_a_placeholder_library_is_unavailable_however_it_is_named(tmp_path: Path) -> None:
+    root = staged(tmp_path)
+    (root / LIB / "cuda-13/libvgpu.so").write_text("staged\n")
+    report = preflight([t4_pass()], TABLE, DeviceNodes(), str(root), no_cli)
+    [library] = [c for c in report.accelerators[0].checks if c.capability == "isolation-library"]
+    assert "libvgpu.so: not an ELF shared object" in library.reason
+    assert report.exit_status() == 1
+
+
+def test_slices_the_driver_makes_need_no_library(tmp_path: Path) -> None:
+    sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=4))
+    card = Accelerator(id="gpu-0", index=0, status=sliceable)
+    group = DevicesGroup(id="s4000", manufacturer="mthreads", name="S4000", memory=49152)
+    passed = DetectionPass("mthreads", (replace(group, accelerators=(card,)),))
+    report = preflight([passed], TABLE, DeviceNodes(str(tmp_path)), str(tmp_path), no_cli)
+    [library] = [c for c in report.accelerators[0].checks if c.capability == "isolation-library"]
+    assert (library.state, library.depth) == (State.OK, Depth.DECLARED)
+    assert "preloads no library" in library.detail
+    assert report.exit_status() == 0
+
+
+def test_a_simulated_node_is_checked_like_a_real_one(tmp_path: Path) -> None:
+    """`--simulate` reads the same staged directory (here `--lib-dir`): not staged, refused;
+    staged, ok."""
+    lib = tmp_path / "lib"
+    done = run("--simulate", "t4x4", "--lib-dir", str(lib), "-o", "json")
+    assert done.returncode == 1, done.stderr
+    [entry] = [e for e in json.loads(done.stdout)["accelerators"] if e["manufacturer"] == "nvidia"]
+    [library] = [c for c in entry["checks"] if c["capability"] == "isolation-library"]
+    assert library["state"] == "unavailable" and str(lib) in library["reason"]
+    shared_object(lib / "nvidia" / "cuda-13" / "libvgpu.so")
+    (lib / "nvidia" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
+    done = run("--simulate", "t4x4", "--lib-dir", str(lib), "-o", "json")
+    assert done.returncode == 0, done.stdout
 
 
 def test_cards_the_host_lists_and_the_agent_cannot_see_are_unavailable(tmp_path: Path) -> None:
@@ -195,7 +242,7 @@ def test_preflight_runs_on_every_simulated_profile(profile: str) -> None:
     detected = [e for e in report["accelerators"] if e["detection"]["accelerators"]]
     assert len(detected) == 1 and detected[0]["detection"]["state"] == "ok"
     unavailable = {c["capability"] for c in detected[0]["checks"] if c["state"] == "unavailable"}
-    assert unavailable <= {"sliced-runtime-loaded", "partitioning"}
+    assert unavailable <= {"isolation-library", "sliced-runtime-loaded", "partitioning"}
     assert (done.returncode == 1) == bool(unavailable)
 
 

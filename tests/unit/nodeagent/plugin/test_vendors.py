@@ -546,7 +546,8 @@ def test_an_amd_exclusive_allocate_records_the_grant_and_answers_its_nodes() -> 
 
 def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
     from chain.accelerators import AcceleratorStatus, LogicalSliced
-    from nodeagent.agent import published_groups
+    from nodeagent.agent import published_groups, slicing_verdicts
+    from nodeagent.plugin.isolation import NOT_SERVED, OFFERED, Slicing
 
     sliceable = AcceleratorStatus(logical_sliced=LogicalSliced(count=128))
     mlu = DevicesGroup(
@@ -558,13 +559,17 @@ def test_slices_no_plugin_can_hand_out_are_not_published() -> None:
     )
     nvidia = replace(mlu, id="h100", manufacturer="nvidia")
 
-    def serves(manufacturer: str) -> bool:
-        return manufacturer != "cambricon"
+    def serves(group: DevicesGroup) -> Slicing:
+        return NOT_SERVED if group.manufacturer == "cambricon" else OFFERED
 
-    published = published_groups([mlu, nvidia], ("cambricon", "nvidia"), serves)
+    owned = ("cambricon", "nvidia")
+    published = published_groups(
+        [mlu, nvidia], owned, slicing_verdicts([mlu, nvidia], owned, serves)
+    )
     assert published[0].accelerators[0].status.logical_sliced == LogicalSliced()
+    assert published[0].slicing_unavailable == ""  # not served here: nothing to fix
     assert published[1] is nvidia
-    assert published_groups([mlu], ("nvidia",), serves) == []
+    assert published_groups([mlu], ("nvidia",), {}) == []
     assert mlu.without_logical_slices().without_logical_slices() == published[0]
 
 
