@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image demo test unit e2e fuzz lint clean
+.PHONY: all venv testbed image push demo test unit e2e fuzz lint clean
 
 all: test
 
@@ -28,6 +28,14 @@ testbed: venv
 
 image:
 	$(CONTAINER_TOOL) build --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Containerfile -t $(IMAGE) .
+
+# `make push`: IMAGE to the registry its name says (`make image push IMAGE=<registry>/<name>:<tag>`,
+# README "Install"); PUSH_TO sends it elsewhere (a destination `podman push` takes), PUSH_FLAGS
+# are the tool's own (`--tls-verify=false` for a registry without TLS).
+PUSH_TO ?=
+PUSH_FLAGS ?=
+push:
+	$(CONTAINER_TOOL) push $(PUSH_FLAGS) $(IMAGE) $(PUSH_TO)
 
 demo: testbed
 	$(PY) -m testbed demo

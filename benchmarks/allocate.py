@@ -53,6 +53,7 @@ from chain.families import SLICED_MEMORY_PERCENTAGE, SLICED_UNITS
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import manufacturers
+from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.node import NodeState
@@ -67,7 +68,6 @@ from testbed.nodes import node_object, register_node
 
 PROFILE = "l4x2"
 NAMESPACE = "bench-allocate"
-AGENT_NAMESPACE = "gpustack-system"
 AGENT_ACCOUNT = "gpustack-device-manager"
 NVIDIA = manufacturers({})["nvidia"]
 SLICE = plugin_resource(NVIDIA, Mode.SLICED)

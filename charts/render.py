@@ -10,6 +10,9 @@ kustomize output (tests/e2e/test_helm_chart.py checks it with a real `helm`):
 - `manufacturers`: which device-manager DaemonSets exist;
 - `deviceManager.extraArgs|extraVolumes|extraVolumeMounts.<manufacturer>`: appended to that
   manufacturer's agent;
+- `deviceManager.isolationLibrary.<manufacturer>`: `image` (and `source`, a path pattern in it)
+  of the slice isolation library that manufacturer's agent stages with an init container, the
+  same one the kustomize component `manifests/isolation/<manufacturer>` adds (nodeagent/staging.py);
 - `resources.<workload>`: each Deployment's and DaemonSet's container resources (the defaults
   are the manifests', written into values.yaml);
 - `tolerations`: added to every Deployment (the agents already tolerate every taint);
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import re
 import sys
 import tomllib
@@ -36,7 +40,8 @@ from typing import Any
 import yaml
 
 from chain.apis import CHAIN_API, SETTINGS_NAME
-from nodeagent.manifests import IMAGE
+from nodeagent.manifests import IMAGE, ManifestDumper
+from nodeagent.staging import STAGINGS, init_container
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -139,6 +144,10 @@ def _mark_workload(obj: Obj) -> None:
             container.setdefault("volumeMounts", []).append(_mark("extra-mounts", agent))
     if agent:
         spec.setdefault("volumes", []).append(_mark("extra-volumes", agent))
+    if agent in STAGINGS:
+        if "initContainers" in spec:
+            raise ValueError(f"{name}: the chart adds the staging init container to none")
+        spec["initContainers"] = _mark("isolation", agent)
     if obj["kind"] == "Deployment":
         if "tolerations" in spec:
             raise ValueError(f"{name}: the chart adds tolerations to a Deployment without any")
@@ -210,6 +219,7 @@ def _expand(indent: str, item: str, key: str, what: str, detail: str) -> list[st
             "{{- end }}",
         ],
         "extra-mounts": lambda: _list_value("extraVolumeMounts", detail, pad),
+        "isolation": lambda: _isolation(indent, detail),
         "extra-volumes": lambda: _list_value("extraVolumes", detail, pad),
         "driver-cert": lambda: _when(
             f'eq {MODE} "driver"',
@@ -231,6 +241,30 @@ def _expand(indent: str, item: str, key: str, what: str, detail: str) -> list[st
     return rules[what]()
 
 
+ISOLATION_IMAGE = "__chart_isolation_image__"
+ISOLATION_SOURCE = "__chart_isolation_source__"
+
+
+def _isolation(indent: str, manufacturer: str) -> list[str]:
+    """The staging init container where the manufacturer's `isolationLibrary.image` is set."""
+    staging = STAGINGS[manufacturer]
+    container = init_container(staging, ISOLATION_IMAGE)
+    for variable in container["env"]:
+        if variable["name"] == "SOURCE":
+            variable["value"] = ISOLATION_SOURCE
+    body = yaml.safe_dump({"initContainers": [container]}, sort_keys=False, width=10_000)
+    body = body.replace(ISOLATION_IMAGE, "{{ $lib.image | quote }}").replace(
+        ISOLATION_SOURCE, f"{{{{ $lib.source | default {json.dumps(staging.source)} | quote }}}}"
+    )
+    value = f'(index .Values.deviceManager.isolationLibrary "{manufacturer}" | default dict)'
+    return [
+        f"{{{{- $lib := {value} }}}}",
+        "{{- if $lib.image }}",
+        *(indent + line for line in body.splitlines()),
+        "{{- end }}",
+    ]
+
+
 def _list_value(field: str, manufacturer: str, pad: int) -> list[str]:
     return [
         f'{{{{- with (index .Values.deviceManager.{field} "{manufacturer}") }}}}',
@@ -240,7 +274,7 @@ def _list_value(field: str, manufacturer: str, pad: int) -> list[str]:
 
 
 def template_text(obj: Obj) -> str:
-    dumped = yaml.safe_dump(_mark_object(obj), sort_keys=False, width=10_000)
+    dumped = yaml.dump(_mark_object(obj), Dumper=ManifestDumper, sort_keys=False, width=10_000)
     lines: list[str] = []
     for line in dumped.splitlines():
         found = _LINE.match(line)
@@ -295,7 +329,12 @@ def values() -> Obj:
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": ""},
         "manufacturers": makers,
-        "deviceManager": {"extraArgs": {}, "extraVolumes": {}, "extraVolumeMounts": {}},
+        "deviceManager": {
+            "extraArgs": {},
+            "extraVolumes": {},
+            "extraVolumeMounts": {},
+            "isolationLibrary": {},
+        },
         "resources": default_resources(),
         "tolerations": [],
         "webhookCertificates": {"mode": "driver", "secretName": DEFAULT_SECRET, "caBundle": ""},
@@ -311,6 +350,10 @@ VALUES_HEADER = """\
 # manufacturers: the device-manager DaemonSets to install (one per accelerator manufacturer).
 # deviceManager.extraArgs|extraVolumes|extraVolumeMounts: per manufacturer, appended to its agent
 #   (e.g. extraArgs: {nvidia: [--period=30]}).
+# deviceManager.isolationLibrary: per manufacturer, the image (and `source`, the library's path
+#   pattern in it) an init container stages the slice isolation library from (e.g. nvidia:
+#   {image: docker.io/projecthami/hami:<release>}: HAMi keeps HAMi-core in /k8s-vgpu/lib/nvidia/).
+#   Without it that manufacturer's cards offer no slices (docs/operations.md, "Slicing").
 # resources: each workload's container resources, by Deployment or DaemonSet name.
 # tolerations: added to every Deployment (the device managers tolerate every taint already).
 # webhookCertificates.mode: driver (the verdict driver issues and rotates the serving certificate

@@ -237,7 +237,12 @@ def build_nfd(pins: dict[str, str], work: Path, bindir: Path) -> None:
     cmds = [f"{module}/cmd/{name}" for name in ("nfd-master", "nfd-worker", "nfd-gc")]
     _tools_file(work, cmds)
     go(["mod", "tidy"], work)
-    ldflags = f"-s -w -X {module}/pkg/version.version={version}"
+    # As NFD's own image is built: the worker reads the host's /sys, /etc, ... where its
+    # DaemonSet mounts them (/host-sys, ...), not the container's own.
+    ldflags = (
+        f"-s -w -X {module}/pkg/version.version={version}"
+        f" -X {module}/pkg/utils/hostpath.pathPrefix=/host-"
+    )
     go(["build", "-trimpath", "-ldflags", ldflags, "-o", f"{bindir}/", *cmds], work)
 
 
@@ -275,6 +280,12 @@ def build_helm(pins: dict[str, str], work: Path, bindir: Path) -> None:
     _go_install(f"{module}/cmd/helm@{version}", ldflags, work, bindir)
 
 
+def build_registry(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # The real nodes' image registry (testbed/registry.py); crane's go.mod has no replaces.
+    module, version = pins["module"], pins["version"]
+    _go_install(f"{module}/cmd/crane@{version}", "-s -w", work, bindir)
+
+
 def build_pause(pins: dict[str, str], work: Path, bindir: Path) -> None:
     """The sandbox process of every Pod: the testbed's own few lines (testbed/pause/), since
     no image can be pulled."""
@@ -303,6 +314,7 @@ COMPONENTS: dict[str, Component] = {
     "coredns": Component("coredns", ("coredns",), build_coredns),
     "kube-router": Component("kube-router", ("kube-router",), build_kube_router),
     "pause": Component("pause", ("pause",), build_pause),
+    "registry": Component("registry", ("crane",), build_registry),
     "helm": Component("helm", ("helm",), build_helm),
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),
@@ -312,8 +324,12 @@ COMPONENTS: dict[str, Component] = {
 
 
 def bin_dir(name: str, pins: dict[str, str] | None = None) -> Path:
+    """Where a component's binaries are cached: by version, and by the revision of how the
+    testbed builds it (`build` in versions.toml), so a changed recipe is never mistaken for the
+    old one."""
     pins = pins or versions()[COMPONENTS[name].table]
-    return cache_root() / f"{name}-{pins['version']}" / "bin"
+    revision = f"-build{pins['build']}" if "build" in pins else ""
+    return cache_root() / f"{name}-{pins['version']}{revision}" / "bin"
 
 
 def binary(name: str) -> Path:

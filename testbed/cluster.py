@@ -18,28 +18,28 @@ from pathlib import Path
 
 import yaml
 
-from nodeagent.plugin import nvidia as nvidia_plugin
-from nodeagent.plugin.grants import OPERATOR_LIB_DIR
-from nodeagent.plugin.hami_core import LIBVGPU
-from testbed import build, images, network, realnode, system, upstream
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from testbed import build, images, network, realnode, registry, system, upstream
 from testbed.harness import Testbed
 from testbed.kube import load_yaml_documents, wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import NodeSpec, RealNode
+from testbed.registry import image_name
 
 ADDONS = Path(__file__).with_name("addons")
-# The real nodes of the e2e tests and the demo: two, so that traffic crosses nodes; the overlay
-# (testbed/overlay) gives node-a 4 simulated T4 and node-b 2 simulated L4.
-REAL_NODES = (NodeSpec("node-a", 0), NodeSpec("node-b", 1))
+# The real nodes of the e2e tests and the demo: two, so that traffic crosses nodes; node-a shows
+# 4 simulated T4 on its PCI bus and node-b 2 simulated L4, and the overlay (testbed/overlay)
+# gives each node's agent the same profile.
+REAL_NODES = (NodeSpec("node-a", 0, hardware="t4x4"), NodeSpec("node-b", 1, hardware="l4x2"))
 
 
 def coredns_image() -> str:
     version = build.versions()["coredns"]["version"]
-    return images.ensure_scratch_image(f"localhost/coredns:{version}", build.binary("coredns"))
+    return images.ensure_scratch_image(image_name("coredns", version), build.binary("coredns"))
 
 
-def node_images(log: Callable[[str], None] = print) -> list[Path]:
-    """Archives of every image a node starts with (built when missing)."""
+def node_images(log: Callable[[str], None] = print) -> list[str]:
+    """Every image the nodes run (built when missing), by the name they pull it by."""
     system.ensure(log)
     makers = (
         images.ensure_project_image,
@@ -48,39 +48,22 @@ def node_images(log: Callable[[str], None] = print) -> list[Path]:
         upstream.metacontroller_image,
         upstream.kueue_image,
         upstream.nfd_image,
+        images.ensure_isolation_standin_image,
     )
-    return [images.archive(make()) for make in makers]
-
-
-HAMI_PLACEHOLDER = (
-    "PLACEHOLDER written by the gpustack-chain testbed: HAMi-core's libvgpu.so cannot be built\n"
-    "from the registries this testbed reaches. Sliced grants mount this file where a GPU node\n"
-    "has the real library; slice isolation itself is proven only on a GPU machine.\n"
-)
-
-
-def place_hami_placeholders(node: RealNode) -> None:
-    """What a GPU node's install puts under the agent's lib dir (HAMi-core per CUDA major and
-    the preload list), as clearly named placeholders: a sliced container then starts, and the
-    dynamic loader says on its stderr that the placeholder is not a library."""
-    lib = f"{OPERATOR_LIB_DIR}/{nvidia_plugin.MANUFACTURER}"
-    preload = node.host_path(f"{lib}/ld.so.preload")
-    preload.parent.mkdir(parents=True, exist_ok=True)
-    preload.write_text(LIBVGPU + "\n")
-    for major in (11, 12, 13):
-        library = node.host_path(f"{lib}/cuda-{major}/libvgpu.so")
-        library.parent.mkdir(parents=True, exist_ok=True)
-        library.write_text(HAMI_PLACEHOLDER)
+    return [make() for make in makers]
 
 
 def start_nodes(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 180.0) -> list[RealNode]:
-    archives = node_images()
+    """The registry with every image pushed, then the nodes (which pull from it), CoreDNS."""
+    made = node_images()
+    registry.start(bed)
+    for image in made:
+        registry.push(bed, image)
     bed.kube.apply_all(load_yaml_documents(ADDONS / "kube-router-rbac.yaml"))
     nodes = []
     for spec in specs:
         node = RealNode(bed, spec)
-        node.start(list(specs), archives)
-        place_hami_placeholders(node)
+        node.start(list(specs))
         nodes.append(node)
     realnode.wait_ready(bed, [s.name for s in specs], timeout)
     for node in nodes:
@@ -106,7 +89,6 @@ def start_dns(bed: Testbed, timeout: float) -> None:
 
 
 OVERLAY = Path(__file__).with_name("overlay")
-AGENT_NAMESPACE = "gpustack-system"
 NVIDIA_AGENT = "gpustack-device-manager-nvidia"
 
 
@@ -115,7 +97,7 @@ def ready_agents(bed: Testbed) -> int:
     return int(found.get("status", {}).get("numberReady", 0))
 
 
-def deployment_available(bed: Testbed, name: str, namespace: str = AGENT_NAMESPACE) -> bool:
+def deployment_available(bed: Testbed, name: str, namespace: str = SYSTEM_NAMESPACE) -> bool:
     found = bed.kube.get("apps/v1", "Deployment", name, namespace) or {}
     status = found.get("status", {})
     wanted = found.get("spec", {}).get("replicas", 1)

@@ -98,6 +98,48 @@ def apiserver_network_flags(bed: Testbed) -> list[str]:
     ]
 
 
+POD_SECURITY_DEFAULT = "baseline"
+"""The Pod Security level the real-node cluster enforces where a namespace sets none: the level
+many clusters enforce by default, so the install is proven where it is not `privileged`."""
+
+
+def admission_config(bed: Testbed) -> list[str]:
+    """With real nodes, Pod Security admission enforces `baseline` in every namespace that does
+    not say otherwise (kube-system exempt, as clusters that enforce a default keep it); the
+    chain's namespaces carry their own levels (manifests/namespace.yaml)."""
+    if not bed.state.real_nodes:
+        return []
+    path = bed.root / "admission.yaml"
+    config = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [
+            {
+                "name": "PodSecurity",
+                "configuration": {
+                    "apiVersion": "pod-security.admission.config.k8s.io/v1",
+                    "kind": "PodSecurityConfiguration",
+                    "defaults": {
+                        "enforce": POD_SECURITY_DEFAULT,
+                        "enforce-version": "latest",
+                        "audit": POD_SECURITY_DEFAULT,
+                        "audit-version": "latest",
+                        "warn": POD_SECURITY_DEFAULT,
+                        "warn-version": "latest",
+                    },
+                    "exemptions": {
+                        "usernames": [],
+                        "runtimeClasses": [],
+                        "namespaces": ["kube-system"],
+                    },
+                },
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return [f"--admission-control-config-file={path}"]
+
+
 def start_apiserver(bed: Testbed, binary: Path, timeout: float) -> None:
     c = bed.certs
     port = bed.state.ports["apiserver"]
@@ -119,6 +161,7 @@ def start_apiserver(bed: Testbed, binary: Path, timeout: float) -> None:
             f"--service-account-signing-key-file={c.sa_key}",
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
+            *admission_config(bed),
         ],
     )
     bed.wait_ready("kube-apiserver", lambda: bed.https_ok(f"{bed.server}/readyz"), timeout)

@@ -28,10 +28,11 @@ from chain.devices import Devices
 from chain.ledger import AcceleratorAllocation, Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
 from testbed import build, images
-from testbed.cluster import AGENT_NAMESPACE, REAL_NODES, install_chain, pool_views, start_nodes
+from testbed.cluster import REAL_NODES, install_chain, pool_views, start_nodes
 from testbed.components import CONTROL_PLANE_NODE
 from testbed.drivers import run_agent
 from testbed.harness import COMPONENT_ORDER, Testbed
@@ -46,6 +47,7 @@ from testbed.instances import (
     running_instance,
     ssh_client_instance,
     ssh_key_secret,
+    ssh_namespace,
 )
 from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
@@ -259,7 +261,7 @@ def _admission_scene(bed: Testbed) -> None:
     kube = bed.kube
     print("\nadmission: tenants already hold 2 of gpu-t4's 4 cards; the verdict driver starts")
     _ledger(bed, "gpu-t4", held=2)
-    kubeconfig = bed.service_account_kubeconfig(AGENT_NAMESPACE, "gpustack-admission-driver")
+    kubeconfig = bed.service_account_kubeconfig(SYSTEM_NAMESPACE, "gpustack-admission-driver")
     bed.run(
         "admission-driver",
         [
@@ -410,7 +412,7 @@ def _slicing_scene(bed: Testbed) -> None:
         bed.stop(agent)
         bed.run(
             agent,
-            [*argv, *kubelet.agent_flags(root / "pods")],
+            [*argv, *kubelet.agent_flags(root / "pods", GPU_NODES[SLICE_NODE][0])],
         )
         advertised = kubelet.wait_devices(SLICED, lambda d: len(d) > 0, timeout=90)
         tokens = [DeviceToken.parse(text) for text in advertised]
@@ -497,14 +499,17 @@ def _real_node_scene() -> None:
             f"every chain component runs as a Pod from the project's image "
             f"({images.PROJECT_IMAGE}):"
         )
-        pods = bed.kube.list("v1", "Pod", AGENT_NAMESPACE)
-        ready = [
-            p
-            for p in pods
-            if all(c.get("ready") for c in p["status"].get("containerStatuses") or [])
-        ]
-        kinds = sorted({p["metadata"]["labels"].get("app.kubernetes.io/name", "?") for p in ready})
-        print(f"  {len(ready)} Pods ready in {AGENT_NAMESPACE}: " + ", ".join(kinds))
+        for namespace in (SYSTEM_NAMESPACE, AGENT_NAMESPACE):
+            pods = bed.kube.list("v1", "Pod", namespace)
+            ready = [
+                p
+                for p in pods
+                if all(c.get("ready") for c in p["status"].get("containerStatuses") or [])
+            ]
+            kinds = sorted(
+                {p["metadata"]["labels"].get("app.kubernetes.io/name", "?") for p in ready}
+            )
+            print(f"  {len(ready)} Pods ready in {namespace}: " + ", ".join(kinds))
         print("  the node agents' device plugins, registered with the real kubelets:")
         for spec in REAL_NODES:
             node = bed.kube.get("v1", "Node", spec.name) or {}
@@ -525,7 +530,10 @@ def _real_node_scene() -> None:
             lambda: bed.kube.get(KUEUE, "LocalQueue", queue, "team-b"), 90, "team-b's LocalQueue"
         )
         views = wait_for(lambda: pool_views(bed, T4_POOL), 90, "the T4 pool's views")
-        command = "env | grep -E '^(NVIDIA|CUDA)' | sort; sleep 8"
+        command = (
+            "env | grep -E '^(NVIDIA|CUDA|GPUSTACK_ISOLATION)' | sort; "
+            "grep -m1 libvgpu.so /proc/self/maps | sed 's/.* /preloaded: /'; sleep 8"
+        )
         bed.kube.create(sliced_job("sliced", "team-b", queue, images.PROJECT_IMAGE, 50, command))
         print(
             f"team-b/sliced: a batch/v1 Job on LocalQueue {queue} asking nvidia.com/gpu.sliced 1 "
@@ -553,13 +561,12 @@ def _real_node_scene() -> None:
             30,
             "the container's output",
         )
-        lines = log.splitlines()
-        for line in dict.fromkeys(lines):  # the loader's complaint comes once per process
-            times = lines.count(line)
-            print(f"    {line}" + (f"  (x{times})" if times > 1 else ""))
+        for line in log.splitlines():
+            print(f"    {line}")
         print(
-            "  (the loader's complaint: the testbed mounts a placeholder where a GPU node has "
-            "HAMi-core's libvgpu.so; the isolation itself is proven only on a GPU machine)"
+            "  (the slice's isolation library, staged by the agent's init container, is the "
+            "testbed's stand-in: it loads and marks it, and enforces nothing; HAMi-core's "
+            "enforcement is proven only on a GPU machine)"
         )
         print(
             f"  {T4_POOL} views while it runs: {wait_for(lambda: _moved(bed, views), 60, 'views')}"
@@ -582,7 +589,7 @@ def _instances_scene(bed: Testbed) -> None:
     """Instances on the real nodes: one slice of a T4 and one SSH-enabled T4, both Running with
     their cards; a real SSH login from `main` to its sidecar lands back in `main`."""
     namespace = "lab"
-    bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    bed.kube.apply(ssh_namespace(namespace))
     queue = local_queue_name(T4_POOL)
     wait_for(lambda: bed.kube.get(KUEUE, "LocalQueue", queue, namespace), 90, "lab's LocalQueue")
     bed.kube.create(ssh_key_secret("lab-keys", namespace))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.queues import NODE_DEVICES_CHECK
+from chain.release import AGENT_NAMESPACE
 from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
 from testbed.components import http_ok
 from testbed.harness import Testbed, free_port
@@ -122,7 +123,7 @@ def run_agent(bed: Testbed, node: str, profile: str, *flags: str) -> None:
     under the shipped ServiceAccount with a token that names its node, as the one the kubelet
     projects into the agent's Pod (the shipped RBAC and admission policy must be enough);
     `flags` are appended (period, device-plugin paths)."""
-    namespace = "gpustack-system"
+    namespace = AGENT_NAMESPACE
     kubeconfig = bed.service_account_kubeconfig(namespace, "gpustack-device-manager", node)
     argv = [sys.executable, "-m", "nodeagent", "serve", "--node", node, "--namespace", namespace]
     maker = profile_manufacturer(read_profile_file(profile)[1])

@@ -5,10 +5,8 @@
   Debian's archive and podman imports it. The host's extra trust anchors (a TLS-inspecting egress
   proxy, as on these machines) are copied in so that pip inside the build reaches PyPI.
 - Upstream programs the testbed built with `go` (pause, CoreDNS, ...) are packed `FROM scratch`.
-- Images reach a node's containerd as archives (`podman save`), cached by image ID.
-
-Everything is tagged under `localhost/` with a version, never `:latest`, so the kubelet's default
-pull policy is IfNotPresent and it never tries a registry.
+- Every image is named for the testbed's registry (`registry.gpustack.test/<name>:<version>`,
+  testbed/registry.py), where the nodes pull it from: tagged with a version, never `:latest`.
 """
 
 from __future__ import annotations
@@ -21,10 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed import build
+from testbed.registry import image_name
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PROJECT_IMAGE = "localhost/gpustack-chain:testbed"
-PAUSE_IMAGE = "localhost/pause:testbed"
+PROJECT_IMAGE = image_name("gpustack-chain", "testbed")
+PAUSE_IMAGE = image_name("pause", "testbed")
 BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 EXTRA_CA_DIR = Path("/usr/local/share/ca-certificates")
@@ -148,24 +147,48 @@ def _label(tag: str, key: str) -> str:
     ).strip()
 
 
+ISOLATION_STANDIN = Path(__file__).with_name("isolation") / "standin.c"
+ISOLATION_STANDIN_IMAGE = image_name("isolation-standin", "testbed")
+STANDIN_PATH = "/k8s-vgpu/lib/nvidia/libvgpu.so"
+"""Where HAMi's image keeps HAMi-core, so the component's default SOURCE finds the stand-in."""
+
+
+def ensure_isolation_standin_image() -> str:
+    """The stand-in slice isolation library (testbed/isolation/standin.c, compiled here with
+    `cc` into a shared object with libvgpu.so's soname) in an image laid out as HAMi's is, on
+    the offline base (the init container needs its shell and coreutils). Rebuilt when the
+    source changes."""
+    base = ensure_base()
+    digest = hashlib.sha256(ISOLATION_STANDIN.read_bytes() + base.encode()).hexdigest()[:16]
+    if exists(ISOLATION_STANDIN_IMAGE) and _label(ISOLATION_STANDIN_IMAGE, RECIPE_LABEL) == digest:
+        return ISOLATION_STANDIN_IMAGE
+    with tempfile.TemporaryDirectory(prefix="gpustack-standin-") as ctx:
+        library = Path(ctx) / "libvgpu.so"
+        _run(
+            [
+                "cc",
+                "-shared",
+                "-fPIC",
+                "-O2",
+                "-Wl,-soname,libvgpu.so",
+                "-o",
+                str(library),
+                str(ISOLATION_STANDIN),
+            ]
+        )
+        (Path(ctx) / "Containerfile").write_text(f"FROM {base}\nCOPY libvgpu.so {STANDIN_PATH}\n")
+        _run(
+            [
+                "podman",
+                "build",
+                f"--label={RECIPE_LABEL}={digest}",
+                "-t",
+                ISOLATION_STANDIN_IMAGE,
+                ctx,
+            ]
+        )
+    return ISOLATION_STANDIN_IMAGE
+
+
 def ensure_pause_image() -> str:
     return ensure_scratch_image(PAUSE_IMAGE, build.binary("pause"))
-
-
-def archive(tag: str) -> Path:
-    """A docker-archive of `tag` for `ctr images import`, reused while the image is the same;
-    the archive of the tag's previous image is removed (the project's image changes with every
-    edit of the code, and each archive is hundreds of MiB)."""
-    folder = build.cache_root() / "images"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = tag.replace("/", "_").replace(":", "_")
-    path = folder / f"{name}-{image_id(tag)[:24]}.tar"
-    if not path.is_file():
-        for stale in folder.glob(f"{name}-*"):
-            stale.unlink(missing_ok=True)
-        for unnamed in folder.glob("[0-9a-f]" * 24 + ".tar"):  # the old naming, by ID alone
-            unnamed.unlink(missing_ok=True)
-        partial = path.with_suffix(".partial")
-        _run(["podman", "save", "--format=docker-archive", "-o", str(partial), tag])
-        partial.rename(path)
-    return path

@@ -28,6 +28,14 @@ SSH_CLIENT = (
 )
 
 
+def ssh_namespace(name: str) -> Obj:
+    """A tenant namespace that may run SSH-enabled Instances: their `sshd` sidecar enters `main`
+    with SYS_ADMIN and SYS_PTRACE, which Pod Security's `baseline` and `restricted` refuse, so the
+    namespace allows `privileged` Pods (docs/instances.md, "SSH and Pod Security")."""
+    labels = {"pod-security.kubernetes.io/enforce": "privileged"}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
 def instance(
     name: str, namespace: str, instance_type: str, image: str, command: str, **spec: Any
 ) -> Obj:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nodeagent.plugin import protos
+from testbed import standin
 from testbed.kube import Kube
 
 grpc = protos.grpc_runtime()
@@ -91,9 +92,11 @@ class KubeletEmulator:
     def kubelet_socket(self) -> Path:
         return self.plugin_dir / "kubelet.sock"
 
-    def agent_flags(self, pods_dir: Path) -> list[str]:
-        """The `nodeagent serve` flags that point an agent's device plugins at this kubelet."""
-        return [
+    def agent_flags(self, pods_dir: Path, profile: str = "") -> list[str]:
+        """The `nodeagent serve` flags that point an agent's device plugins at this kubelet;
+        with the simulated `profile`, also at the stand-in isolation libraries its slices need
+        (testbed/standin.py), staged beside the pods dir as a node's own would be."""
+        flags = [
             "--device-plugin-dir",
             str(self.plugin_dir),
             "--pod-resources-socket",
@@ -101,6 +104,11 @@ class KubeletEmulator:
             "--pods-dir",
             str(pods_dir),
         ]
+        if profile:
+            lib_dir = pods_dir.parent / "lib"
+            standin.stage(lib_dir, profile)
+            flags += ["--lib-dir", str(lib_dir)]
+        return flags
 
     def _serve(self, socket: Path, add: Callable[[Any], None]) -> Any:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))

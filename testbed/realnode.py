@@ -9,6 +9,12 @@ network namespace) with nsenter, so they see the same volume mounts. kube-proxy 
 network namespace: its iptables rules live and die with it. Containers run under the cgroup
 root `/<the node's netns name>` in every hierarchy (cgroupfs, the machine's hybrid v1 layout).
 
+A node with simulated hardware (`NodeSpec.hardware`, a shipped profile of the simulated NVIDIA
+agent) also gets that profile's PCI bus: plain folders with the attribute files the kernel shows
+(`nodeagent.simulate.sysfs.pci_functions`), bound over `/sys/bus/pci/devices` in the node's
+mount namespace. Every container given the host's `/sys` (a recursive bind) sees it there, so
+the unmodified nfd-worker reports the simulated cards as it would report real ones.
+
 `down` is the reverse, and leaves nothing behind: every process in a node's cgroups or mount
 namespace, the namespaces, the veth, the host route, the cgroups and the folder.
 """
@@ -21,13 +27,16 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from testbed import build, certs, images, network, system
+from nodeagent.simulate.profile import Profile, load_profile
+from nodeagent.simulate.sysfs import pci_functions
+from testbed import build, certs, images, network, registry, system
 from testbed.kube import wait_for
 
 if TYPE_CHECKING:
@@ -35,6 +44,7 @@ if TYPE_CHECKING:
 
 CGROUP_FS = Path("/sys/fs/cgroup")
 # Host paths that must be private to each node (bound to the node's folder in its mount ns).
+PCI_DEVICES = "/sys/bus/pci/devices"
 PRIVATE_PATHS = {
     "/var/lib/kubelet": "kubelet",
     "/var/log/pods": "pod-logs",
@@ -54,6 +64,8 @@ class NodeSpec:
     name: str
     index: int
     labels: tuple[tuple[str, str], ...] = ()
+    hardware: str = ""
+    """The simulated NVIDIA profile (`t4x4`) whose PCI bus the node shows; empty: the host's."""
 
 
 def node_cdi_dir(bed: Testbed, name: str) -> Path:
@@ -103,7 +115,7 @@ class RealNode:
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, peers: list[NodeSpec], image_archives: list[Path]) -> None:
+    def start(self, peers: list[NodeSpec]) -> None:
         for folder in [
             *PRIVATE_PATHS.values(),
             "containerd",
@@ -111,6 +123,7 @@ class RealNode:
             "cni/ipam",
             "certs",
             "cdi",
+            f"certs.d/{registry.REGISTRY_HOST}",
         ]:
             (self.dir / folder).mkdir(parents=True, exist_ok=True)
         for private in PRIVATE_PATHS:
@@ -121,8 +134,6 @@ class RealNode:
         self._write_configs()
         self._start_holder()
         self._start_containerd()
-        for archive in image_archives:
-            self.ctr("images", "import", str(archive))  # unpacked for the CRI snapshotter
         self._start_kubelet()
         self._start_kube_proxy()
 
@@ -136,10 +147,40 @@ class RealNode:
             *argv,
         ]
 
+    def _write_pci_bus(self, profile: Profile | None = None) -> Path | None:
+        """A PCI bus as plain folders (no links: the tree is bound alone, without the kernel's
+        `/sys/devices` they would point into): `profile`'s, else the node's simulated hardware's
+        (None when it has none)."""
+        if profile is None and not self.spec.hardware:
+            return None
+        profile = profile or load_profile(self.spec.hardware)
+        bus = self.dir / f"pci-bus-{profile.name}"
+        shutil.rmtree(bus, ignore_errors=True)
+        for address, files in pci_functions(profile).items():
+            (bus / address).mkdir(parents=True)
+            for name, value in files.items():
+                (bus / address / name).write_text(value + "\n", encoding="ascii")
+        return bus
+
+    @contextlib.contextmanager
+    def pci_bus_without_cards(self) -> Iterator[None]:
+        """While inside, the node's PCI bus holds no card (its network card only): a CPU node
+        to whatever starts meanwhile (a container already running keeps the bus it was given).
+        A bind over the bound bus, taken off on exit."""
+        bus = self._write_pci_bus(Profile(name="no-cards", cards=()))
+        holder = self.bed.state.processes[self.names["holder"]].pid
+        enter = ["nsenter", f"--mount=/proc/{holder}/ns/mnt", "--"]
+        network.sh([*enter, "mount", "--bind", str(bus), PCI_DEVICES])
+        try:
+            yield
+        finally:
+            network.sh([*enter, "umount", PCI_DEVICES])
+
     def _start_holder(self) -> None:
-        binds = " && ".join(
-            f"mount --bind {self.dir / folder} {inside}" for inside, folder in PRIVATE_PATHS.items()
-        )
+        mounts = [(self.dir / folder, Path(inside)) for inside, folder in PRIVATE_PATHS.items()]
+        if (bus := self._write_pci_bus()) is not None:
+            mounts.append((bus, Path(PCI_DEVICES)))
+        binds = " && ".join(f"mount --bind {source} {target}" for source, target in mounts)
         ready = self.dir / "holder-ready"
         script = f"{binds} && touch {ready} && exec sleep infinity"
         # nsenter, not `ip netns exec`: that remounts /sys, which hides the cgroup mounts.
@@ -260,6 +301,8 @@ class RealNode:
         (self.dir / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet_config(*serving)))
         (self.dir / "kube-proxy.yaml").write_text(yaml.safe_dump(self._kube_proxy_config()))
         (self.dir / "containerd.toml").write_text(self._containerd_config())
+        hosts = self.dir / "certs.d" / registry.REGISTRY_HOST / "hosts.toml"
+        hosts.write_text(registry.hosts_toml(self.bed))
         (self.dir / "cni/net.d/10-gpustack.conflist").write_text(json.dumps(self._cni_config()))
 
     def _kubelet_config(self, serving_crt: Path, serving_key: Path) -> dict[str, Any]:
@@ -337,6 +380,9 @@ state = "{d / "state"}"
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = "{images.PAUSE_IMAGE}"
+  # Where each registry is reached: registry.gpustack.test is the testbed's (testbed/registry.py).
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{self.dir / "certs.d"}"
 
 [plugins."io.containerd.cri.v1.runtime"]
   enable_selinux = false

@@ -25,6 +25,7 @@ REQUIRED: dict[str, str] = {
     "podman": "podman",
     "ip": "iproute2",
     "nsenter": "util-linux",
+    "cc": "gcc",  # the stand-in slice isolation library (testbed/isolation/standin.c)
 }
 CNI_BIN_DIR = Path("/usr/lib/cni")
 

@@ -17,8 +17,10 @@ from testbed import build, images
 from testbed.harness import Testbed
 from testbed.kube import wait_for
 from testbed.kubectl import kubectl
+from testbed.registry import image_name
 
 METACONTROLLER_UPSTREAM_IMAGE = "metacontrollerio/metacontroller"
+PRIVILEGED_NAMESPACE_LABEL = "pod-security.kubernetes.io/enforce=privileged"
 
 
 def metacontroller_image() -> str:
@@ -27,7 +29,7 @@ def metacontroller_image() -> str:
     version = build.versions()["metacontroller"]["version"]
     binary = build.binary("metacontroller")
     return images.ensure_scratch_image(
-        f"localhost/metacontroller:{version}", binary, "/usr/bin/metacontroller"
+        image_name("metacontroller", version), binary, "/usr/bin/metacontroller"
     )
 
 
@@ -40,7 +42,7 @@ def kueue_image() -> str:
     and insists on a non-root user: distroless's 65532)."""
     version = build.versions()["kueue"]["version"]
     binary = build.binary("kueue")
-    return images.ensure_scratch_image(f"localhost/kueue:{version}", binary, "/manager", "65532")
+    return images.ensure_scratch_image(image_name("kueue", version), binary, "/manager", "65532")
 
 
 def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
@@ -71,8 +73,8 @@ def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
     """Kueue as its release installs it (`config/default` of its module, rendered by the real
     kubectl, applied server-side), with the chain's configuration merged into its ConfigMap the
     documented way (`python -m hooks.queue.write_kueue_config --merge`, README), and its image
-    swapped for one packing the testbed's binary (pulled never: upstream's `Always` would ask a
-    registry this machine cannot reach)."""
+    swapped for one packing the testbed's binary (pulled from the testbed's registry, with
+    upstream's own pull policy)."""
     rendered = kubectl(bed, "kustomize", str(build.module_dir("kueue") / "config/default"))
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     image = kueue_image()
@@ -86,7 +88,6 @@ def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
         if obj["kind"] == "Deployment":
             for container in obj["spec"]["template"]["spec"]["containers"]:
                 container["image"] = image
-                container["imagePullPolicy"] = "IfNotPresent"
     stream = yaml.safe_dump_all(objects)
     kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
 
@@ -106,12 +107,20 @@ def nfd_image() -> str:
     its image's user 65534 (the manifests insist on a non-root user)."""
     version = build.versions()["nfd"]["version"]
     files = {f"/usr/bin/{name}": build.binary(name) for name in NFD_PROGRAMS}
-    return images.ensure_scratch_files(f"localhost/nfd:{version}", files, user="65534:65534")
+    return images.ensure_scratch_files(image_name("nfd", version), files, user="65534:65534")
+
+
+NFD_NAMESPACE = "node-feature-discovery"
 
 
 def install_nfd(bed: Testbed, timeout: float = 180.0) -> None:
     """NFD as its default overlay installs it (master, worker DaemonSet, garbage collector),
-    applied server-side over the CRDs the testbed already installed from the same module."""
+    applied server-side over the CRDs the testbed already installed from the same module. Its
+    namespace is made first and labelled for privileged Pods, as docs/operations.md tells users
+    of a cluster that enforces a Pod Security default: nfd-worker mounts host paths, which
+    `baseline` refuses."""
+    kubectl(bed, "create", "namespace", NFD_NAMESPACE)
+    kubectl(bed, "label", "namespace", NFD_NAMESPACE, PRIVILEGED_NAMESPACE_LABEL)
     source = build.module_dir("nfd") / "deployment/overlays/default"
     objects = [o for o in yaml.safe_load_all(kubectl(bed, "kustomize", str(source))) if o]
     image = nfd_image()
@@ -124,7 +133,7 @@ def install_nfd(bed: Testbed, timeout: float = 180.0) -> None:
     kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=stream)
 
     def ready() -> bool:
-        ns = "node-feature-discovery"
+        ns = NFD_NAMESPACE
         master = bed.kube.get("apps/v1", "Deployment", "nfd-master", ns) or {}
         worker = bed.kube.get("apps/v1", "DaemonSet", "nfd-worker", ns) or {}
         return bool(

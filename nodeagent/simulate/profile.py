@@ -15,6 +15,8 @@ models:
     ecc: true
     computeCapability: "7.5"
     cores: 2560
+    pciDevice: "0x1eb8"       # PCI device and subsystem device IDs (what nfd-worker reads)
+    pciSubsystemDevice: "0x12a2"
     mig:                      # only on MIG-capable models
       profiles:
         - {profile: 0, id: 19, name: MIG 1g.10gb, slices: 1, instances: 7,
@@ -76,6 +78,10 @@ class Model:
     cores: int = 0
     mig_profiles: tuple[MigProfile, ...] = ()
     mig_capable: bool = False
+    pci_device: str = "0x0000"
+    """The PCI device ID (`0x1eb8` for a T4), as sysfs and so nfd-worker read it."""
+    pci_subsystem_device: str = "0x0000"
+    """The board's PCI subsystem device ID (the subsystem vendor is NVIDIA's too)."""
 
 
 @dataclass(frozen=True)
@@ -211,7 +217,18 @@ def _model(obj: fields.Obj, path: str) -> Model:
             _mig(item, where) for item, where in fields.items(mig, "profiles", path)
         ),
         mig_capable="mig" in obj,
+        pci_device=_pci_id(obj, "pciDevice", path),
+        pci_subsystem_device=_pci_id(obj, "pciSubsystemDevice", path),
     )
+
+
+def _pci_id(obj: fields.Obj, key: str, path: str) -> str:
+    """A 16-bit PCI ID as sysfs spells it (`0x1eb8`); absent, `0x0000`."""
+    value = fields.string(obj, key, path) or "0x0000"
+    digits = value.removeprefix("0x")
+    if len(digits) != 4 or any(c not in "0123456789abcdef" for c in digits):
+        raise ValueError(f"{path}.{key}: expected four lower-case hex digits, got {value!r}")
+    return "0x" + digits
 
 
 def _mig(obj: fields.Obj, path: str) -> MigProfile:

@@ -3,6 +3,10 @@
 Laid out like the kernel's: devices under their host bridge (`sys/devices/pci<dom>:<bus>/...`,
 behind a root port unless on bus 0), relative links from `sys/bus/pci/devices/`, the NUMA nodes'
 CPU lists, and a network card of another vendor that the pre-check must skip.
+
+`pci_functions` is the one list of what a profile's PCI bus holds, with the attributes the
+kernel shows for each function (the ones nfd-worker's pci source reads among them); the testbed
+lays the same list out as a real node's `/sys/bus/pci/devices` (testbed/realnode.py).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ DISPLAY_3D_CLASS = "0x030200"
 """Data-centre GPUs enumerate as 3D controllers (no display output)."""
 OTHER_DEVICE = ("0000:00:05.0", "0x1d0f", "0x020000")
 """An Ethernet controller (AWS ENA) that shares the bus."""
+OTHER_DEVICE_ID = "0xec20"
 KERNEL_RELEASE = "6.8.0-1021-aws"
 
 
@@ -44,18 +49,37 @@ def _add_device(sys: Path, address: str, files: dict[str, str]) -> None:
     link.symlink_to(Path("../../..") / real.relative_to(sys))
 
 
-def write_sysfs(profile: Profile, root: Path) -> Sysfs:
-    """Write the profile's tree under `root` and return a reader for it."""
-    sys = root / "sys"
+def pci_functions(profile: Profile) -> dict[str, dict[str, str]]:
+    """PCI address -> the attribute files of that function: every card of the profile, and the
+    network card of another vendor."""
     address, vendor, device_class = OTHER_DEVICE
-    _add_device(sys, address, {"vendor": vendor, "class": device_class, "numa_node": "-1"})
+    functions = {
+        address: {
+            "vendor": vendor,
+            "device": OTHER_DEVICE_ID,
+            "subsystem_vendor": vendor,
+            "subsystem_device": OTHER_DEVICE_ID,
+            "class": device_class,
+            "numa_node": "-1",
+        }
+    }
     for card in profile.cards:
-        files = {
+        functions[pci_address(card.bus_id)] = {
             "vendor": NVIDIA_VENDOR,
+            "device": card.model.pci_device,
+            "subsystem_vendor": NVIDIA_VENDOR,
+            "subsystem_device": card.model.pci_subsystem_device,
             "class": DISPLAY_3D_CLASS,
             "numa_node": str(card.numa_node),
         }
-        _add_device(sys, pci_address(card.bus_id), files)
+    return functions
+
+
+def write_sysfs(profile: Profile, root: Path) -> Sysfs:
+    """Write the profile's tree under `root` and return a reader for it."""
+    sys = root / "sys"
+    for address, files in pci_functions(profile).items():
+        _add_device(sys, address, files)
     for node, cpus in (profile.numa or {}).items():
         folder = sys / "devices" / "system" / "node" / f"node{node}"
         folder.mkdir(parents=True, exist_ok=True)

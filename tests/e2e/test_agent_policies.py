@@ -16,12 +16,13 @@ from dataclasses import dataclass
 import pytest
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
+from chain.release import AGENT_NAMESPACE
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.nodes import node_object, register_node
 
-AGENT_NS = "gpustack-system"
+AGENT_NS = AGENT_NAMESPACE
 AGENT = "gpustack-device-manager"
 DEVICES_API = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"

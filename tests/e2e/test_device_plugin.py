@@ -27,6 +27,7 @@ from chain.keys import accelerator_key
 from chain.labels import shared_fit_key
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
 from testbed.drivers import run_agent
 from testbed.harness import Testbed, free_port, pid_alive
@@ -37,7 +38,7 @@ from testbed.kubelet import KubeletEmulator, delete_ended
 from testbed.nodes import nfd_worker_feature, node_object, register_node
 
 WORKER = "worker.gpustack.ai/v1alpha1"
-AGENT_NS = "gpustack-system"
+AGENT_NS = AGENT_NAMESPACE
 GPU = "nvidia.com/gpu"
 LEDGER_FOLLOWS_S = 10.0
 """Far below the agent's 30 s monitor period: only the Pod watch can be that quick."""
@@ -91,7 +92,7 @@ def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[Pl
         "30",
         "--health-port",
         str(port),
-        *kubelet.agent_flags(root / "pods"),
+        *kubelet.agent_flags(root / "pods", profile),
     )
     try:
         yield PluginNode(name, namespace, kubelet, port)

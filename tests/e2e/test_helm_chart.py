@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from chain.release import AGENT_NAMESPACE
 from testbed import build
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS
@@ -80,7 +81,8 @@ settings: {node-management-manual: true}
 
 
 def _pod(objects: dict[Key, Obj], kind: str, name: str) -> Obj:
-    spec: Obj = objects[(kind, name, "gpustack-system")]["spec"]["template"]["spec"]
+    namespace = AGENT_NAMESPACE if kind == "DaemonSet" else "gpustack-system"
+    spec: Obj = objects[(kind, name, namespace)]["spec"]["template"]["spec"]
     return spec
 
 
@@ -150,3 +152,33 @@ def test_a_provided_secret_needs_its_ca_and_a_bad_mode_is_named(helm: Helm) -> N
     assert 'webhookCertificates.mode: "vault" is not one of driver, cert-manager, secret' in (
         bogus.stderr
     )
+
+
+def test_the_isolation_library_value_renders_the_shipped_component(
+    testbed: Testbed, helm: Helm, tmp_path: Path
+) -> None:
+    """`deviceManager.isolationLibrary.nvidia.image` adds exactly the init container the
+    kustomize component `manifests/isolation/nvidia` adds once its image is named."""
+    image = "registry.example/hami:v9.9.9"
+    chart = rendered(helm, f"deviceManager: {{isolationLibrary: {{nvidia: {{image: {image}}}}}}}")
+    name, tag = image.rsplit(":", 1)
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [str(MANIFESTS)],
+                "components": [str(MANIFESTS / "isolation" / "nvidia")],
+                "images": [
+                    {"name": "gpustack-isolation-library-nvidia", "newName": name, "newTag": tag}
+                ],
+            }
+        )
+    )
+    shipped = _objects(kubectl(testbed, "kustomize", str(tmp_path)))
+    assert chart.keys() == shipped.keys()
+    assert [key for key in shipped if chart[key] != shipped[key]] == []
+    key = ("DaemonSet", "gpustack-device-manager-nvidia", AGENT_NAMESPACE)
+    (init,) = chart[key]["spec"]["template"]["spec"]["initContainers"]
+    assert init["image"] == image
+    # Only NVIDIA's agent stages a library; the others are as shipped.
+    amd = ("DaemonSet", "gpustack-device-manager-amd", AGENT_NAMESPACE)
+    assert "initContainers" not in chart[amd]["spec"]["template"]["spec"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 import pytest
 
 from chain.quantity import parse_quantity
+from chain.release import AGENT_NAMESPACE
 from testbed.drivers import run_agent
 from testbed.harness import Testbed
 from testbed.install import Installed
@@ -24,7 +25,7 @@ from tests.e2e.test_pools import forget_pool, nfd_worker_feature
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
 NFD = "nfd.k8s-sigs.io/v1alpha1"
-AGENT_NS = "gpustack-system"
+AGENT_NS = AGENT_NAMESPACE
 T4 = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
 POOLS = ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack--nvidia-a10g-linux-amd64")
 

@@ -19,7 +19,8 @@ import yaml
 from chain.apis import WORKER_API
 from chain.devices import Devices
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
-from testbed.cluster import AGENT_NAMESPACE, NVIDIA_AGENT
+from chain.release import AGENT_NAMESPACE
+from testbed.cluster import NVIDIA_AGENT
 from testbed.harness import Testbed
 from testbed.images import PROJECT_IMAGE
 from testbed.kube import wait_for

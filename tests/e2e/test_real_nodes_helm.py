@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from testbed import build
 from testbed.cluster import OVERLAY, REAL_NODES, deployment_available, offers_cards, ready_agents
 from testbed.harness import Testbed
-from testbed.images import PROJECT_IMAGE
+from testbed.images import ISOLATION_STANDIN_IMAGE, PROJECT_IMAGE
 from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 
@@ -44,6 +45,8 @@ def overlay_values() -> str:
                 "extraArgs": {"nvidia": added["args"]},
                 "extraVolumes": {"nvidia": added["volumes"]},
                 "extraVolumeMounts": {"nvidia": added["volumeMounts"]},
+                # The overlay's isolation component, with its image named.
+                "isolationLibrary": {"nvidia": {"image": ISOLATION_STANDIN_IMAGE}},
             },
         }
     )
@@ -51,7 +54,11 @@ def overlay_values() -> str:
 
 def _running(bed: Testbed) -> dict[str, str]:
     """The chain's Pods by name -> UID."""
-    pods = bed.kube.list("v1", "Pod", namespace="gpustack-system")
+    pods = [
+        pod
+        for namespace in (SYSTEM_NAMESPACE, AGENT_NAMESPACE)
+        for pod in bed.kube.list("v1", "Pod", namespace=namespace)
+    ]
     return {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in pods}
 
 

@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
+from chain.release import AGENT_NAMESPACE
+from testbed import images
 from testbed.cluster import deployment_available
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS, kustomize
@@ -67,7 +69,7 @@ def test_every_component_runs_as_a_pod_from_the_image(real_chain: Testbed) -> No
             volumes = {v["name"] for v in spec.get("volumes", [])}
             assert not [v for v in volumes if v.startswith("kube-api-access")], name
             assert spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"]
-        assert spec["containers"][0]["image"] == "localhost/gpustack-chain:testbed"
+        assert spec["containers"][0]["image"] == images.PROJECT_IMAGE
 
 
 CAP_SYS_ADMIN = 21  # linux/capability.h
@@ -279,3 +281,42 @@ def _trusted(bed: Testbed) -> bool:
             if not ca or any(h["clientConfig"].get("caBundle") != ca for h in hooks):
                 return False
     return True
+
+
+def _dry_run_pod(bed: Testbed, namespace: str, **container: Any) -> str:
+    """What the API server says to a Pod in `namespace` (server-side dry run): '' if admitted,
+    else kubectl's error."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"probe-{uuid.uuid4().hex[:6]}", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": images.PAUSE_IMAGE, **container}]},
+    }
+    try:
+        kubectl(bed, "apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump(pod))
+    except RuntimeError as error:
+        return str(error)
+    return ""
+
+
+def test_the_install_runs_under_a_baseline_pod_security_default(real_chain: Testbed) -> None:
+    """The cluster enforces Pod Security `baseline` by default (testbed.components), as many do;
+    the whole install is up under it (the fixture waited for every Deployment and agent), the
+    agents in their own `privileged` namespace and everything else under `restricted`."""
+    bed = real_chain
+    privileged = {"securityContext": {"privileged": True}}
+    assert 'violates PodSecurity "baseline:latest"' in _dry_run_pod(bed, "default", **privileged)
+    # The chain's namespace holds every Pod to `restricted`: even a plain root one is refused.
+    assert 'violates PodSecurity "restricted:latest"' in _dry_run_pod(bed, NAMESPACE)
+    assert _dry_run_pod(bed, AGENT_NAMESPACE, **privileged) == ""
+    placed = {
+        (pod["metadata"]["namespace"], pod["metadata"]["labels"].get("app.kubernetes.io/name"))
+        for ns in (NAMESPACE, AGENT_NAMESPACE)
+        for pod in bed.kube.list("v1", "Pod", ns)
+    }
+    assert {ns for ns, name in placed if name.startswith("gpustack-device-manager-")} == {
+        AGENT_NAMESPACE
+    }
+    assert {
+        ns for ns, name in placed if name.startswith(("gpustack-hook-", "gpustack-webhook-"))
+    } == {NAMESPACE}

@@ -27,6 +27,7 @@ from testbed.instances import (
     running_instance,
     ssh_client_instance,
     ssh_key_secret,
+    ssh_namespace,
 )
 from testbed.kube import wait_for
 from testbed.kubectl import kubectl
@@ -40,7 +41,7 @@ def lab(real_chain: Testbed) -> Iterator[tuple[Testbed, str]]:
     """A tenant namespace with its pool's LocalQueue, and a key pair in a Secret."""
     bed = real_chain
     namespace = f"lab-{uuid.uuid4().hex[:5]}"
-    bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    bed.kube.apply(ssh_namespace(namespace))
     wait_for(
         lambda: bed.kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), namespace),
         90,

@@ -10,10 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from nodeagent.manifests import RULE_NAME
 from testbed.install import MANIFESTS, gunicorn_app, kustomize, service_targets
 
 OBJECTS = kustomize(MANIFESTS)
-NAMESPACE = "gpustack-system"
+NAMESPACE = SYSTEM_NAMESPACE
 
 
 def _of(kind: str) -> list[dict[str, Any]]:
@@ -22,18 +24,21 @@ def _of(kind: str) -> list[dict[str, Any]]:
 
 def test_kustomization_uses_only_resources() -> None:
     # testbed.install reads `resources` alone; anything else would be silently skipped there.
+    # Optional components (never part of the install, used by a user's own overlay) may patch.
     for path in MANIFESTS.rglob("kustomization.yaml"):
         doc = yaml.safe_load(path.read_text())
         allowed = {"apiVersion", "kind", "resources"}
+        if doc.get("kind") == "Component":
+            allowed.add("patches")
         assert set(doc) <= allowed, f"{path}: {set(doc) - allowed}"
 
 
 def test_every_manifest_file_is_installed_or_optional() -> None:
     listed = set()
     for path in MANIFESTS.rglob("kustomization.yaml"):
-        listed |= {
-            (path.parent / r).resolve() for r in yaml.safe_load(path.read_text())["resources"]
-        }
+        doc = yaml.safe_load(path.read_text())
+        used = [*doc.get("resources", ()), *(p["path"] for p in doc.get("patches", ()))]
+        listed |= {(path.parent / r).resolve() for r in used}
     for path in MANIFESTS.rglob("*.yaml"):
         if path.name == "kustomization.yaml" or path.resolve() in listed:
             continue
@@ -175,6 +180,9 @@ def test_node_agents_keep_only_the_privileges_a_device_operation_needs(
         assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
         assert "/dev" not in host
         assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+        # `compute` brings libcuda.so.1, which HAMi-core's libvgpu.so needs to load in the
+        # agent's slicing isolation check.
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
         assert env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
     else:
         assert context["privileged"] is True
@@ -385,19 +393,23 @@ def test_the_monitoring_component_scrapes_every_metrics_port() -> None:
     """The optional component reaches every port serving `/metrics`: its PodMonitor the node
     agents' and the driver's `health` (no Service fronts them), its ServiceMonitor the hooks'
     `http` and the webhooks' `https` through their Services; its NetworkPolicy opens those the
-    default deny closes."""
-    monitoring = {o["kind"]: o for o in kustomize(MANIFESTS / "monitoring")}
+    default deny closes, in each namespace of the chain (the agents have their own)."""
+    objects = kustomize(MANIFESTS / "monitoring")
+    monitoring = {o["kind"]: o for o in objects}
     pods, services = monitoring["PodMonitor"], monitoring["ServiceMonitor"]
-    policy = monitoring["NetworkPolicy"]
+    policies = {o["metadata"]["namespace"]: o for o in objects if o["kind"] == "NetworkPolicy"}
     selected = pods["spec"]["selector"]["matchLabels"]
     assert services["spec"]["selector"]["matchLabels"] == selected
     pod_ports = {e["port"] for e in pods["spec"]["podMetricsEndpoints"]}
     service_ports = {e["port"] for e in services["spec"]["endpoints"]}
     paths = [*pods["spec"]["podMetricsEndpoints"], *services["spec"]["endpoints"]]
     assert {e["path"] for e in paths} == {"/metrics"}
-    assert policy["spec"]["podSelector"]["matchLabels"] == selected
-    opened = {p["port"] for p in policy["spec"]["ingress"][0]["ports"]}
-    assert opened == {"health", "http"}
+    opened: dict[str, set[str]] = {}
+    for namespace, policy in policies.items():
+        assert policy["spec"]["podSelector"]["matchLabels"] == selected
+        opened[namespace] = {p["port"] for p in policy["spec"]["ingress"][0]["ports"]}
+    assert opened == {NAMESPACE: {"health", "http"}, AGENT_NAMESPACE: {"health"}}
+    assert set(pods["spec"]["namespaceSelector"]["matchNames"]) == set(opened)
     fronted = {
         tuple(sorted(svc["spec"]["selector"].items())): svc
         for svc in _of("Service")
@@ -434,3 +446,78 @@ def test_the_helm_chart_is_generated_from_the_manifests() -> None:
     from charts.render import main
 
     assert main(["--check"]) == 0, "run python -m charts.render"
+
+
+def test_only_the_node_agents_run_where_privileged_pods_are_allowed() -> None:
+    """Pod Security: the chain's namespace enforces `restricted`, the agents' own `privileged`;
+    every DaemonSet (the agents) is in the latter, every Deployment in the former."""
+    levels = {
+        ns["metadata"]["name"]: ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce")
+        for ns in _of("Namespace")
+    }
+    assert levels == {SYSTEM_NAMESPACE: "restricted", AGENT_NAMESPACE: "privileged"}
+    assert {d["metadata"]["namespace"] for d in _of("DaemonSet")} == {AGENT_NAMESPACE}
+    assert {d["metadata"]["namespace"] for d in _of("Deployment")} == {SYSTEM_NAMESPACE}
+    for deployment in _of("Deployment"):
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False
+            assert context["capabilities"]["drop"] == ["ALL"]
+
+
+def test_each_agent_selects_the_label_the_pci_vendor_rule_writes() -> None:
+    """The NodeFeatureRule writes, per manufacturer, exactly the label its DaemonSet selects,
+    from the raw `pci.device` features (vendor and an accelerator class), never from a label the
+    worker's configuration decides."""
+    (rule,) = [r for r in _of("NodeFeatureRule") if r["metadata"]["name"] == RULE_NAME]
+    rules = {r["name"]: r for r in rule["spec"]["rules"]}
+    for daemonset in _of("DaemonSet"):
+        (selected,) = daemonset["spec"]["template"]["spec"]["nodeSelector"].items()
+        maker = daemonset["metadata"]["name"].removeprefix("gpustack-device-manager-")
+        written = rules[f"gpustack {maker} pci vendor"]
+        assert written["labels"] == {selected[0]: selected[1]}
+        (match,) = written["matchFeatures"]
+        assert match["feature"] == "pci.device"
+        vendor = selected[0].removeprefix("feature.node.kubernetes.io/pci-").split(".")[0]
+        assert match["matchExpressions"]["vendor"] == {"op": "In", "value": [vendor]}
+        assert match["matchExpressions"]["class"]["op"] == "InRegexp"
+    assert len(rules) == len(_of("DaemonSet"))
+
+
+def test_the_testbed_nodes_show_the_hardware_their_agents_simulate() -> None:
+    """Each real test node's PCI bus (what nfd-worker reads) comes from the same profile the
+    overlay gives its agent."""
+    from testbed.cluster import OVERLAY, REAL_NODES
+
+    ops = yaml.safe_load((OVERLAY / "simulate-nvidia.yaml").read_text())
+    (flag,) = [op["value"] for op in ops if str(op["value"]).startswith("--simulate=")]
+    given = dict(entry.split("=", 1) for entry in flag.removeprefix("--simulate=").split(","))
+    assert given == {spec.name: spec.hardware for spec in REAL_NODES}
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(node, list):
+        return [s for item in node for s in _strings(item)]
+    return [node] if isinstance(node, str) else []
+
+
+def test_no_string_reads_as_a_number_to_the_api_server() -> None:
+    """PyYAML (YAML 1.1) reads `19e5` as a string; kubectl, Helm and the API server (YAML 1.2)
+    read a number. Every such string in the manifests and the chart's templates is quoted."""
+    yaml12_number = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+    chart = MANIFESTS.parent / "charts" / "gpustack-chain" / "templates"
+    for path in [*MANIFESTS.rglob("*.yaml"), *chart.glob("*.yaml")]:
+        text = path.read_text()
+        try:
+            docs = list(yaml.safe_load_all(re.sub(r"(?m)^\{\{.*\}\}$", "", text)))
+        except yaml.YAMLError:
+            continue  # a template whose lines are not YAML until Helm renders them
+        for doc in docs:
+            for value in _strings(doc):
+                if yaml12_number.fullmatch(value):
+                    assert f"'{value}'" in text or f'"{value}"' in text, (path, value)
