@@ -5,6 +5,7 @@ on real nodes is in `test_real_nodes_helm.py`."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -165,8 +166,9 @@ def test_the_isolation_library_value_renders_the_shipped_component(
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
-                "resources": [str(MANIFESTS)],
-                "components": [str(MANIFESTS / "isolation" / "nvidia")],
+                # kustomize takes relative paths only
+                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+                "components": [os.path.relpath(MANIFESTS / "isolation" / "nvidia", tmp_path)],
                 "images": [
                     {"name": "gpustack-isolation-library-nvidia", "newName": name, "newTag": tag}
                 ],
