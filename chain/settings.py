@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+
 ENV_PREFIX = "GPUSTACK_"
 _STRING_BOOLS = {"true": True, "false": False}
 # strconv.ParseBool's spellings, which upstream's environment readers accept.
@@ -154,7 +156,7 @@ def _env_bool(variable: str, raw: str) -> bool:
     raise ValueError(f"{variable}: expected a boolean, got {raw!r}")
 
 
-SYSTEM_NAMESPACE_DEFAULT = "gpustack-system"
+SYSTEM_NAMESPACE_DEFAULT = SYSTEM_NAMESPACE
 PCI_CLASS_PREFIXES_DEFAULT = ("02", "03", "0b", "12")
 
 
@@ -179,8 +181,9 @@ class StartupEnv:
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
-        """Namespaces that get no LocalQueue."""
-        return frozenset((self.system_namespace, "kube-system"))
+        """Namespaces that get no LocalQueue: the chain's own two (the agents run apart, where
+        Pod Security allows privileged Pods; no tenant works there) and kube-system."""
+        return frozenset((self.system_namespace, AGENT_NAMESPACE, "kube-system"))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StartupEnv:

@@ -309,6 +309,9 @@ def test_the_install_runs_under_a_baseline_pod_security_default(real_chain: Test
     # The chain's namespace holds every Pod to `restricted`: even a plain root one is refused.
     assert 'violates PodSecurity "restricted:latest"' in _dry_run_pod(bed, NAMESPACE)
     assert _dry_run_pod(bed, AGENT_NAMESPACE, **privileged) == ""
+    # No tenant works beside the agents: their namespace gets no LocalQueue.
+    wait_for(lambda: bed.kube.list(KUEUE, "LocalQueue", "default"), 120, "default's LocalQueues")
+    assert bed.kube.list(KUEUE, "LocalQueue", AGENT_NAMESPACE) == []
     placed = {
         (pod["metadata"]["namespace"], pod["metadata"]["labels"].get("app.kubernetes.io/name"))
         for ns in (NAMESPACE, AGENT_NAMESPACE)

@@ -111,7 +111,7 @@ def test_startup_env() -> None:
     assert default.device_plugin_sliced_allocate_gate
     assert default.system_namespace == "gpustack-system"
     assert default.pci_class_prefixes == ("02", "03", "0b", "12")
-    assert default.reserved_namespaces == {"gpustack-system", "kube-system"}
+    assert default.reserved_namespaces == {"gpustack-system", "gpustack-agents", "kube-system"}
 
     got = StartupEnv.from_env(
         {
