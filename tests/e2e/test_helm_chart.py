@@ -184,3 +184,15 @@ def test_the_isolation_library_value_renders_the_shipped_component(
     # Only NVIDIA's agent stages a library; the others are as shipped.
     amd = ("DaemonSet", "gpustack-device-manager-amd", AGENT_NAMESPACE)
     assert "initContainers" not in chart[amd]["spec"]["template"]["spec"]
+
+
+def test_an_isolation_library_the_chain_cannot_stage_is_refused_with_what_to_do(
+    helm: Helm,
+) -> None:
+    """A manufacturer without a staging (every one but NVIDIA today) is not silently ignored."""
+    values = "deviceManager: {isolationLibrary: {amd: {image: registry.example/vrocm:1}}}"
+    args = ["template", "gpustack-chain", str(CHART), "--kube-version", KUBE_VERSION]
+    done = helm(*args, "--values", "-", values=values)
+    assert done.returncode != 0
+    assert "deviceManager.isolationLibrary.amd" in done.stderr
+    assert "/var/lib/gpustack/operator/lib/amd/" in done.stderr
