@@ -290,17 +290,12 @@ def decide_grant(
         group = _locate(spec, request.manufacturer, token)
         card = group.accelerator(token.card)
         assert card is not None  # _locate checked it
-        if request.mode == Mode.SLICED and group.slicing_unavailable:
-            # The node published the group without slices; a kubelet still holding an old
-            # token must not get a slice the isolation library would not enforce.
-            raise Refusal(
-                Code.FAILED_PRECONDITION,
-                f"card {card.id} of group {group.id} offers no slices on this node: "
-                f"{group.slicing_unavailable}",
-            )
         if token_pool(card, request.mode) == 0:
+            # A group published without slices (its isolation library) says why: a kubelet may
+            # still hold a token it advertised before.
+            why = f": {group.slicing_unavailable}" if group.slicing_unavailable else ""
             raise Refusal(
-                Code.FAILED_PRECONDITION, f"card {card.id} offers no {request.mode} tokens"
+                Code.FAILED_PRECONDITION, f"card {card.id} offers no {request.mode} tokens{why}"
             )
         ref = CardRef(request.manufacturer, card.id)
         per_card[ref] = per_card.get(ref, 0) + 1

@@ -28,8 +28,9 @@ from chain.manufacturers import Manufacturer, manufacturers
 from chain.release import AGENT_NAMESPACE, CHAIN_IMAGE
 from chain.settings import PCI_CLASS_PREFIXES_DEFAULT
 from nodeagent.plugin.dmi_mig import REGISTRY
+from nodeagent.plugin.grants import OPERATOR_STATE_DIR
 from nodeagent.plugin.hami_core import VGPU_LOCK_DIR
-from nodeagent.staging import PATCH_FILE, STAGINGS, component, json_patch
+from nodeagent.staging import PATCH_FILE, STAGINGS, STATE_VOLUME, component, json_patch
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 TARGET = MANIFESTS / "nodeagent" / "daemonsets.yaml"
@@ -71,13 +72,13 @@ HEADER = """\
 """
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
-STATE_DIR = "/var/lib/gpustack/operator"
+STATE_DIR = OPERATOR_STATE_DIR
 HEALTH_PORT = 8081
 HOST_PATHS = (
     # (volume, host path, read only, hostPath type)
     ("device-plugins", DEVICE_PLUGIN_DIR, False, "Directory"),
     ("pod-resources", POD_RESOURCES_DIR, True, "Directory"),
-    ("state", STATE_DIR, False, "DirectoryOrCreate"),
+    (STATE_VOLUME, STATE_DIR, False, "DirectoryOrCreate"),
     ("sys", "/sys", True, "Directory"),
 )
 HOST_DEV = ("dev", "/dev", False, "Directory")

@@ -24,12 +24,12 @@ from typing import Any
 
 import yaml
 
-from nodeagent.plugin.grants import OPERATOR_LIB_DIR
-from nodeagent.plugin.hami_core import LIBVGPU
+from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_STATE_DIR, PRELOAD_LIST, staged_dir
+from nodeagent.plugin.hami_core import LIBVGPU, hami_core_kit
+from nodeagent.plugin.nvidia import build_dir
 
 STATE_VOLUME = "state"
-"""The agent's host-path volume of /var/lib/gpustack/operator (nodeagent/manifests.py)."""
-STATE_DIR = "/var/lib/gpustack/operator"
+"""The agent's host-path volume of its state dir (nodeagent/manifests.py mounts it too)."""
 CONTAINER_NAME = "stage-isolation-library"
 STAGE_SCRIPT = (
     "set -eu\n"
@@ -72,12 +72,22 @@ class Staging:
 
     @property
     def preload_file(self) -> str:
-        return f"{OPERATOR_LIB_DIR}/{self.manufacturer}/ld.so.preload" if self.preload else ""
+        staged = staged_dir(OPERATOR_LIB_DIR, self.manufacturer)
+        return f"{staged}/{PRELOAD_LIST}" if self.preload else ""
 
 
 NVIDIA_CUDA_MAJORS = (11, 12, 13)
 """The CUDA majors a sliced NVIDIA grant may pick a build for (`cuda-<major>`,
 nodeagent/plugin/nvidia.py). HAMi publishes one build for all of them."""
+
+
+def _hami_core_builds(manufacturer: str, majors: tuple[int, ...]) -> tuple[str, ...]:
+    """Where the grants look for each major's HAMi-core build: the libraries of the very kit
+    the responder's slices mount (`hami_core_kit`), so staging and grants cannot disagree."""
+    staged = staged_dir(OPERATOR_LIB_DIR, manufacturer)
+    kits = (hami_core_kit(staged, f"{build_dir(major)}/libvgpu.so") for major in majors)
+    return tuple(part.path for kit in kits for part in kit if part.shared_object)
+
 
 STAGINGS = {
     "nvidia": Staging(
@@ -85,9 +95,7 @@ STAGINGS = {
         # HAMi's image (projecthami/hami) keeps HAMi-core here: `libvgpu.so`, and in newer
         # releases `libvgpu.so.<version>`; the pattern matches both.
         source="/k8s-vgpu/lib/nvidia/libvgpu.so*",
-        targets=tuple(
-            f"{OPERATOR_LIB_DIR}/nvidia/cuda-{major}/libvgpu.so" for major in NVIDIA_CUDA_MAJORS
-        ),
+        targets=_hami_core_builds("nvidia", NVIDIA_CUDA_MAJORS),
         preload=LIBVGPU,
         source_hint="projecthami/hami (HAMi's device plugin image): /k8s-vgpu/lib/nvidia/",
     ),
@@ -116,7 +124,7 @@ def init_container(staging: Staging, image: str) -> dict[str, Any]:
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": STATE_VOLUME, "mountPath": STATE_DIR}],
+        "volumeMounts": [{"name": STATE_VOLUME, "mountPath": OPERATOR_STATE_DIR}],
     }
 
 

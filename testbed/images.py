@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from testbed import build
+from testbed import build, standin
 from testbed.registry import image_name
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -147,46 +147,26 @@ def _label(tag: str, key: str) -> str:
     ).strip()
 
 
-ISOLATION_STANDIN = Path(__file__).with_name("isolation") / "standin.c"
 ISOLATION_STANDIN_IMAGE = image_name("isolation-standin", "testbed")
 STANDIN_PATH = "/k8s-vgpu/lib/nvidia/libvgpu.so"
 """Where HAMi's image keeps HAMi-core, so the component's default SOURCE finds the stand-in."""
 
 
 def ensure_isolation_standin_image() -> str:
-    """The stand-in slice isolation library (testbed/isolation/standin.c, compiled here with
-    `cc` into a shared object with libvgpu.so's soname) in an image laid out as HAMi's is, on
-    the offline base (the init container needs its shell and coreutils). Rebuilt when the
-    source changes."""
+    """The stand-in slice isolation library (testbed/standin.py: compiled with `cc` as
+    libvgpu.so) in an image laid out as HAMi's is, on the offline base (the init container
+    needs its shell and coreutils). Rebuilt when the library or the base changes."""
     base = ensure_base()
-    digest = hashlib.sha256(ISOLATION_STANDIN.read_bytes() + base.encode()).hexdigest()[:16]
+    library = standin.compiled("libvgpu.so")
+    digest = hashlib.sha256(library.read_bytes() + base.encode()).hexdigest()[:16]
     if exists(ISOLATION_STANDIN_IMAGE) and _label(ISOLATION_STANDIN_IMAGE, RECIPE_LABEL) == digest:
         return ISOLATION_STANDIN_IMAGE
     with tempfile.TemporaryDirectory(prefix="gpustack-standin-") as ctx:
-        library = Path(ctx) / "libvgpu.so"
-        _run(
-            [
-                "cc",
-                "-shared",
-                "-fPIC",
-                "-O2",
-                "-Wl,-soname,libvgpu.so",
-                "-o",
-                str(library),
-                str(ISOLATION_STANDIN),
-            ]
-        )
-        (Path(ctx) / "Containerfile").write_text(f"FROM {base}\nCOPY libvgpu.so {STANDIN_PATH}\n")
-        _run(
-            [
-                "podman",
-                "build",
-                f"--label={RECIPE_LABEL}={digest}",
-                "-t",
-                ISOLATION_STANDIN_IMAGE,
-                ctx,
-            ]
-        )
+        shutil.copy(library, Path(ctx) / "libvgpu.so")
+        recipe = f"FROM {base}\nCOPY libvgpu.so {STANDIN_PATH}\n"
+        (Path(ctx) / "Containerfile").write_text(recipe)
+        label = f"--label={RECIPE_LABEL}={digest}"
+        _run(["podman", "build", label, "-t", ISOLATION_STANDIN_IMAGE, ctx])
     return ISOLATION_STANDIN_IMAGE
 
 

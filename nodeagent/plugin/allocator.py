@@ -179,9 +179,7 @@ class Allocator:
     # --- ListAndWatch -----------------------------------------------------------------------
 
     def advertised(self) -> list[Advertised]:
-        """Every token of the mode; a card held in another mode stays listed but Unhealthy. A
-        group whose slicing is unavailable here (its isolation library) lists no slice, even
-        from a spec that still counts some."""
+        """Every token of the mode; a card held in another mode stays listed but Unhealthy."""
         spec = self.node.spec()
         pods, reserved = self.node.live()
         reservations = list(reserved.values())
@@ -189,8 +187,6 @@ class Allocator:
         found: list[Advertised] = []
         for group, card in spec.cards():
             if group.manufacturer != self.maker.name:
-                continue
-            if self.mode == Mode.SLICED and group.slicing_unavailable:
                 continue
             ref = CardRef(group.manufacturer, card.id)
             healthy = (

@@ -40,9 +40,11 @@ from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 if TYPE_CHECKING:
     from nodeagent.plugin.mig import Made
 
-OPERATOR_LIB_DIR = "/var/lib/gpustack/operator/lib"
+OPERATOR_STATE_DIR = "/var/lib/gpustack/operator"
+"""The agent's state on the host (its DaemonSet mounts it at the same path)."""
+OPERATOR_LIB_DIR = f"{OPERATOR_STATE_DIR}/lib"
 """Where the device manager's init container stages the preload libraries on the host."""
-OPERATOR_PODS_DIR = "/var/lib/gpustack/operator/pods"
+OPERATOR_PODS_DIR = f"{OPERATOR_STATE_DIR}/pods"
 LD_SO_PRELOAD = "/etc/ld.so.preload"
 """Every preload library is activated through this file, mounted read-only over the image's."""
 PRELOAD_LIST = "ld.so.preload"

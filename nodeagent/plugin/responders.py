@@ -40,9 +40,3 @@ RESPONDERS: Mapping[str, Responder] = {
 
 def responder_for(manufacturer: str) -> Responder | None:
     return RESPONDERS.get(manufacturer)
-
-
-def slices(manufacturer: str) -> bool:
-    """Whether this agent serves logical slices of the manufacturer's cards."""
-    found = RESPONDERS.get(manufacturer)
-    return found is not None and found.slices

@@ -1,7 +1,8 @@
 /*
  * The testbed's stand-in for a slice isolation library (HAMi-core's libvgpu.so on a GPU node),
- * compiled with cc when the testbed builds its images (testbed/images.py) and staged onto the
- * real nodes by the chain's own init container, from an image laid out as HAMi's is.
+ * compiled with cc by testbed/standin.py (as libvgpu.so for the real nodes' image, and under
+ * each name a host-process agent's grants preload), and staged onto the real nodes by the
+ * chain's own init container, from an image laid out as HAMi's is (testbed/images.py).
  *
  * It is a real shared object with the library's soname, so the agent's check (an ELF of this
  * machine that dlopen accepts) and a sliced container's dynamic loader treat it as they would

@@ -230,18 +230,12 @@ def sliced_allocator(spec: DevicesSpec, cluster: FakeCluster) -> Allocator:
     return Allocator(NodeState(lambda: spec, cluster, cluster), NVIDIA, Mode.SLICED)
 
 
-@pytest.mark.parametrize("stale", [False, True])
-def test_the_sliced_plugin_offers_and_grants_no_slice_of_an_unavailable_group(stale: bool) -> None:
-    """Published without slices, the group lists no sliced token; a spec that still counts
-    slices (another agent's, an old one) but says the slicing is unavailable lists none
-    either, and a token kubelet still holds is refused with the reason."""
+def test_the_sliced_plugin_offers_and_grants_no_slice_of_an_unavailable_group() -> None:
+    """Published without slices, the group lists no sliced token, and a token kubelet still
+    holds from before is refused with the reason."""
     group = t4()
     reason = "/var/lib/gpustack/operator/lib/nvidia/cuda-13/libvgpu.so: missing"
-    gated = (
-        replace(group, slicing_unavailable=reason)
-        if stale
-        else group.without_logical_slices(reason)
-    )
+    gated = group.without_logical_slices(reason)
     cluster = FakeCluster()
     cluster.add("slice", ("main", {SLICED: "1", SLICED + ".memory-percentage": "25"}))
     assert sliced_allocator(DevicesSpec((group,)), cluster).advertised()  # the available group
@@ -251,6 +245,5 @@ def test_the_sliced_plugin_offers_and_grants_no_slice_of_an_unavailable_group(st
     with pytest.raises(Refusal) as refused:
         allocator.allocate([f"{group.id}:{card}:30000000"], Attempt(5.0))
     assert refused.value.code == Code.FAILED_PRECONDITION
-    if stale:
-        assert reason in refused.value.message
+    assert reason in refused.value.message
     assert cluster.annotation("slice") == ""
