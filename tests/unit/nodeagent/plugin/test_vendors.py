@@ -35,7 +35,7 @@ from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.mthreads import MThreads
 from nodeagent.plugin.node import NodeState
-from nodeagent.plugin.responders import RESPONDERS, slices
+from nodeagent.plugin.responders import RESPONDERS, responder_for
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 from nodeagent.plugin.server import plugin_servers
 from nodeagent.plugin.thead import Thead
@@ -95,8 +95,10 @@ WORK = "/var/lib/gpustack/operator/pods/uid-1/c-main"
 
 def test_every_manufacturer_has_a_responder_with_slice_isolation() -> None:
     assert set(RESPONDERS) == set(manufacturers({}))
-    assert {name for name in RESPONDERS if slices(name)} == set(manufacturers({}))
-    assert not slices("intel")
+    assert {name for name, responder in RESPONDERS.items() if responder.slices} == set(
+        manufacturers({})
+    )
+    assert responder_for("intel") is None
 
 
 class ShowOnly(VendorResponder):
