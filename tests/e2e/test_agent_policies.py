@@ -155,8 +155,18 @@ def test_the_agent_writes_only_what_its_node_needs(scene: Scene, testbed: Testbe
         lambda: agent.merge_patch("v1", "Node", x, {"spec": {"unschedulable": True}}),
         "only the chain's fit labels",
     )
-    capacity = {"status": {"capacity": {"example.com/thing": "1"}}}
+    capacity = {"status": {"capacity": {"example.com/thing.sliced.units": "1"}}}
     agent.merge_patch("v1", "Node", x, capacity, subresource="status")
+    _denied(
+        lambda: agent.merge_patch(
+            "v1",
+            "Node",
+            x,
+            {"status": {"capacity": {"example.com/thing": "1"}}},
+            subresource="status",
+        ),
+        "only the chain's counting keys",
+    )
     _denied(
         lambda: agent.merge_patch("v1", "Node", y, capacity, subresource="status"),
         "may write only its own Node",
@@ -169,12 +179,20 @@ def test_the_agent_writes_only_what_its_node_needs(scene: Scene, testbed: Testbe
         f"may write only the Devices named {x}",
     )
     feature = {"apiVersion": NFD, "kind": "NodeFeature", "spec": {"labels": {}}}
-    agent.create({**feature, "metadata": {"name": f"{x}-{AGENT}", "namespace": AGENT_NS}})
+
+    def feature_of(name: str, node: str) -> Obj:
+        labels = {"nfd.node.kubernetes.io/node-name": node}
+        return {**feature, "metadata": {"name": name, "namespace": AGENT_NS, "labels": labels}}
+
+    agent.create(feature_of(f"{x}-{AGENT}", x))
     _denied(
-        lambda: agent.create(
-            {**feature, "metadata": {"name": f"{y}-{AGENT}", "namespace": AGENT_NS}}
-        ),
+        lambda: agent.create(feature_of(f"{y}-{AGENT}", y)),
         f"may write only the NodeFeature named {x}-{AGENT}",
+    )
+    # nfd-master routes a NodeFeature by its node-name label, not by its name.
+    _denied(
+        lambda: agent.create(feature_of(f"{x}-{AGENT}-2", y)),
+        f"labelled nfd.node.kubernetes.io/node-name: {x}",
     )
     admin.delete(DEVICES_API, "Devices", x)
     admin.delete(NFD, "NodeFeature", f"{x}-{AGENT}", AGENT_NS)
