@@ -373,30 +373,44 @@ class InstanceFacts:
 
     @classmethod
     def from_instance_type(cls, obj: Mapping[str, Any]) -> InstanceFacts:
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
-        status = obj.get("status") or {}
-        units = spec.get("unitResources") or {}
-        sliced = (status.get("detail") or {}).get("slicedDetail") or {}
-        group = str(spec.get("acceleratorGroup") or "") if spec.get("acceleratable") else ""
-        capacity = str((status.get("accelerator") or {}).get("capacity") or "0")
+        """Read an InstanceType; ValueError naming the malformed field (`spec.unitResources: ...`).
+
+        The CRD types every field read here, so a value of another type never comes from the API
+        server: it is refused by name rather than guessed at, and a count that is not yet a number
+        (`status.accelerator.capacity` is a string) still reads as "not counted yet"."""
+        meta = fields.child(obj, "metadata", "")
+        spec = fields.child(obj, "spec", "")
+        status = fields.child(obj, "status", "")
+        units = fields.child(spec, "unitResources", "spec")
+        detail = fields.child(status, "detail", "status")
+        sliced = fields.child(detail, "slicedDetail", "status.detail")
+        sliced_path = "status.detail.slicedDetail"
+        physical_path = f"{sliced_path}.physical"
+        physical = fields.child(sliced, "physical", sliced_path)
+        acceleratable = fields.boolean(spec, "acceleratable", "spec")
+        group = fields.string(spec, "acceleratorGroup", "spec") if acceleratable else ""
+        capacity = fields.string(
+            fields.child(status, "accelerator", "status"), "capacity", "status.accelerator"
+        )
+        cards = int(capacity) if capacity.isdigit() else 0
         return cls(
-            name=str(meta.get("name", "")),
+            name=fields.string(meta, "name", "metadata"),
             group=group,
-            unit_cpu=str(units.get("cpu") or ""),
-            unit_ram=str(units.get("ram") or ""),
-            local_storage=str(spec.get("localStorage") or ""),
-            card_capacity=int(capacity) if capacity.isdigit() else 0,
-            cpu_capacity=str((status.get("cpu") or {}).get("capacity") or ""),
-            logical_slices=int(((sliced.get("logical") or {}).get("count")) or 0),
-            profiles=tuple(
-                str(p.get("name", ""))
-                for p in ((sliced.get("physical") or {}).get("profiles") or [])
-                if isinstance(p, Mapping)
+            unit_cpu=fields.string(units, "cpu", "spec.unitResources"),
+            unit_ram=fields.string(units, "ram", "spec.unitResources"),
+            local_storage=fields.string(spec, "localStorage", "spec"),
+            card_capacity=cards,
+            cpu_capacity=fields.string(
+                fields.child(status, "cpu", "status"), "capacity", "status.cpu"
             ),
-            ready=bool((status.get("detail") or {}).get("manufacturer"))
-            and capacity.isdigit()
-            and int(capacity) > 0,
+            logical_slices=fields.integer(
+                fields.child(sliced, "logical", sliced_path), "count", f"{sliced_path}.logical"
+            ),
+            profiles=tuple(
+                fields.string(item, "name", where)
+                for item, where in fields.items(physical, "profiles", physical_path)
+            ),
+            ready=bool(fields.string(detail, "manufacturer", "status.detail")) and cards > 0,
         )
 
     def row(self) -> list[Any]:
@@ -433,8 +447,15 @@ class InstanceFacts:
 
 
 def instance_catalog(types: Iterable[Mapping[str, Any]]) -> Obj:
-    """The instance catalog's document: every InstanceType's facts as a row, by name."""
-    rows = {facts.name: facts.row() for facts in map(InstanceFacts.from_instance_type, types)}
+    """The instance catalog's document: every InstanceType's facts as a row, by name
+    (ValueError naming the field of a malformed type)."""
+    return facts_catalog(map(InstanceFacts.from_instance_type, types))
+
+
+def facts_catalog(facts: Iterable[InstanceFacts]) -> Obj:
+    """The instance catalog's document of facts already read: a hook reads each InstanceType
+    itself, so a malformed one is refused with its own path in the request."""
+    rows = {one.name: one.row() for one in facts}
     return {"types": dict(sorted(rows.items()))}
 
 

@@ -6,6 +6,12 @@ here must stay byte-for-byte stable. `gpustack--` (double dash) marks chain obje
 inside a name separates the CPU key from the accelerator key; neither key can contain `--`
 because `normalize_name` never keeps two separators in a row.
 
+Every variable part of a name passes through `name_segment`, the one rule that turns a key into
+a DNS-1123 subdomain segment. Keys are label-key names, which may hold `_` (Hygon reports its
+DCU as `K100_AI`, so its aKey is `hygon-k100_ai`) and, from a hand-set label, capitals; object
+names may not. A key that is already a valid segment is kept as it is, so every pool that exists
+keeps its name; any other gets a hash of the key, so two keys never share a name.
+
 Judgment call: control-plane §8 item 8 fixes one hostname-level Topology for every pool, so
 flavor names carry no `-fnv64-<profile>` suffix; `flavor_count` still reads names that have one,
 since the format is inferred upstream and tolerating it costs nothing.
@@ -30,6 +36,12 @@ _FNV64_PRIME = 0x100000001B3
 _MASK64 = (1 << 64) - 1
 
 _PROFILE_MARK = "-fnv64-"
+
+_SEGMENT = re.compile(r"[a-z0-9]+([-.][a-z0-9]+)*")
+"""A part kept as it is in a name: what `normalize_name` gives when it keeps no `_`."""
+_NOT_IN_SEGMENT = re.compile(r"[^a-z0-9]+")
+_SEGMENT_DIGEST = 8
+"""Hex digits of a rewritten part's hash: 32 bits, against the few keys of one cluster."""
 _COUNT_SEGMENT = re.compile(r"([0-9]+)[cd]")
 
 
@@ -41,16 +53,43 @@ def fnv64a(text: str) -> str:
     return f"{digest:016x}"
 
 
+def name_segment(part: str) -> str:
+    """`part` (a key, an os or an arch) as a segment of an object name.
+
+    A part that is already lowercase `a-z0-9` with single inner `-`/`.` (what `normalize_name`
+    gives, bar `_`) is returned unchanged: names of existing pools must not move. Any other is
+    lowercased, each run of other characters becomes one `-`, and `-<8 hex>` of the part's
+    FNV-1a is appended: `k100_ai` and `k100-ai` are different label keys, so they must not meet
+    in one flavor or pool name. The result never holds `--` (the CPU/accelerator separator) and
+    starts and ends alphanumeric, so a name built of such segments is a DNS-1123 subdomain.
+    """
+    if not part or _SEGMENT.fullmatch(part):
+        return part
+    spelled = _NOT_IN_SEGMENT.sub("-", part.lower()).strip("-")
+    digest = fnv64a(part)[:_SEGMENT_DIGEST]
+    return f"{spelled}-{digest}" if spelled else digest
+
+
 def cpu_flavor_name(general_key: str, os: str, arch: str, cores: int) -> str:
     """`gpustack--<gKey>-<os>-<arch>-<N>c`, N = the node's whole CPU count."""
-    return f"{CHAIN_PREFIX}{general_key}-{os}-{arch}-{cores}c"
+    return f"{CHAIN_PREFIX}{_platform(name_segment(general_key), os, arch)}-{cores}c"
 
 
 def device_flavor_name(
     general_key: str, accelerator_key: str, os: str, arch: str, cards: int
 ) -> str:
     """`gpustack--<gKey>--<aKey>-<os>-<arch>-<N>d`, N = cards of that model per node."""
-    return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}-{os}-{arch}-{cards}d"
+    return f"{CHAIN_PREFIX}{_platform(_keys(general_key, accelerator_key), os, arch)}-{cards}d"
+
+
+def _keys(general_key: str, accelerator_key: str) -> str:
+    """`<gKey>--<aKey>`, both as name segments."""
+    return f"{name_segment(general_key)}--{name_segment(accelerator_key)}"
+
+
+def _platform(keys: str, os: str, arch: str) -> str:
+    """`<keys>-<os>-<arch>`, os and arch as name segments."""
+    return f"{keys}-{name_segment(os)}-{name_segment(arch)}"
 
 
 def flavor_count(name: str) -> int | None:
@@ -74,11 +113,8 @@ def instance_type_name(
     With `instance-type-aware-cpu-manufacturer` off every CPU collapses: CPU flavors meet in
     one `generic` pool and accelerated flavors are pooled by accelerator alone.
     """
-    if not acceleratable:
-        return f"{CHAIN_PREFIX}{general_key if aware else GENERIC}-{os}-{arch}"
-    if aware:
-        return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}-{os}-{arch}"
-    return f"{CHAIN_PREFIX}{accelerator_key}-{os}-{arch}"
+    keys = instance_type_flavor_name(acceleratable, aware, general_key, accelerator_key)
+    return _platform(keys, os, arch)
 
 
 def instance_type_flavor_name(
@@ -86,10 +122,10 @@ def instance_type_flavor_name(
 ) -> str:
     """Name of the read-only InstanceTypeFlavor catalog entry: the pool name without os/arch."""
     if not acceleratable:
-        return f"{CHAIN_PREFIX}{general_key if aware else GENERIC}"
+        return f"{CHAIN_PREFIX}{name_segment(general_key) if aware else GENERIC}"
     if aware:
-        return f"{CHAIN_PREFIX}{general_key}--{accelerator_key}"
-    return f"{CHAIN_PREFIX}{accelerator_key}"
+        return CHAIN_PREFIX + _keys(general_key, accelerator_key)
+    return f"{CHAIN_PREFIX}{name_segment(accelerator_key)}"
 
 
 def local_queue_name(cluster_queue: str) -> str:

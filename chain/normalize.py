@@ -2,7 +2,9 @@
 
 The ids become label-key names and object-name segments, so the result only ever holds `a-z`,
 `0-9` and single separators, never starts or ends with a separator, and stays within a length
-budget chosen by the caller (the key around it must still fit 63 characters).
+budget chosen by the caller (the key around it must still fit 63 characters). A label key may
+hold `_` but an object name may not: names take an id through `chain.names.name_segment`, and
+the ids (published in label keys on every node) keep their `_`.
 
 The manufacturer prefix is dropped by a character-level rule, not by token: the buffer is cleared
 whenever it spells the prefix exactly. That is upstream's behaviour and the ids already published

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from chain import fields
 from chain.apis import (
     CHAIN_API,
     CLUSTER_QUEUE,
@@ -31,6 +32,7 @@ from hooks.shell import (
     BadRequest,
     DecoratorRequest,
     Obj,
+    object_path,
     related_settings,
 )
 
@@ -70,11 +72,16 @@ def local_queue(namespace: str, cluster_queue: str) -> Obj:
 
 
 def _held_queues(request: DecoratorRequest) -> set[str]:
-    """The ClusterQueues this Namespace already has a LocalQueue for."""
-    return {
-        str((lq.get("spec") or {}).get("clusterQueue"))
-        for lq in request.attachments.of(LOCAL_QUEUE, KUEUE_API)
-    }
+    """The ClusterQueues this Namespace already has a LocalQueue for. An attached LocalQueue
+    whose `spec` or `spec.clusterQueue` has another type than Kueue's schema gives is a 400
+    naming it, as every hook answers an object of its request it cannot read."""
+    held = set()
+    for lq in request.attachments.of(LOCAL_QUEUE, KUEUE_API):
+        try:
+            held.add(fields.string(fields.child(lq, "spec", ""), "clusterQueue", "spec"))
+        except ValueError as err:
+            raise BadRequest.at(object_path("attachments", lq), err) from None
+    return held
 
 
 def chain_queues(request: DecoratorRequest) -> list[str]:

@@ -12,8 +12,13 @@ webhooks read; and the ConfigMap `gpustack-kvcache-catalog` (key `pools.json`): 
 KVCachePool's endpoint and member groups' transports (`chain.kvcache.kvcache_catalog`), what the
 KV cache injection webhook reads. Separate objects, so each has the whole annotation budget.
 
-InstanceTypes pass through as they are, malformed fields included: the webhook skips such an
-item with a warning, and one bad pool must not stop every other pool's facts from updating.
+InstanceTypes pass through the pool catalog as they are, malformed field values included: the
+webhook skips such an item with a warning, and one bad pool must not stop every other pool's
+facts from updating. The instance catalog is different: the hook reads each InstanceType into
+its row itself, so a field the CRD's schema types that has another type (a `spec` or `status`
+that is not an object, a count that is not an integer) is a 400 naming it under the related
+object's path, as every hook answers a related object it cannot read (`hooks.shell`); the API
+server never holds such an object, and Metacontroller keeps the last ConfigMaps meanwhile.
 A Settings spec the chain cannot read is a 400 naming the field, as in every other hook.
 
 A catalog too large to store is a 500 with the figures: Metacontroller keeps the last
@@ -21,6 +26,8 @@ ConfigMap and retries, so the webhook goes on with the pools it knew (never an e
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from chain.apis import (
     INSTANCE_TYPE,
@@ -35,7 +42,12 @@ from chain.catalog import (
     catalog_document,
     render_catalog,
 )
-from chain.instances import INSTANCE_CATALOG_CONFIGMAP, INSTANCE_CATALOG_KEY, instance_catalog
+from chain.instances import (
+    INSTANCE_CATALOG_CONFIGMAP,
+    INSTANCE_CATALOG_KEY,
+    InstanceFacts,
+    facts_catalog,
+)
 from chain.kvcache import (
     KVCACHE_CATALOG_CONFIGMAP,
     KVCACHE_CATALOG_KEY,
@@ -44,8 +56,10 @@ from chain.kvcache import (
     kvcache_catalog,
 )
 from hooks.shell import (
+    BadRequest,
     DecoratorRequest,
     Obj,
+    object_path,
     parent_settings,
 )
 
@@ -77,6 +91,18 @@ def _fitting(configmap: Obj, what: str) -> Obj:
     return configmap
 
 
+def instance_facts(types: Iterable[Obj]) -> list[InstanceFacts]:
+    """Each related InstanceType's row facts; a field of the wrong type is a 400 naming it by the
+    object's path in the request (`$.related['InstanceType...']['<name>'].spec`)."""
+    found = []
+    for obj in types:
+        try:
+            found.append(InstanceFacts.from_instance_type(obj))
+        except ValueError as err:
+            raise BadRequest.at(object_path("related", obj), err) from None
+    return found
+
+
 def sync(request: DecoratorRequest) -> Obj:
     if parent_settings(request) is None:
         return {"attachments": []}
@@ -84,7 +110,7 @@ def sync(request: DecoratorRequest) -> Obj:
     document = catalog_document([request.object, *related])
     pools = catalog_configmap(render_catalog(document))
     instances = catalog_configmap(
-        render_catalog(instance_catalog(related)),
+        render_catalog(facts_catalog(instance_facts(related))),
         name=INSTANCE_CATALOG_CONFIGMAP,
         key=INSTANCE_CATALOG_KEY,
     )

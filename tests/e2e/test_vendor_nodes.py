@@ -29,6 +29,7 @@ from testbed.kube import Obj, wait_for
 from tests.e2e.test_device_plugin import PluginNode, agent_node
 
 WORKER = "worker.gpustack.ai/v1alpha1"
+ACCELERATOR_FEATURE = "acceleratable.feature.gpustack.ai/"
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,20 @@ def test_a_whole_card_and_a_slice_get_the_manufacturers_injection(
         15,
         f"the {family.manufacturer} ledger to hold both grants",
     )
+
+    # The node is a pool: a ResourceFlavor selects it (its name a valid object name for every
+    # model, Hygon's `K100_AI` included, or the API server refuses it and the node gets none).
+    def pooled() -> list[str]:
+        labels = (kube.get("v1", "Node", node.name) or {}).get("metadata", {}).get("labels", {})
+        return [
+            flavor["metadata"]["name"]
+            for flavor in kube.list("kueue.x-k8s.io/v1beta2", "ResourceFlavor")
+            if (wanted := flavor.get("spec", {}).get("nodeLabels") or {})
+            and f"{ACCELERATOR_FEATURE}{family.manufacturer}-" in " ".join(wanted)
+            and all(labels.get(key) == value for key, value in wanted.items())
+        ]
+
+    wait_for(pooled, 60, f"a pool of the {family.manufacturer} node")
 
 
 def _thead_partition(response: Any) -> None:

@@ -110,6 +110,32 @@ def test_crds_are_structural() -> None:
             assert "$ref" not in yaml.safe_dump(schema)
 
 
+def _crd_serving(api_version: str, resource: str) -> dict[str, Any]:
+    group = api_version.rpartition("/")[0]
+    for crd in _of("CustomResourceDefinition"):
+        if (crd["spec"]["group"], crd["spec"]["names"]["plural"]) == (group, resource):
+            return crd
+    raise AssertionError(f"no shipped CRD serves {resource}.{group}")
+
+
+def test_every_status_a_composite_controller_writes_declares_its_observed_generation() -> None:
+    """Metacontroller's CompositeController writes `status.observedGeneration` (the parent's
+    `metadata.generation`) with every status it writes; a CRD without it has the API server drop
+    the field with an "unknown field" warning on every write. A DecoratorController writes the
+    status its hook answers and adds nothing, so only composite parents need the field."""
+    parents = [c["spec"]["parentResource"] for c in _of("CompositeController")]
+    assert parents, "no CompositeController shipped: the check would be empty"
+    for parent in parents:
+        crd = _crd_serving(parent["apiVersion"], parent["resource"])
+        for version in crd["spec"]["versions"]:
+            status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+            field = status.get("properties", {}).get("observedGeneration")
+            where = f"{crd['metadata']['name']} {version['name']}"
+            assert field is not None, f"{where}: status.observedGeneration is not declared"
+            assert (field["type"], field.get("format")) == ("integer", "int64"), where
+            assert field.get("description"), where
+
+
 def test_every_hook_app_module_exists() -> None:
     root = Path(MANIFESTS).parent
     for deployment in HOOK_SERVERS:

@@ -65,3 +65,30 @@ def test_the_shell_adds_it_on_hook_routes_and_never_on_webhooks() -> None:
     assert synced["resyncAfterSeconds"] == WRITE_RECHECK_SECONDS
     mutated = client.post("/mutate", json=_request({"x": "1"})).get_json()
     assert "resyncAfterSeconds" not in mutated
+
+
+def _composite(status: Any, generation: int = 3) -> dict[str, Any]:
+    """A CompositeController's sync request (its parent is `parent`, not `object`)."""
+    parent: dict[str, Any] = {
+        "apiVersion": "worker.gpustack.ai/v1alpha1",
+        "kind": "Instance",
+        "metadata": {"name": "lab", "namespace": "team-a", "generation": generation},
+        "status": status,
+    }
+    return {"parent": parent, "children": {}}
+
+
+def test_a_composite_status_counts_the_observed_generation_metacontroller_adds() -> None:
+    """A CompositeController writes `status.observedGeneration` with every status, and the
+    Instance CRD keeps it: a parent that shows the answer plus its generation is settled, one
+    whose observed generation is behind is not."""
+    answer = {"status": {"phase": "Running"}, "children": []}
+    settled = _composite({"phase": "Running", "observedGeneration": 3})
+    assert with_write_recheck(settled, answer) == answer
+    behind = _composite({"phase": "Running", "observedGeneration": 2})
+    assert with_write_recheck(behind, answer)["resyncAfterSeconds"] == WRITE_RECHECK_SECONDS
+
+
+def test_a_customize_answer_claims_no_status_write() -> None:
+    answer = {"relatedResources": []}
+    assert with_write_recheck({"parent": _composite(None)["parent"]}, answer) == answer

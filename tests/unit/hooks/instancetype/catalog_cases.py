@@ -289,6 +289,13 @@ def _error(description: str, path: str, body: Any, field: str) -> Case:
     }
 
 
+def _with_logical_count(obj: Obj, count: Any) -> Obj:
+    """`obj` with its pool's logical slice count replaced by `count`."""
+    changed = copy.deepcopy(obj)
+    changed["status"]["detail"]["slicedDetail"]["logical"]["count"] = count
+    return changed
+
+
 SINGLETON = settings(workload_fit_affinity=False)
 OTHER = copy.deepcopy(SINGLETON)
 OTHER["metadata"]["name"] = "staging"
@@ -396,6 +403,27 @@ CASES: dict[str, Case] = {
             },
         },
         f"$.related['{IT_GROUP}']['{T4}'].metadata.name",
+    ),
+    # The fuzz suite's finding: a related InstanceType whose `spec` or `status` is not an object
+    # (or whose count is not an integer) was a 500 from the instance catalog's reader.
+    "catalog-error-related-spec-not-object": _error(
+        "A related InstanceType whose spec is not an object is refused, naming it; the last "
+        "catalogs stay.",
+        "/catalog/sync",
+        request(SINGLETON, [A100_TYPE, {**T4_TYPE, "spec": 7}]),
+        f"$.related['{IT_GROUP}']['{T4}'].spec",
+    ),
+    "catalog-error-related-status-not-object": _error(
+        "A related InstanceType whose status is not an object is refused, naming it.",
+        "/catalog/sync",
+        request(SINGLETON, [{**T4_TYPE, "status": True}]),
+        f"$.related['{IT_GROUP}']['{T4}'].status",
+    ),
+    "catalog-error-related-slice-count": _error(
+        "A related InstanceType whose logical slice count is not an integer is refused, naming it.",
+        "/catalog/sync",
+        request(SINGLETON, [_with_logical_count(T4_TYPE, "many")]),
+        f"$.related['{IT_GROUP}']['{T4}'].status.detail.slicedDetail.logical.count",
     ),
     "catalog-error-no-object": _error(
         "A sync request without the parent object.",
