@@ -22,7 +22,7 @@ def at(path: str, key: str) -> str:
 
 def as_object(value: object, path: str) -> Obj:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{path}: expected an object, got {_kind(value)}")
+        raise ValueError(f"{path}: expected an object, got {describe(value)}")
     for key in value:
         if not isinstance(key, str):
             raise ValueError(f"{path}: expected string keys, got {key!r}")
@@ -47,7 +47,7 @@ def string(obj: Obj, key: str, path: str, required: bool = False) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise ValueError(f"{at(path, key)}: expected a string, got {_kind(value)}")
+        raise ValueError(f"{at(path, key)}: expected a string, got {describe(value)}")
     if required and value == "":
         raise ValueError(f"{at(path, key)}: required, got an empty string")
     return value
@@ -64,7 +64,7 @@ def integer(obj: Obj, key: str, path: str, required: bool = False, minimum: int 
 def whole(value: object, path: str, minimum: int = 0) -> int:
     # bool is an int subclass in Python; `true` is never a count.
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{path}: expected an integer, got {_kind(value)}")
+        raise ValueError(f"{path}: expected an integer, got {describe(value)}")
     if isinstance(value, float) and not value.is_integer():
         raise ValueError(f"{path}: expected an integer, got {value!r}")
     number = int(value)
@@ -78,7 +78,7 @@ def boolean(obj: Obj, key: str, path: str, required: bool = False) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ValueError(f"{at(path, key)}: expected true or false, got {_kind(value)}")
+        raise ValueError(f"{at(path, key)}: expected true or false, got {describe(value)}")
     return value
 
 
@@ -89,10 +89,33 @@ def items(obj: Obj, key: str, path: str, required: bool = False) -> Iterator[tup
         return
     where = at(path, key)
     if not isinstance(value, list):
-        raise ValueError(f"{where}: expected a list, got {_kind(value)}")
+        raise ValueError(f"{where}: expected a list, got {describe(value)}")
     for number, item in enumerate(value):
         item_path = f"{where}[{number}]"
         yield as_object(item, item_path), item_path
+
+
+def strings(obj: Obj, key: str, path: str) -> tuple[str, ...]:
+    """A list of strings (a container's `command`, `args`); `()` when absent."""
+    value = obj.get(key)
+    if value is None:
+        return ()
+    where = at(path, key)
+    if not isinstance(value, list):
+        raise ValueError(f"{where}: expected a list of strings, got {describe(value)}")
+    for number, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ValueError(f"{where}[{number}]: expected a string, got {describe(item)}")
+    return tuple(value)
+
+
+def string_map(obj: Obj, key: str, path: str) -> Obj:
+    """A map of strings (`labels`, `annotations`); `{}` when absent."""
+    found = child(obj, key, path)
+    for name, value in found.items():
+        if not isinstance(value, str):
+            raise ValueError(f"{at(path, key)}[{name}]: expected a string, got {describe(value)}")
+    return found
 
 
 def integers(obj: Obj, key: str, path: str) -> tuple[int, ...] | None:
@@ -102,17 +125,28 @@ def integers(obj: Obj, key: str, path: str) -> tuple[int, ...] | None:
         return None
     where = at(path, key)
     if not isinstance(value, list):
-        raise ValueError(f"{where}: expected a list, got {_kind(value)}")
+        raise ValueError(f"{where}: expected a list, got {describe(value)}")
     return tuple(whole(item, f"{where}[{number}]") for number, item in enumerate(value))
 
 
-def _kind(value: object) -> str:
+SHOWN = 40
+"""The most characters of a value an error message quotes: a message is printed by kubectl and
+stored in events, and a value may be megabytes long."""
+
+
+def shown(text: str) -> str:
+    """`text`, cut to SHOWN characters (saying how long it was) for an error message."""
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} chars)"
+
+
+def describe(value: object) -> str:
+    """What a value is, in words, for an error message (`a list`, `the number 5`)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, str):
-        return f"the string {value!r}"
+        return f"the string {shown(value)!r}"
     if isinstance(value, int | float):
         return f"the number {value!r}"
     if isinstance(value, list):

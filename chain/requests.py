@@ -16,9 +16,11 @@ Judgment calls:
   memory is unknown, and the fold only meets shapes it can fold.
 - A native sidecar (an init container with `restartPolicy: Always`) is left out of every shape
   rule and only rule 7 (no accelerator at all) applies to it.
-- Quantities that must be whole (card counts, percentages, MiB) are rounded up before the fold:
-  the API server refuses fractional extended resources anyway, and rounding up never folds a
-  request smaller than asked.
+- Every accelerator key is an extended resource, so its amount must be a whole number from 0 to
+  INT32_MAX (rule `whole-quantity`, judged first and alone): the API server would refuse a
+  fractional or negative one only after the webhooks ran, with no word of the chain's rules. The
+  readers that judge nothing (the Workload webhook, the verdict) round up instead, which never
+  reads a request smaller than asked, and clamp at INT32_MAX.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from chain.families import (
 from chain.labels import QUEUE_ENTRANCE
 from chain.manufacturers import ManufacturerTable
 from chain.memory import memory_mib
-from chain.quantity import parse_quantity
+from chain.quantity import QuantityError, parse_quantity
 from chain.units import memory_mib_to_units, memory_percentage_to_units
 
 INT32_MAX = 2**31 - 1
@@ -72,6 +74,8 @@ class Request:
     manufacturer: str
     base: str
     profile: str = ""
+    field: str = ""
+    """Where the value was read (`spec.containers[0].resources.requests[<key>]`)."""
 
     @property
     def suffix(self) -> str:
@@ -103,14 +107,19 @@ class Container:
         return next((r for r in self.requests if r.key == base + suffix), None)
 
 
-def _quantities(resources: fields.Obj, path: str) -> dict[str, str]:
-    """`requests` over `limits`: the value each key is judged by."""
-    merged: dict[str, str] = {}
+def _quantities(resources: fields.Obj, path: str) -> dict[str, tuple[str, str]]:
+    """`requests` over `limits`: the value each key is judged by, with the field it came from
+    (`<path>.requests[<key>]`), so a refusal points at what the user wrote."""
+    merged: dict[str, tuple[str, str]] = {}
     for section in ("limits", "requests"):
         for key, value in fields.child(resources, section, path).items():
+            where = f"{path}.{section}[{key}]"
             if not isinstance(value, str | int | float) or isinstance(value, bool):
-                raise ValueError(f"{path}.{section}[{key}]: expected a quantity")
-            merged[key] = str(value)
+                raise ValueError(
+                    f"{where}: Invalid value: expected a quantity (a string such as "
+                    f'"1"), got {fields.describe(value)}'
+                )
+            merged[key] = (str(value), where)
     return merged
 
 
@@ -126,7 +135,7 @@ def _container(
         kind = ContainerKind.INIT
     requests = []
     resources_path = f"{where}.resources"
-    for key, raw in sorted(
+    for key, (raw, field_path) in sorted(
         _quantities(fields.child(obj, "resources", where), resources_path).items()
     ):
         klass = classify_resource(key, table)
@@ -134,11 +143,13 @@ def _container(
             continue
         try:
             value = parse_quantity(raw)
-        except ValueError as err:
-            raise ValueError(f"{resources_path}[{key}]: {err}") from None
+        except QuantityError as err:
+            raise ValueError(f'{field_path}: Invalid value: "{err.text}": {err.reason}') from None
         base = table[klass.manufacturer].resource_name
         requests.append(
-            Request(key, raw, value, klass.family, klass.manufacturer, base, klass.profile)
+            Request(
+                key, raw, value, klass.family, klass.manufacturer, base, klass.profile, field_path
+            )
         )
     return Container(
         list_name, index, fields.string(obj, "name", where), kind, tuple(requests), where
@@ -303,9 +314,37 @@ def _partition_problems(container: Container, base: str, table: ManufacturerTabl
     return problems
 
 
+def _amount_problem(request: Request) -> Problem | None:
+    """Every accelerator key is an extended resource, which Kubernetes counts in whole units
+    from 0 up; a value past INT32_MAX is more than any node offers (the demands clamp there)."""
+    value, where = request.value, request.field
+    if value < 0:
+        detail = "must be a whole number of at least 0"
+    elif value.denominator != 1:
+        detail = (
+            f"must be a whole number: Kubernetes counts an extended resource such as "
+            f"{request.key} in whole units"
+        )
+    elif value > INT32_MAX:
+        detail = f"asks for more than {INT32_MAX}, the most a Pod can ask of {request.key}"
+    else:
+        return None
+    return Problem("whole-quantity", f'{where}: Invalid value: "{request.raw}": {detail}')
+
+
 def request_problems(containers: Sequence[Container], table: ManufacturerTable) -> list[Problem]:
-    """Why the Pod's accelerator requests cannot be served (empty: they can)."""
-    problems: list[Problem] = []
+    """Why the Pod's accelerator requests cannot be served (empty: they can).
+
+    An amount that is not a whole number in range is refused alone: the shape rules read the
+    amounts as counts, and judging `-1` or `0.5` cards by them would only add noise."""
+    problems: list[Problem] = [
+        problem
+        for container in containers
+        for request in container.requests
+        if (problem := _amount_problem(request)) is not None
+    ]
+    if problems:
+        return problems
     shaped = [c for c in containers if c.kind != ContainerKind.SIDECAR and c.requests]
     families = sorted({family for c in shaped for family in c.families()})
     if len(families) > 1:

@@ -2,8 +2,13 @@
 
 A webhook answers 200 with `response.allowed`; a refusal carries a `status` whose message is
 what `kubectl` prints after "denied the request:", so it must say what to change. A mutation is
-a base64 JSONPatch. A review the webhook cannot read is a 400 naming the field (the API server
-then applies the webhook's failurePolicy).
+a base64 JSONPatch.
+
+Whatever a review holds, once its `request.uid` can be read the answer is a 200 AdmissionReview:
+a value the webhook cannot read (a wrong type, a missing field, a quantity out of every range) is
+a refusal naming the field (`unreadable`), never an HTTP error, because the API server reports any
+non-200 as its own failure ("failed calling webhook ... for an unknown reason") and drops the
+message. Only a body that is no AdmissionReview at all (not JSON, no `request.uid`) gets a 4xx.
 """
 
 from __future__ import annotations
@@ -81,6 +86,11 @@ def allow(uid: str, patch: list[Obj] | None = None) -> Obj:
     return _answer(response)
 
 
+def _refusal(uid: str, code: int, reason: str, message: str, rules: tuple[str, ...]) -> Obj:
+    status = {"code": code, "reason": reason, "message": message}
+    return _answer({"uid": uid, "allowed": False, "status": status}, rules)
+
+
 def deny(
     uid: str, message: str, retryable: bool = False, rules: tuple[str, ...] = ("other",)
 ) -> Obj:
@@ -88,5 +98,46 @@ def deny(
     answers 503, so clients that retry on server errors retry it; anything the user must change
     is 422."""
     code, reason = (503, "ServiceUnavailable") if retryable else (422, "Invalid")
-    status = {"code": code, "reason": reason, "message": message}
-    return _answer({"uid": uid, "allowed": False, "status": status}, rules)
+    return _refusal(uid, code, reason, message, rules)
+
+
+def review_uid(body: Any) -> str | None:
+    """The uid of a body shaped like an AdmissionReview at all (an object whose `request` holds a
+    non-empty string `uid`), else None. A refusal must echo the uid, so without one there is
+    nothing to answer but an HTTP error."""
+    request = body.get("request") if isinstance(body, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) and uid else None
+
+
+_OBJECT = "$.request.object."
+# A refusal's message is printed by kubectl and stored in events; a value quoted from the request
+# (a jsonschema message quotes the whole instance) must not make it megabytes long.
+MESSAGE_LIMIT = 2048
+
+
+def unreadable(uid: str, field: str, message: str, rule: str = "unreadable") -> Obj:
+    """Refuse a review the webhook cannot read, naming the field (a JSON path into the review,
+    as `BadRequest` names it). A field of the object is named as the user wrote it
+    (`spec.containers[0]...`) and refused 422 Invalid, like any value the user must change; so is
+    a domain error whose message names its own field (`field` empty); a field of the review
+    itself (`request.operation`, or `$`: the review as a whole) is refused 400 BadRequest."""
+    if field.startswith(_OBJECT) or not field:
+        where, code, reason = field[len(_OBJECT) :], 422, "Invalid"
+    else:
+        where, code, reason = field.removeprefix("$.").removeprefix("$"), 400, "BadRequest"
+    text = f"{where}: {message}" if where else message
+    if len(text) > MESSAGE_LIMIT:
+        text = text[:MESSAGE_LIMIT] + "... (cut)"
+    return _refusal(uid, code, reason, text, (rule,))
+
+
+def failed(uid: str, err: Exception) -> Obj:
+    """Refuse a review the webhook failed on unexpectedly (a bug, logged with its traceback):
+    still a 200 AdmissionReview, so the user reads what happened instead of the API server's
+    "failed calling webhook"."""
+    message = (
+        f"Internal error: the webhook failed reading this object ({type(err).__name__}: {err}); "
+        "report it together with the object"
+    )
+    return _refusal(uid, 500, "InternalError", message[:MESSAGE_LIMIT], ("internal-error",))

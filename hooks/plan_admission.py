@@ -13,6 +13,7 @@ Pods and Workloads, given the pools the planner computed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from chain.apis import CHAIN_API, INSTANCE_TYPE, RESOURCE_FLAVOR, SETTINGS, WORKLOAD
@@ -24,9 +25,10 @@ from hooks.admission.judge import judge_request
 from hooks.admission.pods import mutate_pods
 from hooks.admission.pool_catalog import Catalog, parse_catalog
 from hooks.admission.workloads import mutate_workloads
+from hooks.admissionreview import unreadable
 from hooks.catalog_file import catalog_settings
 from hooks.instancetype.webhook import desired_labels
-from hooks.shell import Obj, of_kind
+from hooks.shell import BadRequest, Obj, of_kind
 
 RELATED_KINDS = (RESOURCE_FLAVOR, DEVICES_KIND, "Node", WORKLOAD, "Pod")
 
@@ -69,6 +71,17 @@ def _related(objects: list[Obj]) -> dict[str, dict[str, Obj]]:
     return related
 
 
+def _response(decide: Callable[[Obj], Obj], review: Obj) -> dict[str, Any]:
+    """The response a served webhook gives `review`: one it cannot read is refused naming the
+    field (the shell does the same, `hooks.shell.make_app`), so a snapshot holding such an object
+    shows its refusal instead of stopping the plan."""
+    try:
+        response: dict[str, Any] = decide(review)["response"]
+    except BadRequest as err:
+        response = unreadable(review["request"]["uid"], err.field, err.message)["response"]
+    return response
+
+
 def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable) -> list[Obj]:
     """One result per Instance, Pod and Workload of the snapshot (and per Pod its Instances
     would run as), in snapshot order."""
@@ -78,7 +91,7 @@ def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable)
     response: dict[str, Any]
     refused: set[tuple[str | None, str]] = set()
     for instance in of_kind(snapshot, INSTANCE):
-        response = validate_instances(_review(instance), types, table)["response"]
+        response = _response(lambda r: validate_instances(r, types, table), _review(instance))
         results.append(_result(instance, response, "defaulted"))
         if not response.get("allowed"):  # such an Instance is never stored: it runs no Pod
             refused.add((instance["metadata"].get("namespace"), instance["metadata"]["name"]))
@@ -91,11 +104,11 @@ def admission(snapshot: list[Obj], planned: list[Obj], table: ManufacturerTable)
         if (pod["metadata"].get("namespace"), pod["metadata"]["name"]) not in seen | refused
     ]
     for pod in [*of_kind(snapshot, "Pod"), *instance_pods]:
-        response = mutate_pods(_review(pod), pools, table)["response"]
+        response = _response(lambda r: mutate_pods(r, pools, table), _review(pod))
         results.append(_result(pod, response, "folded"))
     related = _related([*of_kind(planned, RESOURCE_FLAVOR), *snapshot])
     for workload in of_kind(snapshot, WORKLOAD):
-        response = mutate_workloads(_review(workload), pools, table)["response"]
+        response = _response(lambda r: mutate_workloads(r, pools, table), _review(workload))
         result = _result(workload, response, "pinned")
         if (workload.get("status") or {}).get("admission"):
             result["verdict"] = judge_request({"workload": workload, "related": related}, table)

@@ -5,6 +5,11 @@ A Metacontroller hook must never answer 200 to a request it did not understand: 
 request gets a 400 whose JSON names the offending field, and an unexpected failure gets a 500;
 either way Metacontroller keeps what exists and retries.
 
+An admission webhook route is the other way round: the API server reports any non-200 as its own
+failure ("failed calling webhook") and drops the message, so once a review's uid can be read every
+answer is a 200 AdmissionReview, a refusal naming the field for whatever cannot be read
+(`hooks.admissionreview.unreadable`); only a body that is no review at all gets a 4xx.
+
 Hooks read only the objects inside the `attachments`/`children`/`related` maps, never the map
 keys: hook versions v1 and v2 differ only in those keys, so one hook serves both.
 """
@@ -360,9 +365,14 @@ the resync a hook asks for is queued before those writes, so a lost one is tried
 seconds. Once the parent shows what the hook wants, no recheck is asked for."""
 
 
-def parent_write_outstanding(parent: Obj, answer: Obj) -> bool:
+def parent_write_outstanding(parent: Obj, answer: Obj, composite: bool = False) -> bool:
     """Does the answer ask Metacontroller to change the parent (a label, an annotation, or a
-    status that differs from what the request shows)? A null value means "remove"."""
+    status that differs from what the request shows)? A null value means "remove".
+
+    A CompositeController (`composite`) writes the parent's `metadata.generation` into the
+    status it is given as `observedGeneration`, and the CRD keeps it: the status it will write
+    is compared, or a settled parent would look outstanding on every sync. (An answer without
+    a status, a customize answer among them, claims no status write.)"""
     meta = parent.get("metadata") or {}
     for field_name in ("labels", "annotations"):
         desired = answer.get(field_name) or {}
@@ -370,14 +380,18 @@ def parent_write_outstanding(parent: Obj, answer: Obj) -> bool:
         if any(have.get(key) != value for key, value in desired.items()):
             return True
     status = answer.get("status")
+    if composite and isinstance(status, dict):
+        status = {**status, "observedGeneration": meta.get("generation", 0)}
     return status is not None and status != parent.get("status")
 
 
 def with_write_recheck(body: Obj, answer: Obj) -> Obj:
     """The answer, with a resync within WRITE_RECHECK_SECONDS while a parent write is
     outstanding (a longer resync the hook asked for is shortened, a shorter one kept)."""
-    parent = body.get("object") or body.get("parent")  # a decorator's, or a composite's
-    if not isinstance(parent, dict) or not parent_write_outstanding(parent, answer):
+    # A decorator's request holds its parent as `object`, a composite's as `parent`.
+    composite = body.get("object") is None
+    parent = body.get("parent") if composite else body.get("object")
+    if not isinstance(parent, dict) or not parent_write_outstanding(parent, answer, composite):
         return answer
     asked = float(answer.get("resyncAfterSeconds") or 0)
     recheck = min(asked, WRITE_RECHECK_SECONDS) if asked > 0 else WRITE_RECHECK_SECONDS
@@ -413,6 +427,11 @@ def deadline(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+# JSON may carry a lone UTF-16 surrogate (`"\ud800"`); no Kubernetes name, label or value can,
+# and it cannot be encoded into one.
+SURROGATE = "a string of the request holds a lone UTF-16 surrogate"
+
+
 def make_app(
     name: str,
     routes: Mapping[str, Handler],
@@ -422,6 +441,10 @@ def make_app(
     """A Flask app serving each route as POST JSON -> JSON, plus GET /healthz. Routes named in
     `webhooks` take AdmissionReviews and the smaller body limit; `deadlines` overrides DEADLINE
     per route (`app.config["ROUTE_DEADLINES"]` lists every route's)."""
+    # Imported here, not at the top: `hooks.admissionreview` builds on this module (`validate`,
+    # `Obj`), so a top-level import would be circular; by the time an app is made both are loaded.
+    from hooks import admissionreview
+
     app = Flask(name)
     app.config["MAX_CONTENT_LENGTH"] = HOOK_BODY_LIMIT
     limits = {path: (deadlines or {}).get(path, DEADLINE) for path in routes}
@@ -457,21 +480,47 @@ def make_app(
             return _error(400, "the request body is nested too deeply to be a Kubernetes object")
         if body is None:
             return _error(400, "the request body must be JSON (Content-Type: application/json)")
+        if webhook:
+            return review(handler, body)
         try:
-            result = handler(body)
-            if webhook:
-                metrics.decided(name, request.path, result)
-            return jsonify(result if webhook else with_write_recheck(body, result)), 200
+            return jsonify(with_write_recheck(body, handler(body))), 200
         except BadRequest as err:
             log.warning("%s %s: bad request: %s", name, request.path, err)
             return _error(400, err.message, err.field)
         except UnicodeError:
-            # JSON may carry a lone UTF-16 surrogate (`"\ud800"`); no Kubernetes name,
-            # label or value can, and it cannot be encoded into one.
-            return _error(400, "a string of the request holds a lone UTF-16 surrogate")
+            return _error(400, SURROGATE)
         except Exception as err:  # a 5xx keeps Metacontroller from deleting anything
             log.exception("%s %s failed", name, request.path)
             return _error(500, f"{type(err).__name__}: {err}")
+
+    def review(handler: Handler, body: Any) -> tuple[Response, int]:
+        """An AdmissionReview route: once the review's uid can be read, every answer is a 200
+        review (see `hooks.admissionreview`); only a body that is no review at all is a 400."""
+        uid = admissionreview.review_uid(body)
+        try:
+            result = handler(body)
+        except BadRequest as err:
+            log.warning("%s %s: unreadable review: %s", name, request.path, err)
+            if uid is None:
+                return _error(400, err.message, err.field)
+            result = admissionreview.unreadable(uid, err.field, err.message)
+        except UnicodeError:
+            if uid is None:
+                return _error(400, SURROGATE)
+            result = admissionreview.unreadable(uid, "$", SURROGATE)
+        except ValueError as err:
+            # A domain reader's `<field>: <message>` that no hook wrapped: it names its field.
+            log.warning("%s %s: unreadable review: %s", name, request.path, err)
+            if uid is None:
+                return _error(400, str(err))
+            result = admissionreview.unreadable(uid, "", str(err))
+        except Exception as err:
+            log.exception("%s %s failed", name, request.path)
+            if uid is None:
+                return _error(500, f"{type(err).__name__}: {err}")
+            result = admissionreview.failed(uid, err)
+        metrics.decided(name, request.path, result)
+        return jsonify(result), 200
 
     for path, handler in routes.items():
         limit = WEBHOOK_BODY_LIMIT if path in webhooks else HOOK_BODY_LIMIT

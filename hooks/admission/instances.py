@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chain.fields import shown
 from chain.instances import (
     InstanceFacts,
     InstanceSpec,
@@ -32,7 +33,7 @@ from chain.instances import (
     parse_instance_catalog,
 )
 from chain.manufacturers import ManufacturerTable
-from chain.requests import rules_of
+from chain.requests import INT32_MAX, rules_of
 from hooks.admissionreview import Review, allow, deny, parse_review
 from hooks.catalog_file import catalog_source
 from hooks.shell import BadRequest, Obj
@@ -56,12 +57,14 @@ def _reviewed(body: Any) -> tuple[Review, InstanceSpec] | None:
     obj = review.object
     if review.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
         return None
+    meta = obj.get("metadata")
     if review.operation == "UPDATE" and (
-        (obj.get("metadata") or {}).get("deletionTimestamp")
+        (isinstance(meta, dict) and meta.get("deletionTimestamp"))
         or _pool_facing(obj) == _pool_facing(review.old_object)
     ):
         return None
     try:
+        _check_cards(obj.get("spec"))
         return review, InstanceSpec.parse(obj.get("spec"), "spec")
     except ValueError as err:
         raise BadRequest.at("$.request.object", err) from None
@@ -69,8 +72,32 @@ def _reviewed(body: Any) -> tuple[Review, InstanceSpec] | None:
 
 def _pool_facing(obj: object) -> tuple[object, object]:
     """What of an Instance its pool has to serve: the type it names and what it asks of it."""
-    spec = (obj.get("spec") if isinstance(obj, dict) else None) or {}
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    if not isinstance(spec, dict):
+        return None, None
     return spec.get("instanceType"), spec.get("resources")
+
+
+_CARDS = "spec.resources.accelerator"
+
+
+def _check_cards(spec: object) -> None:
+    """`spec.resources.accelerator` is a whole number of cards no pool's count exceeds, read
+    before `InstanceSpec.parse`: its `str.isdigit` admits `²`, which `int` cannot read, and a
+    count of thousands of digits would be multiplied into the defaults' CPU and RAM."""
+    resources = spec.get("resources") if isinstance(spec, dict) else None
+    count = resources.get("accelerator") if isinstance(resources, dict) else None
+    if not isinstance(count, str) or not count:
+        return  # absent, or a type `InstanceSpec.parse` names
+    if not (count.isascii() and count.isdigit()):
+        raise ValueError(
+            f'{_CARDS}: Invalid value: "{shown(count)}": must be a whole number of cards (e.g. "2")'
+        )
+    if len(count) > len(str(INT32_MAX)) or int(count) > INT32_MAX:
+        raise ValueError(
+            f'{_CARDS}: Invalid value: "{shown(count)}": asks for more than {INT32_MAX} cards, '
+            "more than any pool has"
+        )
 
 
 def _unknown(review: Review, name: str) -> Obj:

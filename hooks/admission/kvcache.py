@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from chain import fields
 from chain.kvcache import (
     CLIENT_CONFIG_ANNOTATION,
     CONTAINER_ANNOTATION,
@@ -35,7 +36,7 @@ from chain.kvcache import (
 )
 from hooks.admissionreview import allow, deny, parse_review
 from hooks.catalog_file import catalog_source
-from hooks.shell import Obj
+from hooks.shell import BadRequest, Obj
 
 KVCACHE_CATALOG_ENV = "GPUSTACK_KVCACHE_CATALOG"
 Pools = Mapping[str, PoolFacts]
@@ -123,14 +124,33 @@ def _injection(pod: Obj, pools: Pools) -> tuple[list[Obj], str]:
     return patch, engine
 
 
+def _check_shape(pod: Obj) -> None:
+    """Every field the injection reads or patches has the type Kubernetes gives it; ValueError
+    naming the first that has not. Mutation runs before the API server checks the Pod, so a
+    review may hold anything, and a patch is never built on a value this webhook cannot read."""
+    fields.string_map(fields.child(pod, "metadata", ""), "annotations", "metadata")
+    spec = fields.child(pod, "spec", "")
+    for container, where in fields.items(spec, "containers", "spec"):
+        fields.string(container, "name", where)
+        fields.strings(container, "command", where)
+        fields.strings(container, "args", where)
+        for key in ("env", "volumeMounts"):
+            list(fields.items(container, key, where))  # read for the check: lists of objects
+    list(fields.items(spec, "volumes", "spec"))
+
+
 def mutate_kvcache(body: Any, pools: Pools) -> Obj:
     review = parse_review(body)
     pod = review.object
     if review.operation != "CREATE" or not isinstance(pod, dict):
         return allow(review.uid)
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(INJECT_LABEL) != "true":  # the selector's own rule, kept if it is widened
-        return allow(review.uid)
+    try:
+        labels = fields.string_map(fields.child(pod, "metadata", ""), "labels", "metadata")
+        if labels.get(INJECT_LABEL) != "true":  # the selector's own rule, kept if it is widened
+            return allow(review.uid)
+        _check_shape(pod)
+    except ValueError as err:
+        raise BadRequest.at("$.request.object", err) from None
     try:
         patch, _engine = _injection(pod, pools)
     except LookupError as unknown:

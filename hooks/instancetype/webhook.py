@@ -24,36 +24,18 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from chain.fields import shown
 from chain.labels import ACCELERATABLE_PREFIX, GENERAL_PREFIX, QUEUE_ENTRANCE
 from chain.names import GENERIC, local_queue_name
 from chain.pools import pool_schedule_labels
 from chain.settings import Settings
-from hooks.admissionreview import allow, deny
-from hooks.shell import BadRequest, Obj, validate
+from hooks.admissionreview import allow, deny, parse_review
+from hooks.shell import BadRequest, Obj
 
 MUTABLE_SPEC = ("displayName", "inactive")
 _POSITIVE_INT = re.compile(r"[1-9][0-9]*")
 _GIBIBYTES = re.compile(r"[1-9][0-9]*Gi")
 _INT32_MAX = 2**31 - 1
-
-REVIEW_SCHEMA: Obj = {
-    "type": "object",
-    "required": ["apiVersion", "kind", "request"],
-    "properties": {
-        "apiVersion": {"const": "admission.k8s.io/v1"},
-        "kind": {"const": "AdmissionReview"},
-        "request": {
-            "type": "object",
-            "required": ["uid", "operation"],
-            "properties": {
-                "uid": {"type": "string", "minLength": 1},
-                "operation": {"enum": ["CREATE", "UPDATE", "DELETE", "CONNECT"]},
-                "object": {"type": ["object", "null"]},
-                "oldObject": {"type": ["object", "null"]},
-            },
-        },
-    },
-}
 
 
 def _refuse(uid: str, rule: str, message: str) -> Obj:
@@ -111,20 +93,20 @@ def _type_problem(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> str | Non
 
 
 def mutate(body: Any, settings: Settings | None = None) -> Obj:
-    review = validate(body, REVIEW_SCHEMA)["request"]
-    obj = review.get("object")
-    if review["operation"] not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
-        return allow(review["uid"])
+    review = parse_review(body)
+    obj = review.object
+    if review.operation not in ("CREATE", "UPDATE") or not isinstance(obj, dict):
+        return allow(review.uid)
     raw_meta = obj.get("metadata")
     meta = raw_meta if isinstance(raw_meta, dict) else {}
     name = str(meta.get("name") or "")
     spec = _spec(obj)
     problem = _type_problem(meta, spec)
     if problem is not None:
-        return _refuse(review["uid"], "instancetype-shape", problem)
+        return _refuse(review.uid, "instancetype-shape", problem)
     patch: list[Obj] = []
     # Only on CREATE: an UPDATE must not change the spec, and validation would refuse it.
-    if review["operation"] == "CREATE" and not spec.get("generalGroup"):
+    if review.operation == "CREATE" and not spec.get("generalGroup"):
         op = "replace" if "generalGroup" in spec else "add"
         if "spec" not in obj:
             patch.append({"op": "add", "path": "/spec", "value": {}})
@@ -136,7 +118,7 @@ def mutate(body: Any, settings: Settings | None = None) -> Obj:
     if labels != current:
         op = "replace" if "labels" in meta else "add"
         patch.append({"op": op, "path": "/metadata/labels", "value": labels})
-    return allow(review["uid"], patch)
+    return allow(review.uid, patch)
 
 
 def _unit_problems(spec: Mapping[str, Any]) -> list[str]:
@@ -151,29 +133,34 @@ def _unit_problems(spec: Mapping[str, Any]) -> list[str]:
     units: Mapping[str, Any] = raw_units if isinstance(raw_units, dict) else {}
     cpu = str(units.get("cpu", ""))
     if acceleratable:
-        if not _POSITIVE_INT.fullmatch(cpu) or int(cpu) > _INT32_MAX:
+        # The length first: `int` of thousands of digits fails (Python's limit) before comparing.
+        if (
+            not _POSITIVE_INT.fullmatch(cpu)
+            or len(cpu) > len(str(_INT32_MAX))
+            or int(cpu) > _INT32_MAX
+        ):
             problems.append(
-                f"spec.unitResources.cpu: {cpu!r} must be a positive whole number of cores "
-                'without a unit suffix (e.g. "8")'
+                f"spec.unitResources.cpu: {shown(cpu)!r} must be a positive whole number of "
+                'cores without a unit suffix (e.g. "8")'
             )
     elif cpu != "1":
-        problems.append(f"spec.unitResources.cpu: {cpu!r} must be 1 when acceleratable is false")
+        problems.append(
+            f"spec.unitResources.cpu: {shown(cpu)!r} must be 1 when acceleratable is false"
+        )
     for path, value in (
         ("spec.unitResources.ram", units.get("ram", "")),
         ("spec.localStorage", spec.get("localStorage", "")),
     ):
         if not _GIBIBYTES.fullmatch(str(value)):
-            problems.append(
-                f'{path}: {value!r} must be a positive whole number of Gi (e.g. "32Gi")'
-            )
+            quoted = shown(repr(value))
+            problems.append(f'{path}: {quoted} must be a positive whole number of Gi (e.g. "32Gi")')
     return problems
 
 
 def validate_review(body: Any) -> Obj:
-    review = validate(body, REVIEW_SCHEMA)["request"]
-    uid = review["uid"]
-    operation = review["operation"]
-    obj, old = review.get("object"), review.get("oldObject")
+    review = parse_review(body)
+    uid, operation = review.uid, review.operation
+    obj, old = review.object, review.old_object
     if operation == "CREATE":
         if not isinstance(obj, dict):
             raise BadRequest("$.request.object", "a CREATE review must carry the object")

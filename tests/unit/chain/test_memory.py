@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chain.memory import format_group_memory, format_memory_label, memory_mib
-from chain.quantity import parse_quantity
+from chain.quantity import MAX_LENGTH, QuantityError, parse_quantity
 
 
 @pytest.mark.parametrize(
@@ -114,3 +114,30 @@ def test_parse_quantity_refuses_exponents_nothing_counts_in(text: str) -> None:
 def test_parse_quantity_refuses_numbers_too_long_to_read() -> None:
     with pytest.raises(ValueError):
         parse_quantity("1" * 10_000)
+
+
+@pytest.mark.parametrize(
+    ("text", "shown", "reason"),
+    [
+        ("10e9999999", "10e9999999", "exponent beyond 10^±30"),
+        ("abc", "abc", "is not a quantity"),
+        ("1" * 5000, "1" * 40 + "... (5000 chars)", "longer than any quantity the chain counts"),
+    ],
+)
+def test_a_refused_quantity_is_a_typed_error_naming_the_value(
+    text: str, shown: str, reason: str
+) -> None:
+    """Webhooks word it as a field error (`Invalid value: "<text>": <reason>`); a value of
+    thousands of digits is shown cut, so no message quotes megabytes."""
+    with pytest.raises(QuantityError) as refused:
+        parse_quantity(text)
+    assert refused.value.text == shown
+    assert reason in refused.value.reason
+
+
+def test_the_longest_quantity_read_holds_every_value_the_chain_counts() -> None:
+    """10^30 in full and its finest nano fraction still read; a character more does not."""
+    assert parse_quantity("1" + "0" * 30) == 10**30
+    assert parse_quantity("1" + "0" * 30 + "." + "0" * 8 + "1") > 10**30
+    with pytest.raises(QuantityError):
+        parse_quantity("1" * (MAX_LENGTH + 1))

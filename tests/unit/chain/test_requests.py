@@ -110,6 +110,45 @@ def test_malformed_specs_name_the_field(
         read_containers(raw, "spec", table)
 
 
+def test_an_unreadable_quantity_names_the_section_it_was_read_from(
+    table: ManufacturerTable,
+) -> None:
+    container = {"name": "c", "resources": {"requests": {GPU: "1e308"}, "limits": {GPU: "1"}}}
+    with pytest.raises(ValueError) as refused:
+        read_containers({"containers": [container]}, "spec", table)
+    assert str(refused.value) == (
+        'spec.containers[0].resources.requests[nvidia.com/gpu]: Invalid value: "1e308": has an '
+        "exponent beyond 10^±30, more than the chain counts"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ("-1", "must be a whole number of at least 0"),
+        ("0.5", f"must be a whole number: Kubernetes counts an extended resource such as {GPU}"),
+        ("1500m", "must be a whole number"),
+        ("2147483648", f"asks for more than 2147483647, the most a Pod can ask of {GPU}"),
+        ("9223372036854775808", "asks for more than 2147483647"),
+    ],
+)
+def test_a_card_count_out_of_range_is_refused_alone(
+    table: ManufacturerTable, value: str, detail: str
+) -> None:
+    """Rule "whole-quantity": an extended resource is counted in whole units from 0 (the API
+    server refuses anything else after the webhooks ran); the shape rules are not run on it."""
+    container = box({GPU: value, GPU + ".shared": "1"})  # two families: a rule it also breaks
+    found = request_problems(read(table, container), table)
+    assert len(found) == 1, found
+    assert found[0].startswith(f'{LIMITS}[{GPU}]: Invalid value: "{value}": {detail}')
+    assert [getattr(problem, "rule", "") for problem in found] == ["whole-quantity"]
+
+
+def test_zero_and_int32_max_are_card_counts(table: ManufacturerTable) -> None:
+    assert problems(table, box({GPU: "0"})) == []
+    assert problems(table, box({GPU: "2147483647"})) == []
+
+
 # --- the fold (vectors) -----------------------------------------------------------------------
 
 
@@ -260,8 +299,8 @@ def test_accepted_shapes(table: ManufacturerTable, limits: dict[str, Any]) -> No
         ),
         (
             {SL: "1m", PCT: "20"},
-            f'{LIMITS}[{SL}]: Invalid value: "1m": a logical slice request is always a single '
-            "card; multi-card logical slicing is not supported yet",
+            f'{LIMITS}[{SL}]: Invalid value: "1m": must be a whole number: Kubernetes counts an '
+            f"extended resource such as {SL} in whole units",
         ),
         (
             {PT + ".mig-1g.10gb": "1"},

@@ -162,11 +162,21 @@ def test_update_is_pinned_only_before_quota_is_reserved() -> None:
     assert pinned(obj, operation="UPDATE", old=free) == [single(gt(SHARED_FIT, 1))]
 
 
-def test_never_denies_what_it_cannot_read() -> None:
+def test_a_created_workload_it_cannot_read_is_denied_naming_the_field() -> None:
+    """An UPDATE is left unchanged instead: refusing one could keep Kueue from removing the
+    finalizer of a Workload stored before the rule."""
     broken = workload({GPU + ".shared": "2"})
     broken["spec"]["podSets"][0]["template"] = {}
-    status, answer = post(client(), "/mutate-workloads", review(broken, resource="workloads"))
-    assert status == 200
-    assert answer["response"] == {"uid": answer["response"]["uid"], "allowed": True}
     odd = workload({GPU + ".shared": "2"}, affinity={"nodeAffinity": "x"})
-    assert pinned(odd) == [{"nodeAffinity": "x"}]
+    for obj, field in (
+        (broken, "spec.podSets[0].template.spec: expected an object"),
+        (odd, "spec.podSets[0].template.spec.affinity.nodeAffinity: expected an object"),
+    ):
+        body = review(obj, resource="workloads")
+        status, answer = post(client(), "/mutate-workloads", body)
+        assert status == 200 and answer["response"]["allowed"] is False
+        assert answer["response"]["status"]["message"].startswith(field), answer
+        body = review(obj, "UPDATE", obj, resource="workloads")
+        status, answer = post(client(), "/mutate-workloads", body)
+        assert status == 200
+        assert answer["response"] == {"uid": answer["response"]["uid"], "allowed": True}
