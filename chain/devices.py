@@ -36,7 +36,7 @@ from chain.accelerators import (
 from chain.apis import WORKER_API
 from chain.keys import accelerator_key
 from chain.labels import AcceleratorGroupFacts
-from chain.ledger import DevicesStatus, Mode
+from chain.ledger import DevicesStatus, Mode, UnrecordedRecord
 from chain.partitions import Placement
 
 __all__ = [
@@ -326,6 +326,9 @@ class Devices:
     spec: DevicesSpec = DevicesSpec()
     status: DevicesStatus = field(default_factory=DevicesStatus)
     labels: Mapping[str, str] = field(default_factory=dict)
+    unrecorded: tuple[UnrecordedRecord, ...] = ()
+    """`status.unrecorded`: Pods whose records the ledger charges from the node agent's journal,
+    not from the Pod (`UnrecordedRecord`), ordered by uid."""
 
     @classmethod
     def parse(cls, obj: object) -> Devices:
@@ -337,11 +340,13 @@ class Devices:
         for key, value in labels.items():
             if not isinstance(value, str):
                 raise ValueError(f"metadata.labels.{key}: expected a string")
+        status = fields.child(body, "status", "")
         return cls(
             name=fields.string(meta, "name", "metadata", required=True),
             spec=DevicesSpec.parse(fields.child(body, "spec", ""), "spec"),
-            status=DevicesStatus.parse(fields.child(body, "status", ""), "status"),
+            status=DevicesStatus.parse(status, "status"),
             labels={key: str(value) for key, value in labels.items()},
+            unrecorded=UnrecordedRecord.parse_all(status),
         )
 
     def summary(self) -> Obj:
@@ -368,6 +373,13 @@ class Devices:
             "slices": slices,
         }
 
+    def render_status(self) -> Obj:
+        """The ledger and the records it charges from a journal (`unrecorded`)."""
+        status = self.status.render()
+        if self.unrecorded:
+            status = {**status, "unrecorded": [entry.render() for entry in self.unrecorded]}
+        return status
+
     def render(self) -> Obj:
         metadata: Obj = {"name": self.name}
         if self.labels:
@@ -377,5 +389,5 @@ class Devices:
             "kind": DEVICES_KIND,
             "metadata": metadata,
             "spec": self.spec.render(),
-            "status": self.status.render(),
+            "status": self.render_status(),
         }

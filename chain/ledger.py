@@ -219,3 +219,57 @@ class DevicesStatus:
 
     def render(self) -> Obj:
         return {"groups": [entry.render() for entry in self.groups]} if self.groups else {}
+
+
+@dataclass(frozen=True)
+class UnrecordedRecord:
+    """A Pod's allocation record the API server has not taken, listed in `Devices.status`
+    (`unrecorded`) by the node agent that granted the cards.
+
+    The kubelet granted the cards and the container runs on them, but the record could not be
+    written onto the Pod: the API server refused it (an admission policy, e.g. over a tenant's
+    oversized annotations) or keeps failing that one write. The agent keeps trying, and until the
+    record lands it publishes it here: the ledger rows of the same object charge its cards, and
+    whoever reads the Pods' records (the verdict driver) reads this one in place of the Pod's
+    annotation, so the cards count once, from the ledger, and never as a promise besides."""
+
+    uid: str
+    namespace: str
+    name: str
+    record: str
+    """The annotation value the agent keeps writing (the Pod's whole record, its latest)."""
+    agent: str = ""
+    """Which agent of the node keeps it (its manufacturers, comma-separated): each agent
+    rewrites its own entries and carries the others' along."""
+    reason: str = ""
+    """Why it has not landed: `Forbidden`, `Invalid`, `BadRequest` (refused by the API server,
+    retried at the longest backoff), or a transient one (`Conflict`, `Timeout`, ...)."""
+    message: str = ""
+    """The API server's answer, as first given for that reason."""
+
+    _REQUIRED = ("uid", "namespace", "name", "record")
+    _OPTIONAL = ("agent", "reason", "message")
+
+    @classmethod
+    def parse(cls, obj: fields.Obj, path: str) -> UnrecordedRecord:
+        given = {key: fields.string(obj, key, path, required=True) for key in cls._REQUIRED}
+        given |= {key: fields.string(obj, key, path) for key in cls._OPTIONAL}
+        return cls(**given)
+
+    @classmethod
+    def parse_all(cls, status: fields.Obj, path: str = "status") -> tuple[UnrecordedRecord, ...]:
+        """`status.unrecorded`, ordered by uid (the order every writer renders them in)."""
+        found = (cls.parse(item, where) for item, where in fields.items(status, "unrecorded", path))
+        return tuple(sorted(found, key=lambda entry: entry.uid))
+
+    def render(self) -> Obj:
+        out: Obj = {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "record": self.record,
+        }
+        for key in self._OPTIONAL:
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        return out

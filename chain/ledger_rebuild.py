@@ -32,9 +32,9 @@ Judgment calls:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 from chain import fields
 from chain.accelerators import Accelerator
@@ -45,11 +45,13 @@ from chain.ledger import (
     DevicesStatus,
     Mode,
     ProfileCount,
+    UnrecordedRecord,
 )
 from chain.partitions import Placement
 from chain.units import RESOURCE_MAX_UNITS
 
 ALLOCATED_ANNOTATION = "device.gpustack.ai/accelerator.allocated"
+PodT = TypeVar("PodT", bound=Mapping[str, Any])
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 STATEFUL_SLICED_MANUFACTURERS = frozenset({"metax", "cambricon"})
 """Their slices are driver objects (sGPU, sMLU) that outlive the container until reclaimed."""
@@ -192,6 +194,35 @@ class PodAllocations:
             records=records,
             problem=problem,
         )
+
+
+def with_unrecorded(pods: Sequence[PodT], unrecorded: Iterable[UnrecordedRecord]) -> Sequence[PodT]:
+    """The node's Pods, each one listed in `unrecorded` (same uid, namespace and name) carrying
+    the listed record as its annotation: the node agent lists only the latest record it keeps
+    writing, newer than anything the Pod carries, and the ledger beside the list charges it.
+    Whoever reads the records through this (the agent's ledger, the verdict driver's ledger and
+    its count of promised Pods) therefore counts such a Pod's cards once. An entry naming no Pod
+    of the node (gone, or another Pod of that name now) changes nothing."""
+    listed = {entry.uid: entry for entry in unrecorded}
+    if not listed:
+        return pods
+    out: list[PodT] = []
+    for pod in pods:
+        meta = pod.get("metadata")
+        entry = listed.get(str(meta.get("uid", ""))) if isinstance(meta, Mapping) else None
+        if (
+            entry is None
+            or not isinstance(meta, Mapping)
+            or (meta.get("namespace"), meta.get("name")) != (entry.namespace, entry.name)
+        ):
+            out.append(pod)
+            continue
+        annotations = meta.get("annotations")
+        kept = dict(annotations) if isinstance(annotations, Mapping) else {}
+        kept[ALLOCATED_ANNOTATION] = entry.record
+        # A copy as plain dicts, whatever mapping the caller's Pods are (they are dicts).
+        out.append(cast(PodT, {**pod, "metadata": {**meta, "annotations": kept}}))
+    return out
 
 
 def stays_charged(claim: Claim) -> bool:

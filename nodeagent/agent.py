@@ -21,11 +21,13 @@ monitor round, so a library staged or removed later moves the node within one pe
 
 With `ledger` on (the agent serves the device plugins, `--device-plugin-dir`), the Reporter also
 keeps the ledger: `Devices.status` rebuilt from the allocation annotations of the node's Pods,
-applied on the status subresource when it differs from what the API holds. It is checked on every
-monitor round and, when the device plugins follow the node's Pods (`serve`), on every Pod change
-(`write_ledger`, reading the Pods from their cache, and the fit labels with it), so an allocation
-or a finished Pod reaches the ledger and the fit labels within moments. Without it the agent
-never touches `status`.
+applied on the status subresource when it differs from what the API holds. A record the journal
+could not land on its Pod (refused by the API server, or failing for that Pod alone) is charged
+from the journal instead and listed beside the ledger (`status.unrecorded`) until it lands.
+The ledger is checked on every monitor round and, when the device plugins follow the node's
+Pods (`serve`), on every Pod change (`write_ledger`, reading the Pods from their cache, and the
+fit labels with it), so an allocation or a finished Pod reaches the ledger and the fit labels
+within moments. Without it the agent never touches `status`.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chain.capacity import node_capacity_patch
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
-from chain.ledger_rebuild import PodAllocations, rebuild_status
+from chain.ledger import UnrecordedRecord
+from chain.ledger_rebuild import PodAllocations, rebuild_status, with_unrecorded
 from chain.manufacturers import ManufacturerTable
 from kubeapi import Kube, Obj
 from kubeapi.events import WARNING, EventRecorder
@@ -66,6 +69,11 @@ def _manager(owned: tuple[str, ...]) -> str:
 
 def _without_server_fields(obj: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (obj or {}).items() if k not in ("status", "metadata")}
+
+
+def _pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace", "")), str(meta.get("name", "")), str(meta.get("uid", ""))
 
 
 def slicing_verdicts(
@@ -114,6 +122,9 @@ class Reporter:
     release_terminated: bool = True
     pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
+    unrecorded: Callable[[], Sequence[UnrecordedRecord]] | None = None
+    """The records this agent's journal could not land on their Pods (`DevicePlugins.unrecorded`):
+    the ledger charges them and lists them (`status.unrecorded`) until they land."""
     events: EventRecorder | None = None
     """Where detection changes become Events on the Node (`node_events`); None: not recorded."""
     slicing: Callable[[DevicesGroup], Slicing] = field(default=lambda group: OFFERED)
@@ -268,14 +279,14 @@ class Reporter:
             pods: Sequence[Mapping[str, Any]] = self.pods()
         else:
             pods = self.kube.list("v1", "Pod", field_selector=f"spec.nodeName={self.node}")
-        rebuilt = rebuild_status(
-            current.spec, [PodAllocations.from_pod(pod) for pod in pods], self.release_terminated
-        )
-        ledger = Devices(current.name, current.spec, rebuilt.status)
+        listed = self._unrecorded(current, pods)
+        charged = [PodAllocations.from_pod(pod) for pod in with_unrecorded(pods, listed)]
+        rebuilt = rebuild_status(current.spec, charged, self.release_terminated)
+        ledger = Devices(current.name, current.spec, rebuilt.status, unrecorded=listed)
         LEDGER.observe(ledger)
         summary = ledger.summary()
         shown = (devices.get("status") or {}).get("summary")
-        if rebuilt.status == current.status and shown == summary:
+        if rebuilt.status == current.status and shown == summary and listed == current.unrecorded:
             return devices
         for problem in rebuilt.problems:
             log.warning("ledger of %s: %s", self.node, problem)
@@ -283,11 +294,29 @@ class Reporter:
             "apiVersion": DEVICES_API,
             "kind": DEVICES_KIND,
             "metadata": {"name": self.node},
-            "status": {**rebuilt.status.render(), "summary": summary},
+            "status": {**ledger.render_status(), "summary": summary},
         }
         written = self.kube.apply(body, LEDGER_MANAGER, subresource="status")
         log.info("Devices %s ledger written", self.node)
         return written
+
+    def _unrecorded(
+        self, current: Devices, pods: Sequence[Mapping[str, Any]]
+    ) -> tuple[UnrecordedRecord, ...]:
+        """What the ledger lists as charged from a journal rather than a Pod: this agent's own
+        records (as its writer has them now), and those another agent of the node listed (each
+        agent rewrites the whole ledger, so it carries the others' entries along), each only
+        while its Pod (that uid) is on the node."""
+        agent = ",".join(sorted(self.owned))
+        mine = [replace(entry, agent=agent) for entry in (self.unrecorded or tuple)()]
+        others = [entry for entry in current.unrecorded if entry.agent != agent]
+        live = {_pod_identity(pod) for pod in pods}
+        kept = {
+            entry.uid: entry
+            for entry in (*others, *mine)
+            if (entry.namespace, entry.name, entry.uid) in live
+        }
+        return tuple(kept[uid] for uid in sorted(kept))
 
     def _capacity(self, node: Obj, devices: Devices | None) -> Obj:
         labels = node["metadata"].get("labels") or {}

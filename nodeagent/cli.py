@@ -359,6 +359,7 @@ def serve(args: argparse.Namespace) -> int:
             reporter.slicing = IsolationCheck(servers.responders, args.lib_dir)
             stack.callback(servers.stop)
             reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger
+            reporter.unrecorded = servers.unrecorded  # records the journal cannot land yet
             servers.on_pods = reporter.write_ledger
             publish = servers.publish
 

@@ -4,6 +4,13 @@
   (`granted`, `refused`, `late`: past its deadline, `failed`: anything else);
 - `gpustack_allocate_refusals_total{resource,code}`: refusals by gRPC code (`FailedPrecondition`
   for a cross-mode hold or a full card, `InvalidArgument`, `ResourceExhausted`, `Internal`);
+- `gpustack_allocation_record_refusals_total{reason}`: allocation-record writes the API server
+  refused for that Pod (`Forbidden`, `Invalid`, `BadRequest`: an admission policy, a malformed
+  Pod), every refused try; the Pod also gets one `AllocationRecordRefused` Event;
+- `gpustack_allocation_record_failures_total{reason}`: record writes that failed transiently
+  (`Conflict`, `TooManyRequests`, `ServerError`, `Timeout`, `Unreachable`, ...), retried;
+- `gpustack_allocation_records_pending{state}`: Pods whose latest record has not landed yet:
+  `queued` (its first write to come), `retrying` (failed transiently), `refused`;
 - `gpustack_detection_passes_total{manufacturer,result}`: detection passes, `measured` or
   `failed` (a pass that could not measure keeps the last result);
 - the ledger as last written (or, without device plugins, the cards as last reported), read at
@@ -23,7 +30,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from chain.devices import Devices
@@ -43,6 +50,24 @@ ALLOCATE_REFUSALS = Counter(
     "gpustack_allocate_refusals",
     "Allocate calls refused, by device-plugin resource and gRPC status code.",
     ["resource", "code"],
+    registry=REGISTRY,
+)
+RECORD_REFUSALS = Counter(
+    "gpustack_allocation_record_refusals",
+    "Allocation-record writes the API server refused for that Pod, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+RECORD_FAILURES = Counter(
+    "gpustack_allocation_record_failures",
+    "Allocation-record writes that failed transiently and are retried, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+RECORDS_PENDING = Gauge(
+    "gpustack_allocation_records_pending",
+    "Pods whose latest allocation record has not landed, by state (queued, retrying, refused).",
+    ["state"],
     registry=REGISTRY,
 )
 DETECTION_PASSES = Counter(

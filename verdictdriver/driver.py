@@ -30,7 +30,11 @@ agent's write lags the annotations, and a card granted a moment ago must not be 
 The verdict also counts a promised Pod as taken until its allocation record reaches the Pod
 (`charged_pods`) as *our Pod cache* shows it: a record that reached the API but not yet the cache
 still counts, as a promise, so a lagging cache can only overstate what is taken. A Ready we
-wrote is remembered (`Promises`) until the Workload cache shows it, for the same reason.
+wrote is remembered (`Promises`) until the Workload cache shows it, for the same reason. A record
+the API server would not take (refused for its Pod) is listed by the node agent beside the ledger
+that charges it (`Devices.status.unrecorded`): the verdict reads it in place of the Pod's
+annotation (`with_unrecorded`), for the rebuilt ledger and the promised count alike, so those
+cards count once and the Pod is not a promise forever.
 """
 
 from __future__ import annotations
@@ -45,13 +49,15 @@ from functools import partial
 
 import requests
 
+from chain import fields
 from chain.charged_pods import charged_pods
 from chain.charging import flavor_scope
 from chain.devices import Devices
 from chain.holdings import Holdings
 from chain.labels import HOSTNAME
+from chain.ledger import UnrecordedRecord
 from chain.ledger_merge import busier_ledger
-from chain.ledger_rebuild import PodAllocations, rebuild_status
+from chain.ledger_rebuild import PodAllocations, rebuild_status, with_unrecorded
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from chain.queues import NODE_DEVICES_CONTROLLER
 from chain.verdicts import Snapshot, Verdict, judge
@@ -402,7 +408,13 @@ class Driver:
             for n, obj in nodes.items()
         }
         on_node = caches.pod_index.get()
-        pods = {n: on_node.get(n, []) for n in sorted(devices)}
+        # A Pod whose record the node agent could not land is charged by the agent's ledger and
+        # listed beside it: read that record in place of the Pod's annotation, so the ledger
+        # rebuilt here and the count of promised Pods both see it, and its cards count once.
+        pods = {
+            n: with_unrecorded(on_node.get(n, []), _unrecorded(n, devices[n]))
+            for n in sorted(devices)
+        }
         ledgers = [
             ledger
             for node_name, obj in devices.items()
@@ -432,6 +444,17 @@ class Driver:
 
     def _devices(self, node_name: str) -> Obj | None:
         return self.caches.devices.get(("", node_name))
+
+
+def _unrecorded(node_name: str, obj: Obj) -> tuple[UnrecordedRecord, ...]:
+    """The records the node's agent charges from its journal (`Devices.status.unrecorded`)."""
+    try:
+        return UnrecordedRecord.parse_all(fields.child(obj, "status", ""))
+    except ValueError as err:
+        # `ledger` finds the same Devices unreadable: the node offers no cards, and its Pods
+        # without a record on them stay promised.
+        log.warning("Devices %s unreadable: %s", node_name, err)
+        return ()
 
 
 def _allocations(pods: Iterable[Obj]) -> list[PodAllocations]:

@@ -7,7 +7,8 @@ Request: `{"workload": W, "related": {"<Kind>.<apiVersion>": {"<name or ns/name>
 - `Devices.worker.gpustack.ai/v1alpha1`: the candidate nodes, status as the driver rebuilt it;
 - `Node.v1`: hostnames (a node missing here is gone and serves no node-pinned demand);
 - `Workload.kueue.x-k8s.io/v1beta2`: other Workloads that may hold promised cards;
-- `Pod.v1`: Pods on those nodes, to count the promised Pods the ledger already holds.
+- `Pod.v1`: Pods on those nodes, to count the promised Pods the ledger already holds (a Pod
+  listed in its node's `Devices.status.unrecorded` carries the listed record).
 Answer: `{"state": "Ready" | "Retry", "message": "..."}`. Writing it is the driver's job.
 """
 
@@ -19,6 +20,7 @@ from chain.apis import CORE_V1, KUEUE_API, NODE, RESOURCE_FLAVOR, WORKER_API, WO
 from chain.charged_pods import charged_pods
 from chain.devices import DEVICES_KIND, Devices
 from chain.labels import HOSTNAME
+from chain.ledger_rebuild import with_unrecorded
 from chain.manufacturers import ManufacturerTable
 from chain.queues import NODE_DEVICES_CHECK
 from chain.verdicts import Snapshot, judge
@@ -57,7 +59,12 @@ def snapshot(related: ObjectMap, table: ManufacturerTable) -> Snapshot:
         obj["metadata"]["name"]: str((obj["metadata"].get("labels") or {}).get(HOSTNAME, ""))
         for obj in related.of(NODE, CORE_V1)
     }
-    pods = related.of(POD, CORE_V1)
+    # A Pod whose record its node agent could not land is charged by that node's ledger and
+    # listed beside it: read the listed record, as the verdict driver does, so its cards count
+    # once and the Pod is no promise forever.
+    pods = with_unrecorded(
+        related.of(POD, CORE_V1), [entry for found in devices for entry in found.unrecorded]
+    )
     try:
         charged = charged_pods(pods, hostnames, table)
     except ValueError as err:

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from chain.ledger import UnrecordedRecord
 from chain.manufacturers import Manufacturer
 from chain.settings import StartupEnv
 from kubeapi import Kube
@@ -133,16 +134,21 @@ class DevicePlugins:
         )
         self.io = KubeNode(kube, node_name, self.watcher.cache if self.watcher else None)
         switches = env or StartupEnv()
+        self.events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
         self.journal = Journal(journal) if journal is not None else None
         self.writer: JournaledWriter | None = None
         writer: AnnotationWriter = self.io
         if self.journal is not None:
             self.writer = JournaledWriter(
-                self.journal, self.io, self.io.cached_uid, self.io.current_uid
+                self.journal,
+                self.io,
+                self.io.cached_uid,
+                self.io.current_uid,
+                events=self.events,
+                on_stuck=self._stuck_moved,
             )
             writer = self.writer
         self._recovered = False
-        self.events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
         self.node = NodeState(
             self.io.spec,
             self.io,
@@ -206,6 +212,38 @@ class DevicePlugins:
     def _pods_changed(self) -> None:
         self.node.notify()
         self.on_pods()
+
+    def unrecorded(self) -> list[UnrecordedRecord]:
+        """The records the journal could not land on their Pods (refused, or failing for that
+        Pod alone), as the ledger lists them (`Devices.status.unrecorded`, the agent filling in
+        `agent`): the ledger charges their cards meanwhile, and the verdict driver reads them
+        in place of the Pods' annotations."""
+        if self.writer is None:
+            return []
+        return [
+            UnrecordedRecord(
+                entry.uid,
+                entry.namespace,
+                entry.name,
+                entry.value,
+                reason=failure.reason,
+                message=failure.message,
+            )
+            for entry, failure in self.writer.stuck()
+        ]
+
+    def _stuck_moved(self) -> None:
+        """What `unrecorded` lists changed (a record failed, or one that failed landed or was
+        dropped): the ledger follows, from a thread of its own: the writer's threads must not
+        wait for the ledger's API round trips, and this happens once per such change."""
+
+        def follow() -> None:
+            try:
+                self._pods_changed()
+            except Exception:
+                log.exception("writing the ledger after a record failed or landed")
+
+        threading.Thread(target=follow, name="ledger-unrecorded", daemon=True).start()
 
     def recover(self) -> None:
         """Before the first server starts: hold again what the journal granted but did not see
@@ -315,5 +353,7 @@ class DevicePlugins:
             loop.stop()
         self.reclaims.clear()
         if self.writer is not None:
-            self.writer.drain(5.0)  # let the records on their way land before the agent goes
+            # Let the records on their first write land before the agent goes; those that
+            # failed stay in the journal for the next agent.
+            self.writer.drain(5.0, failing=False)
             self.writer.stop()

@@ -343,7 +343,7 @@ def test_a_pod_at_the_size_limit_still_gets_its_record(bed: Testbed, namespace: 
     crowded = _crowd()
     bed.kube.create(_pod("crowded", namespace, NODE, cards=1, annotations=crowded))
     started = time.monotonic()
-    wait_for(lambda: _record_of(bed, "crowded", namespace) is not None, 90, "the record")
+    wait_for(lambda: _record_of(bed, "crowded", namespace) is not None, 180, "the record")
     print(f"record of a Pod with {len(crowded)} annotations: {time.monotonic() - started:.1f} s")
     bed.kube.delete("v1", "Pod", "crowded", namespace)
 
