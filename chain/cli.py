@@ -170,6 +170,23 @@ def generator(prog: str, description: str, stale: str) -> Parser:
     return made
 
 
+def unreadable(path: object, err: Exception) -> str:
+    """One line for a file that could not be read or parsed, where the exception's own text
+    would be several (a YAML error quotes the lines around the fault): `PATH: No such file or
+    directory`, `PATH: not YAML (expected ',' or ']' at line 2)`."""
+    mark = getattr(err, "problem_mark", None)
+    if isinstance(err, OSError):
+        why = err.strerror or str(err)
+    elif isinstance(err, UnicodeDecodeError):
+        why = "not text"
+    elif mark is not None or hasattr(err, "problem"):  # a YAML error: its problem and line
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        why = f"not YAML ({getattr(err, 'problem', None) or 'unparsable'}{where})"
+    else:
+        why = " ".join(str(err).split())
+    return f"{path}: {why}"
+
+
 def run(label: str, body: Callable[[], int | None]) -> int:
     """`body`'s exit status; a `Failure` is printed as one line on stderr instead, and its code
     returned (any other exception is a bug and keeps its traceback)."""

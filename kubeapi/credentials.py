@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from chain.cli import ConfigurationError
+from chain.cli import ConfigurationError, unreadable
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -115,15 +115,8 @@ def _current_context(files: str, fallback: bool) -> str:
     for name in existing:
         try:
             loaded = yaml.safe_load(Path(name).read_text())
-        except OSError as err:
-            raise CredentialsError(f"kubeconfig {name}: {err.strerror or err}") from None
-        except UnicodeDecodeError:
-            raise CredentialsError(f"kubeconfig {name}: not text") from None
-        except yaml.YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(err, "problem", None) or "unparsable"
-            raise CredentialsError(f"kubeconfig {name}: not YAML ({problem}{where})") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise CredentialsError(f"kubeconfig {unreadable(name, err)}") from None
         if loaded is None:  # an empty file: kubectl reads it as an empty config
             continue
         if not isinstance(loaded, dict):
