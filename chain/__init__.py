@@ -20,4 +20,8 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
   ledger) as frozen views with exact parse and render.
 - `capacity`: the Node `status.capacity` counting keys.
 - `fields`: reading decoded JSON with errors that name the field.
+- `release`: the image, namespaces and version (`version()`, the one place that reads
+  pyproject.toml or the installed metadata) this release ships under.
+- `cli`: what every entry point's command line shares: exit statuses, `--version`, help with
+  defaults, one-line errors.
 """

@@ -27,19 +27,19 @@ The project's CRDs go to `crds/` (Helm installs them before anything that needs 
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import re
 import sys
-import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from chain import cli
 from chain.apis import CHAIN_API, SETTINGS_NAME
+from chain.release import version
 from nodeagent.manifests import IMAGE, ManifestDumper
 from nodeagent.staging import STAGINGS, init_container
 
@@ -298,11 +298,6 @@ def template_text(obj: Obj) -> str:
 # --- the chart's own files ----------------------------------------------------------------------
 
 
-def version() -> str:
-    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return str(project["version"])
-
-
 def chart_yaml() -> str:
     return yaml.safe_dump(
         {
@@ -470,9 +465,13 @@ def render() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m charts.render", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the chart is stale")
-    args = parser.parse_args(argv)
+    parser = cli.generator(
+        "python -m charts.render",
+        "Generate the Helm chart charts/gpustack-chain from manifests/, so the two cannot "
+        "drift. Run in the source tree, on a workstation or in CI; it touches no cluster.",
+        stale="the chart is stale",
+    )
+    args = parser.parse(argv)
     files = render()
     present = {p.relative_to(CHART) for p in CHART.rglob("*") if p.is_file()}
     if args.check:

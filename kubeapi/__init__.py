@@ -6,6 +6,26 @@ testbed. The Metacontroller hooks and the webhooks never use it: they hold no cr
 `kubeapi.watch` keeps a list+watch cache of one kind current from a background thread.
 """
 
-from kubeapi.client import Kube, KubeError, Obj, Resource, load_yaml_documents, wait_for
+from kubeapi.client import (
+    Kube,
+    KubeError,
+    Obj,
+    Resource,
+    add_kubeconfig_flag,
+    kube_parser,
+    load_yaml_documents,
+    run_connected,
+    wait_for,
+)
 
-__all__ = ["Kube", "KubeError", "Obj", "Resource", "load_yaml_documents", "wait_for"]
+__all__ = [
+    "Kube",
+    "KubeError",
+    "Obj",
+    "Resource",
+    "add_kubeconfig_flag",
+    "kube_parser",
+    "load_yaml_documents",
+    "run_connected",
+    "wait_for",
+]

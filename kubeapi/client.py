@@ -9,10 +9,12 @@ backing off. LISTs are read in pages of `PAGE_SIZE`.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,8 +22,10 @@ from typing import Any, TypeVar
 import requests
 import yaml
 
-from kubeapi import credentials
-from kubeapi.credentials import SERVICE_ACCOUNT, Credentials
+from chain import cli
+from chain.cli import Unreachable
+from kubeapi import credentials, logs
+from kubeapi.credentials import SERVICE_ACCOUNT, Credentials, CredentialsError
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -34,11 +38,19 @@ BACKOFF = (0.1, 2.0)
 """Seconds before the second try, and the longest wait between tries."""
 RETRY_AFTER_MAX = 10.0
 """The longest `Retry-After` honoured; a longer one fails the request instead."""
+STARTUP_TIMEOUT = 5.0
+"""Seconds one try of the start-up check (`Kube.connect`) waits for the API server. With the
+transport's `ATTEMPTS` tries, a refused connection is told in under a second and a server that
+never answers in about 20 seconds, not after the 30-second timeout of every request, 4 times."""
 TRANSIENT = frozenset({500, 502, 503, 504})
 IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "PATCH"})
 """Methods sent again after a 5xx or a lost connection (our PATCHes are merge patches and
 server-side applies: the same body twice gives the same object). A POST is sent again only
 after a 429, which the server answers before doing anything."""
+
+
+class ApiUnreachable(Unreachable):
+    """The API server did not answer the start-up check (exit 4, `chain.cli`)."""
 
 
 class KubeError(RuntimeError):
@@ -132,6 +144,39 @@ class Kube:
             return cls.from_kubeconfig(path, context)
         return cls.in_cluster()
 
+    @classmethod
+    def connect(cls, kubeconfig: str | None = None, timeout: float = STARTUP_TIMEOUT) -> Kube:
+        """A process's start: `from_environment`, then `check_reachable`, so that a process
+        that cannot work says why at once (a `CredentialsError` or `ApiUnreachable`) instead of
+        starting its threads to log failed requests until someone reads them."""
+        kube = cls.from_environment(kubeconfig)
+        kube.check_reachable(timeout)
+        return kube
+
+    def check_reachable(self, timeout: float = STARTUP_TIMEOUT) -> None:
+        """Ask the server its version (readable with any credentials, `system:public-info-
+        viewer`), tried as any GET is, each try waiting at most `timeout` seconds. Raises
+        `ApiUnreachable` when no answer comes (or only 5xx), `CredentialsError` when the
+        answer says the configuration is wrong: a certificate not trusted, credentials refused,
+        a file the kubeconfig names missing, something that is no API server."""
+        where = f"API server {self.server or '(none)'}"
+        try:
+            resp = self._send("GET", "/version", None, "application/json", None, timeout)
+        except requests.exceptions.SSLError as err:
+            raise CredentialsError(f"{where}: TLS failed: {_reason(err)}") from None
+        except (requests.ConnectionError, requests.Timeout) as err:
+            raise ApiUnreachable(f"{where}: unreachable: {_reason(err)}") from None
+        except requests.RequestException as err:  # no URL: InvalidURL, MissingSchema, ...
+            raise CredentialsError(f"{where}: {err}") from None
+        except OSError as err:  # a CA bundle, client certificate or token file gone
+            raise CredentialsError(f"{where}: {err}") from None
+        if resp.status_code in (401, 403):
+            raise CredentialsError(f"{where}: credentials refused ({resp.status_code})")
+        if resp.status_code >= 500:
+            raise ApiUnreachable(f"{where}: answered {resp.status_code}")
+        if resp.status_code >= 400:
+            raise CredentialsError(f"{where}: answered {resp.status_code}: not an API server?")
+
     # -- transport ------------------------------------------------------------------------
 
     def request(
@@ -173,9 +218,10 @@ class Kube:
         data: Any,
         content_type: str,
         params: dict[str, str] | None,
+        timeout: float | None = None,
     ) -> requests.Response:
         """One request, sent again while the server throttles it or (idempotent ones) fails
-        it transiently, up to `attempts` tries."""
+        it transiently, up to `attempts` tries, each waiting `timeout` (default the client's)."""
         delay = BACKOFF[0]
         for attempt in range(1, self.attempts + 1):
             last = attempt == self.attempts
@@ -186,7 +232,7 @@ class Kube:
                     data=data,
                     params=params,
                     headers=self._headers(content_type),
-                    timeout=self.timeout,
+                    timeout=timeout or self.timeout,
                 )
             except requests.ConnectionError:
                 if last or method not in IDEMPOTENT:
@@ -353,6 +399,56 @@ def retry_after(resp: requests.Response, default: float) -> float | None:
     except ValueError:
         wait = default
     return None if wait > RETRY_AFTER_MAX else max(wait, 0.0)
+
+
+def add_kubeconfig_flag(parser: argparse.ArgumentParser) -> None:
+    """`--kubeconfig`, as every process that talks to the API server takes it: the value for
+    `Kube.connect` (`from_environment` says what stands in when it is not given)."""
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="FILE",
+        help="the cluster to work on (default: $KUBECONFIG, else the Pod's service account, "
+        "else ~/.kube/config)",
+    )
+
+
+def kube_parser(prog: str, description: str) -> cli.Parser:
+    """The command line of a process that talks to the API server: the chain's conventions
+    (`chain.cli`), the exit statuses 3 and 4 in its help, and `--kubeconfig`."""
+    parser = cli.parser(prog, description, cli.exits(kube=True))
+    add_kubeconfig_flag(parser)
+    return parser
+
+
+def run_connected(
+    parser: cli.Parser,
+    argv: Sequence[str] | None,
+    body: Callable[[Kube, argparse.Namespace], int | None],
+) -> int:
+    """A process's main: its flags parsed, then `Kube.connect`, so that a kubeconfig or an API
+    server that cannot work is one line and exit 3 or 4 before anything starts (the logs set up
+    after it, so that line is not a log line), then `body` until it returns."""
+    args = parser.parse(argv)
+
+    def start() -> int | None:
+        kube = Kube.connect(args.kubeconfig)
+        logs.setup()
+        return body(kube, args)
+
+    return cli.run(parser.label, start)
+
+
+def _reason(err: requests.RequestException) -> str:
+    """The cause in a transport error, not urllib3's layers of wrapping around it: `Connection
+    refused`, `Name or service not known`, `certificate verify failed: self-signed ...`."""
+    text = str(err)
+    if found := re.findall(r"\[Errno -?\d+\] ([^'\"()\]]+)", text):
+        return str(found[-1]).strip()
+    if found := re.findall(r"\[SSL: \w+\] ([^'\"()]+)", text):
+        return str(found[-1]).strip()
+    if isinstance(err, requests.Timeout):
+        return "no answer in time"
+    return " ".join(text.split())
 
 
 def _raise_for(resp: requests.Response) -> None:

@@ -9,6 +9,9 @@ pure read that writes nothing anywhere. `--simulate PROFILE` runs the real NVIDI
 simulated NVML and sysfs (a shipped profile name, or a profile file). Without a driver the answer
 is an empty list and the exit status 0: a node without cards is not an error. Exit status 1 means
 a detector failed (could not measure), 2 a usage or profile error.
+
+`serve` exits 3 when its kubeconfig or service account cannot be used and 4 when the API server
+does not answer at start-up: the codes every process shares (`chain.cli`).
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from typing import cast
 
 import yaml
 
+from chain import cli
 from chain.manufacturers import manufacturers
 from chain.release import AGENT_NAMESPACE
 from chain.settings import StartupEnv
-from kubeapi import Kube, logs
+from kubeapi import Kube, add_kubeconfig_flag, logs
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
@@ -74,35 +78,65 @@ LIB_DIR_HELP = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m nodeagent", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    detect = commands.add_parser("detect", help="print the detected spec.groups (a pure read)")
-    detect.add_argument(
-        "--simulate",
-        metavar="PROFILE",
-        help=f"simulated hardware: a profile file or one of {', '.join(shipped_profiles())}",
+DESCRIPTION = """\
+The node agent: detects the accelerator cards of the node it runs on, reports them to the
+cluster (the node's Devices object, NodeFeature labels, capacity) and serves the kubelet device
+plugins that grant them. `serve` runs in the gpustack-device-manager-<manufacturer> DaemonSets
+of gpustack-agents; `detect` and `preflight` are one-shot checks, on a node or in an agent's
+container."""
+DETECT = """\
+Print what detection finds now, as the spec.groups of the node's Devices object: a pure read
+that writes nothing anywhere. Without a driver the answer is an empty list and the exit status
+0: a node without cards is not an error."""
+PREFLIGHT = """\
+Answer, for each manufacturer, whether its cards are detected (cross-checked with the host's own
+CLI), can be sliced (their isolation library staged and loading) and can be managed while
+sliced, asked as Allocate will ask it."""
+SERVE = """\
+The agent itself: detect and report until stopped (SIGTERM), and with --device-plugin-dir serve
+the kubelet device plugins and keep the Devices ledger."""
+SIMULATE_HELP = (
+    f"simulated hardware: a profile file or one of {', '.join(shipped_profiles())} (the real "
+    "NVIDIA detector on a simulated NVML and sysfs)"
+)
+OUTPUT_HELP = "how to print the answer"
+NO_PCI_CHECK_HELP = "ask the drivers even with no device on the bus"
+
+
+def build_parser() -> cli.Parser:
+    exits = cli.exits(
+        failed="detect: a detector failed; preflight: some allocation would be refused",
+        kube=True,
     )
-    detect.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser = cli.parser("python -m nodeagent", DESCRIPTION, exits)
+    commands = parser.commands()
+    detect = commands.add_parser(
+        "detect",
+        help="print the detected spec.groups (a pure read)",
+        description=DETECT,
+        epilog=cli.exits(failed="a detector failed (could not measure)"),
+    )
+    detect.add_argument("--simulate", metavar="PROFILE", help=SIMULATE_HELP)
     detect.add_argument(
-        "--manufacturer", default=ALL, help="manufacturers to detect, comma separated (all)"
+        "-o", "--output", choices=("yaml", "json"), default="yaml", help=OUTPUT_HELP
     )
     detect.add_argument(
-        "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
+        "--manufacturer", default=ALL, help="manufacturers to detect, comma separated"
     )
+    detect.add_argument("--no-pci-check", action="store_true", help=NO_PCI_CHECK_HELP)
     check = commands.add_parser(
         "preflight",
         help="what this host offers, asked as Allocate will ask it (exit 1: an allocation "
         "would be refused)",
+        description=PREFLIGHT,
+        epilog=cli.exits(failed="some allocation would be refused"),
     )
     check.add_argument("--simulate", metavar="PROFILE", help="simulated hardware, as for detect")
-    check.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    check.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help=OUTPUT_HELP)
     check.add_argument(
-        "--manufacturer", default=ALL, help="manufacturers to check, comma separated (all)"
+        "--manufacturer", default=ALL, help="manufacturers to check, comma separated"
     )
-    check.add_argument(
-        "--no-pci-check", action="store_true", help="ask the drivers even with no device on the bus"
-    )
+    check.add_argument("--no-pci-check", action="store_true", help=NO_PCI_CHECK_HELP)
     check.add_argument(
         "--host-root",
         default=HOST_ROOT if os.path.isdir(HOST_ROOT) else "/",
@@ -110,22 +144,28 @@ def _parser() -> argparse.ArgumentParser:
         f"for its device nodes and staged libraries (default {HOST_ROOT} when mounted, else /)",
     )
     check.add_argument("--lib-dir", default=OPERATOR_LIB_DIR, help=LIB_DIR_HELP)
-    serve = commands.add_parser("serve", help="the agent: detect and report, until stopped")
+    serve = commands.add_parser(
+        "serve",
+        help="the agent: detect and report, until stopped",
+        description=SERVE,
+        epilog=cli.exits(kube=True),
+    )
     serve.add_argument("--node", help="this node's name (default: $NODE_NAME)")
     serve.add_argument(
         "--namespace",
         default=os.environ.get("KUBERNETES_POD_NAMESPACE", AGENT_NAMESPACE),
-        help="where the NodeFeature lives (default: $KUBERNETES_POD_NAMESPACE)",
+        help="where the NodeFeature lives (default: $KUBERNETES_POD_NAMESPACE, else "
+        f"{AGENT_NAMESPACE})",
     )
-    serve.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
+    add_kubeconfig_flag(serve)
     serve.add_argument(
         "--simulate",
         metavar="PROFILE",
         help="simulated hardware, as for detect; or NODE=PROFILE,... for one DaemonSet over "
         "nodes with different simulated hardware (a node not named detects its real hardware)",
     )
-    serve.add_argument("--manufacturer", default=ALL, help="manufacturers served (all)")
-    serve.add_argument("--no-pci-check", action="store_true")
+    serve.add_argument("--manufacturer", default=ALL, help="manufacturers served, comma separated")
+    serve.add_argument("--no-pci-check", action="store_true", help=NO_PCI_CHECK_HELP)
     serve.add_argument(
         "--no-fast-failed",
         action="store_true",
@@ -294,12 +334,14 @@ def _ignore(detected: frozenset[str]) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    logs.setup()
     table = manufacturers(os.environ)
     env = StartupEnv.from_env(os.environ)
     names = requested_manufacturers(args.manufacturer, table)
-    kube = Kube.from_environment(args.kubeconfig)
     node = node_name(args.node)
+    # Checked before anything starts: a kubeconfig or API server that cannot work is one line
+    # and exit 3 or 4, not a loop logging failed reports.
+    kube = Kube.connect(args.kubeconfig)
+    logs.setup()
     plugins = args.device_plugin_dir is not None
     reporter = Reporter(
         kube,
@@ -400,10 +442,14 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        commands = {"serve": serve, "detect": detect, "preflight": run_preflight}
-        return commands[args.command](args)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    parser = build_parser()
+    args = parser.parse(argv)
+    commands = {"serve": serve, "detect": detect, "preflight": run_preflight}
+
+    def command() -> int:
+        try:
+            return commands[args.command](args)
+        except ValueError as error:  # a bad profile, manufacturer or GPUSTACK_* variable
+            raise cli.UsageError(str(error)) from None
+
+    return cli.run(parser.label, command)

@@ -16,7 +16,6 @@ cannot drift.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from chain import cli
 from chain.manufacturers import Manufacturer, manufacturers
 from chain.release import AGENT_NAMESPACE, CHAIN_IMAGE
 from chain.settings import PCI_CLASS_PREFIXES_DEFAULT
@@ -285,9 +285,15 @@ def render_all() -> dict[Path, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m nodeagent.manifests", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    args = parser.parse_args(argv)
+    parser = cli.generator(
+        "python -m nodeagent.manifests",
+        "Generate the node agent's DaemonSets (one per manufacturer), the NodeFeatureRule that "
+        "schedules them and the kustomize components that stage isolation libraries, from the "
+        "manufacturer table. Run in the source tree, on a workstation or in CI; it touches no "
+        "cluster.",
+        stale="a file is stale",
+    )
+    args = parser.parse(argv)
     stale = 0
     for target, text in render_all().items():
         if not args.check:

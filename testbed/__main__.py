@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from chain import cli
 from testbed import build, harness
 
 
@@ -24,8 +25,8 @@ def default_root() -> Path:
 def cmd_build(args: argparse.Namespace) -> int:
     unknown = set(args.components) - set(build.COMPONENTS)
     if unknown:
-        print(f"unknown components: {sorted(unknown)}", file=sys.stderr)
-        return 2
+        print(f"testbed build: unknown components: {sorted(unknown)}", file=sys.stderr)
+        return cli.EXIT_USAGE
     took = build.ensure(args.components or None)
     if not args.components:
         # The real nodes' host packages and images (kept by podman; a no-op when current).
@@ -102,16 +103,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(None)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed", description=__doc__)
+DESCRIPTION = """\
+The local testbed: a real control plane (etcd, kube-apiserver, Kueue, Metacontroller, NFD)
+built from source, for the chain's end-to-end tests and demo. It runs on a developer's or CI's
+Linux machine, never in a cluster.
+
+`up` starts a control plane that outlives the command (its components run in their own
+sessions); `status`, `env` and `down` find it again through the state file in its run folder."""
+
+
+def build_parser() -> cli.Parser:
+    exits = cli.exits(failed="status: a component is down; status, env: no testbed")
+    parser = cli.parser("python -m testbed", DESCRIPTION, exits)
     parser.add_argument(
         "--root",
         type=Path,
         default=default_root(),
         help="run folder of the testbed (default: %(default)s)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="build missing binaries into the cache")
+    sub = parser.commands()
+    b = sub.add_parser(
+        "build",
+        help="build missing binaries into the cache",
+        description="Build missing binaries into the cache: the components named, or all of "
+        "them and the real nodes' images.",
+        epilog=exits,
+    )
     b.add_argument("components", nargs="*", help="some of: " + ", ".join(build.COMPONENTS))
     b.set_defaults(func=cmd_build)
     for name, func, text in (
@@ -119,10 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         ("down", cmd_down, "stop every component and remove the run folder"),
         ("status", cmd_status, "show each component's state (exit 1 if any is down)"),
         ("env", cmd_env, "print KUBECONFIG=... for the running testbed"),
-        ("demo", cmd_demo, "the main job: the chain on the testbed"),
+        (
+            "demo",
+            cmd_demo,
+            "the main job: the chain on the testbed, over simulated GPU nodes, then real ones",
+        ),
     ):
-        sub.add_parser(name, help=text).set_defaults(func=func)
-    args = parser.parse_args(argv)
+        sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", epilog=exits)
+        sub.choices[name].set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse(argv)
     code: int = args.func(args)
     return code
 

@@ -1,4 +1,5 @@
-"""`python -m verdictdriver`: the command line the driver's Deployment runs."""
+"""`python -m verdictdriver`: the command line the driver's Deployment runs (exit statuses:
+`chain.cli`)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import argparse
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Sequence
 
 import requests
 
+from chain import cli
 from chain.settings import StartupEnv
-from kubeapi import Kube, KubeError, logs
+from kubeapi import Kube, KubeError, kube_parser, run_connected
 from kubeapi.events import EventRecorder
 from verdictdriver.caches import Caches
 from verdictdriver.driver import EVENTS_CONTROLLER, Driver, log, run
@@ -25,17 +28,37 @@ from verdictdriver.seed import seed_in_background
 from verdictdriver.writes import Writers
 from webhookcerts.keeper import Keeper, Target, keep_in_background
 
+DESCRIPTION = """\
+The verdict driver: judges, one at a time, the Kueue Workloads waiting on the chain's
+AdmissionCheck (gpustack-node-devices), admitting each onto cards that are free, and keeps what
+no hook may write (the lifecycle, the pools' cards, the webhooks' certificate). It runs as the
+gpustack-admission-driver Deployment in gpustack-system; of its replicas, the one holding the
+Lease judges."""
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m verdictdriver")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
-    parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}")
+
+def build_parser() -> cli.Parser:
+    parser = kube_parser("python -m verdictdriver", DESCRIPTION)
+    parser.add_argument(
+        "--identity",
+        default=f"{socket.gethostname()}-{os.getpid()}",
+        help="this replica's name in the Lease and in the Events it writes (default: this "
+        "host's name and this process's id)",
+    )
     parser.add_argument(
         "--period", type=float, default=1.0, help="resync period: seconds between ticks"
     )
-    parser.add_argument("--lease-seconds", type=int, default=LEASE_SECONDS)
-    parser.add_argument("--lease-namespace", default=LEASE_NAMESPACE)
-    parser.add_argument("--health-port", type=int, default=8080, help="/healthz; -1: none")
+    parser.add_argument(
+        "--lease-seconds",
+        type=int,
+        default=LEASE_SECONDS,
+        help="how long the leader's Lease lasts unrenewed before another replica takes it",
+    )
+    parser.add_argument(
+        "--lease-namespace", default=LEASE_NAMESPACE, help="where the leader's Lease lives"
+    )
+    parser.add_argument(
+        "--health-port", type=int, default=8080, help="/healthz and /metrics; -1: none"
+    )
     parser.add_argument(
         "--writers", type=int, default=4, help="verdict writes in flight at once; 0: one by one"
     )
@@ -43,10 +66,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--webhook-service",
         action="append",
         default=[],
+        metavar="NAME",
         help="a webhook Service the serving certificate must name (repeat); none: the "
         "certificate is someone else's (e.g. cert-manager's) and nothing below is kept",
     )
-    parser.add_argument("--webhook-secret", default="gpustack-webhook-tls")
+    parser.add_argument(
+        "--webhook-secret",
+        default="gpustack-webhook-tls",
+        help="the Secret the webhooks' serving certificate is kept in",
+    )
     parser.add_argument(
         "--no-lifecycle",
         action="store_true",
@@ -60,23 +88,35 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--webhook-namespace",
         default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
-        help="where the webhook Services and the Secret live (default: $POD_NAMESPACE)",
+        help="where the webhook Services and the Secret live (default: $POD_NAMESPACE, else "
+        f"{LEASE_NAMESPACE})",
     )
     parser.add_argument(
         "--mutating-webhook",
         action="append",
         default=[],
+        metavar="NAME",
         help="a MutatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
     )
     parser.add_argument(
         "--validating-webhook",
         action="append",
         default=[],
+        metavar="NAME",
         help="a ValidatingWebhookConfiguration whose caBundle must trust the Secret (repeat)",
     )
-    args = parser.parse_args(argv)
-    logs.setup()
-    kube = Kube.from_environment(args.kubeconfig)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_connected(build_parser(), argv, drive)
+
+
+def drive(kube: Kube, args: argparse.Namespace) -> int:
+    try:
+        release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
+    except ValueError as err:  # a GPUSTACK_* variable: told before anything starts
+        raise cli.UsageError(str(err)) from None
     # The elector's own client: its renewals run on a thread of their own (`renew_aside`), and
     # a `requests.Session` is not meant to be shared between threads.
     lease_kube = Kube.from_environment(args.kubeconfig)
@@ -102,7 +142,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     caches.start(kube)
     if not args.no_pool_cards:
         keep_pool_cards_in_background(kube, caches.devices, elector.still_leading)
-    release = StartupEnv.from_env(os.environ).ledger_release_terminated_pods
     writers = (
         Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)
         if args.writers > 0
@@ -129,7 +168,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         elector.release()
     except (KubeError, requests.RequestException) as err:
         log.warning("could not release the lease: %s", err)
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

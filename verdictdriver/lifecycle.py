@@ -13,8 +13,8 @@ read is a 409, and the next pass decides again. It runs inside the verdict drive
 
 from __future__ import annotations
 
-import argparse
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 
@@ -39,7 +39,7 @@ from chain.labels import (
     RESOURCE_TYPE_NODES,
     RESOURCE_TYPE_TOPOLOGY,
 )
-from kubeapi import Kube, KubeError, Obj, logs
+from kubeapi import Kube, KubeError, Obj, kube_parser, run_connected
 from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
 from verdictdriver.instance_stops import instance_stop_writes
 from verdictdriver.ownership import CONFIG_MAP, ownership_writes
@@ -181,14 +181,20 @@ def keep_lifecycle_in_background(kube: Kube, period: float = 1.0) -> LifecycleKe
     return keeper
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m verdictdriver.lifecycle")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
-    parser.add_argument("--period", type=float, default=1.0)
-    args = parser.parse_args(argv)
-    logs.setup()
-    LifecycleKeeper(Kube.from_environment(args.kubeconfig)).start().run(args.period)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = kube_parser(
+        "python -m verdictdriver.lifecycle",
+        "The lifecycle keeper alone, outside the verdict driver (which runs it unless "
+        "--no-lifecycle): drains the queues being deleted, stops the Instances whose pool or "
+        "InstanceType goes, keeps the settings singleton's ownership. Every replica may run it.",
+    )
+    parser.add_argument(
+        "--period", type=float, default=1.0, help="seconds between passes with no change seen"
+    )
+    return run_connected(
+        parser, argv, lambda kube, args: LifecycleKeeper(kube).start().run(args.period)
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,8 +23,8 @@ it off) or alone as `python -m verdictdriver.pool_cards`.
 
 from __future__ import annotations
 
-import argparse
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -45,7 +45,7 @@ from chain.pool_cards import (
 from chain.pool_nodes import PoolNode, pool_node
 from chain.pools import PoolIdentity
 from chain.settings import Settings
-from kubeapi import Kube, KubeError, Obj, logs
+from kubeapi import Kube, KubeError, Obj, kube_parser, run_connected
 from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
 
 log = logging.getLogger("pool-cards")
@@ -244,16 +244,28 @@ def keep_pool_cards_in_background(
     return keeper
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m verdictdriver.pool_cards")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
-    parser.add_argument("--period", type=float, default=5.0)
-    parser.add_argument("--interval", type=float, default=INTERVAL)
-    args = parser.parse_args(argv)
-    logs.setup()
-    keeper = PoolCardsKeeper(Kube.from_environment(args.kubeconfig)).start()
-    keeper.run(args.period, args.interval)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = kube_parser(
+        "python -m verdictdriver.pool_cards",
+        "The pool-cards keeper alone, outside the verdict driver (which runs it unless "
+        "--no-pool-cards): tallies every card InstanceType's PoolCards from the Devices of its "
+        "pool's nodes. Run one: alone it does not wait for a Lease.",
+    )
+    parser.add_argument(
+        "--period", type=float, default=5.0, help="seconds between passes with no change seen"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=INTERVAL,
+        help="the fewest seconds between two passes that Devices changes set off",
+    )
+    return run_connected(
+        parser,
+        argv,
+        lambda kube, args: PoolCardsKeeper(kube).start().run(args.period, args.interval),
+    )
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -14,13 +14,13 @@ back, restart Kueue; README, "Kueue's configuration").
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
 
 import yaml
 
+from chain import cli
 from chain.kueue_config import configuration_fragment, merged_configuration
 from chain.manufacturers import ManufacturerTable, manufacturers
 
@@ -49,11 +49,21 @@ def render(table: ManufacturerTable) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m hooks.queue.write_kueue_config", description=__doc__
+    parser = cli.generator(
+        "python -m hooks.queue.write_kueue_config",
+        "Write the fields of Kueue's Configuration the chain needs, generated from the "
+        "manufacturer table, or merge them into a Configuration of yours. Run on a workstation "
+        "or in CI; it touches no cluster.",
+        stale="the file is stale",
     )
-    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
-    parser.add_argument("--check", action="store_true", help="compare, do not write")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        metavar="FILE",
+        help="where to write (with --merge: stdout unless given)",
+    )
     parser.add_argument(
         "--merge",
         type=Path,
@@ -63,17 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--from-env", action="store_true", help="apply GPUSTACK_<MFR>_* overrides of this shell"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse(argv)
     try:
         table = manufacturers(os.environ if args.from_env else {})
     except ValueError as err:
-        print(f"kueue_config: {err}", file=sys.stderr)
-        return 2
+        print(f"{parser.label}: {err}", file=sys.stderr)
+        return cli.EXIT_USAGE
     if args.merge is not None:
-        config = yaml.safe_load(args.merge.read_text())
+        try:
+            config = yaml.safe_load(args.merge.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            print(f"{parser.label}: {cli.unreadable(args.merge, err)}", file=sys.stderr)
+            return cli.EXIT_USAGE
         if not isinstance(config, dict) or config.get("kind") != "Configuration":
-            print(f"kueue_config: {args.merge} holds no Kueue Configuration", file=sys.stderr)
-            return 2
+            print(f"{parser.label}: {args.merge} holds no Kueue Configuration", file=sys.stderr)
+            return cli.EXIT_USAGE
         merged = yaml.safe_dump(
             merged_configuration(config, configuration_fragment(table)), sort_keys=False
         )

@@ -22,8 +22,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+
+from chain import cli
 
 PROTO_DIR = Path(__file__).with_name("proto")
 GENERATED_DIR = Path(__file__).with_name(".generated")
@@ -133,6 +136,19 @@ def grpc_runtime() -> ModuleType:
     return importlib.import_module("grpc")
 
 
-if __name__ == "__main__":
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = cli.parser(
+        "python -m nodeagent.plugin.protos",
+        "Generate the kubelet gRPC modules (device plugin, pod-resources) from proto/ with "
+        "grpcio-tools. An image build runs it once, so the agent never needs grpcio-tools (a "
+        "checkout with grpcio-tools generates them on first use).",
+        cli.exits(),
+    )
+    parser.parse(argv)
     generate()
     print(f"generated {', '.join(PROTOS)} into {GENERATED_DIR}")
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())
