@@ -176,12 +176,15 @@ def start_kcm(bed: Testbed, binary: Path, timeout: float) -> None:
             str(binary),
             *controller_flags(bed, port),
             # With real nodes, everything a cluster runs (node lifecycle, Deployments,
-            # DaemonSets, Jobs, EndpointSlices, the root CA publisher, ...).
+            # DaemonSets, Jobs, EndpointSlices, the root CA publisher, ...). Emulated, the
+            # API-level ones only; the ClusterRole aggregation among them, so the chain's tenant
+            # roles reach `view`/`edit`/`admin` (tests/e2e/test_tenant_roles.py).
             "--controllers="
             + (
                 "*"
                 if bed.state.real_nodes
-                else "namespace,garbagecollector,serviceaccount,serviceaccount-token"
+                else "namespace,garbagecollector,serviceaccount,serviceaccount-token,"
+                "clusterrole-aggregation"
             ),
             f"--cluster-signing-cert-file={c.ca_crt}",
             f"--cluster-signing-key-file={c.ca_key}",

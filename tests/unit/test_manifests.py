@@ -547,3 +547,44 @@ def test_no_string_reads_as_a_number_to_the_api_server() -> None:
             for value in _strings(doc):
                 if yaml12_number.fullmatch(value):
                     assert f"'{value}'" in text or f'"{value}"' in text, (path, value)
+
+
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+TENANT_ROLES = {
+    "gpustack-chain-tenant-view": {"view", "edit", "admin"},
+    "gpustack-chain-tenant-edit": {"edit", "admin"},
+    "gpustack-chain-instancetype-reader": set(),
+}
+CHAIN_INTERNAL = {"devices", "settings", "nodeflavors", "poolcards", "kvcachepools"}
+
+
+def test_tenant_roles_aggregate_and_leave_the_chains_own_kinds_alone() -> None:
+    """docs/security.md, "Tenant roles": Instances through `view`/`edit`/`admin`, InstanceTypes
+    through a reader role the platform team binds; nothing on the cluster-internal kinds."""
+    roles = {r["metadata"]["name"]: r for r in _of("ClusterRole")}
+    for name, aggregates in TENANT_ROLES.items():
+        role = roles[name]
+        labels = role["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "gpustack-chain"
+        assert {k.removeprefix(AGGREGATE) for k in labels if k.startswith(AGGREGATE)} == (
+            aggregates
+        )
+        assert all(labels[AGGREGATE + a] == "true" for a in aggregates)
+        for rule in role["rules"]:
+            assert rule["apiGroups"] == ["worker.gpustack.ai"]
+            named = {r.partition("/")[0] for r in rule["resources"]}
+            assert "*" not in named and "*" not in rule["verbs"]
+            assert not named & CHAIN_INTERNAL, (name, rule)
+            # Status is the chain's: tenants only read it.
+            if any("/" in r for r in rule["resources"]):
+                assert set(rule["verbs"]) <= {"get", "list", "watch"}, (name, rule)
+    # The aggregated roles stay namespaced (Instances); the cluster-scoped reader is bound
+    # by the platform team, never shipped bound to everyone.
+    assert {
+        r
+        for n in ("gpustack-chain-tenant-view", "gpustack-chain-tenant-edit")
+        for rule in roles[n]["rules"]
+        for r in rule["resources"]
+    } == {"instances", "instances/status"}
+    bound = {b["roleRef"]["name"] for b in _of("ClusterRoleBinding") + _of("RoleBinding")}
+    assert not bound & set(TENANT_ROLES)
