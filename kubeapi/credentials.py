@@ -7,6 +7,8 @@ OIDC with their refresh, `insecure-skip-tls-verify`, `proxy-url`, and `KUBECONFI
 files merged in order. Only the loader is used: requests still go through this package's own
 light transport (`kubeapi.client`). Inside a Pod the mounted service account is read directly:
 no loader, and the token file is read again on every request (projected tokens rotate on disk).
+The loader is optional (`pip install 'gpustack-chain[kubeconfig]'`): the image has only the
+service account path, and a kubeconfig read without it is a `CredentialsError` saying so.
 
 A kubeconfig that cannot name a server (missing, unreadable, not YAML, no current context, no
 server) is a `CredentialsError` whose message names the file and what is wrong in one line: the
@@ -27,6 +29,12 @@ import yaml
 from chain.cli import ConfigurationError, unreadable
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+NO_LOADER = (
+    "reading a kubeconfig needs the kubernetes package: pip install 'gpustack-chain[kubeconfig]'"
+)
+"""The `kubernetes` package is the `kubeconfig` extra: the image leaves it out (no Pod reads a
+kubeconfig), so a process there given one says what to install instead of a traceback."""
 
 
 class CredentialsError(ConfigurationError):
@@ -54,9 +62,12 @@ class Credentials:
 def from_kubeconfig(path: str | None = None, context: str | None = None) -> Credentials:
     """`path` (default `$KUBECONFIG`, then `~/.kube/config`; `a:b` lists are merged) at
     `context` (default its `current-context`)."""
-    from kubernetes.client import Configuration
-    from kubernetes.config import kube_config
-    from kubernetes.config.config_exception import ConfigException
+    try:
+        from kubernetes.client import Configuration
+        from kubernetes.config import kube_config
+        from kubernetes.config.config_exception import ConfigException
+    except ImportError:
+        raise CredentialsError(NO_LOADER) from None
 
     files = path or os.environ.get("KUBECONFIG") or "~/.kube/config"
     current = _current_context(files, fallback=not (path or os.environ.get("KUBECONFIG")))

@@ -267,6 +267,23 @@ def test_a_broken_kubeconfig_is_one_line_naming_the_file_and_exit_3(
 
 
 @pytest.mark.parametrize("module", KUBE_PROCESSES)
+def test_a_kubeconfig_without_the_kubernetes_package_is_one_line_and_exit_3(
+    module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.unit.kubeapi.test_startup import hide_kubernetes
+
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(_kubeconfig()))
+    hide_kubernetes(monkeypatch)
+    code, err = _run(module, ["--kubeconfig", str(path)], capsys)
+    assert code == cli.EXIT_CONFIGURATION
+    assert err == (
+        f"{_module(module)}: reading a kubeconfig needs the kubernetes package: "
+        "pip install 'gpustack-chain[kubeconfig]'\n"
+    )
+
+
+@pytest.mark.parametrize("module", KUBE_PROCESSES)
 def test_an_unreachable_api_server_is_one_line_and_exit_4_within_seconds(
     module: str, tmp_path: Path, closed_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -37,10 +37,22 @@ def test_every_dependency_and_build_tool_is_pinned() -> None:
     pins = _pins()
     wanted = [
         *PYPROJECT["project"]["dependencies"],
-        *PYPROJECT["project"]["optional-dependencies"]["dev"],
+        *(r for extra in PYPROJECT["project"]["optional-dependencies"].values() for r in extra),
     ]
     wanted += ["grpcio-tools", "setuptools"]  # what the image build itself installs
     assert not [r for r in wanted if _name(r) not in pins]
+
+
+def test_the_image_leaves_the_kubeconfig_loader_out_and_dev_keeps_it() -> None:
+    """No Pod reads a kubeconfig (each uses its service account), so the `kubernetes` package
+    is the `kubeconfig` extra: the image installs `project.dependencies` only, and the
+    development virtualenv (`.[dev]`) has every extra's packages for the tests and the testbed."""
+    assert '["project"]["dependencies"]' in CONTAINERFILE
+    assert "kubernetes" not in {_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert [_name(r) for r in extras["kubeconfig"]] == ["kubernetes"]
+    dev = set(extras["dev"])
+    assert not [r for name, extra in extras.items() for r in extra if r not in dev]
 
 
 def test_the_image_runs_unprivileged_from_a_build_argument_base() -> None:

@@ -4,6 +4,7 @@ a `CredentialsError` (exit 3) or an `ApiUnreachable` (exit 4), each one line nam
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from chain import cli
 from kubeapi import Kube
 from kubeapi import client as kubeclient
 from kubeapi.client import ApiUnreachable
-from kubeapi.credentials import CredentialsError, from_kubeconfig, in_cluster
-from tests.unit.kubeapi.test_credentials import Scripted
+from kubeapi.credentials import NO_LOADER, CredentialsError, from_kubeconfig, in_cluster
+from tests.unit.kubeapi.test_credentials import PEM, Scripted
 
 CONFIG = {
     "apiVersion": "v1",
@@ -66,6 +67,49 @@ def test_a_pod_without_a_mounted_token(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     with pytest.raises(CredentialsError, match="no token to read"):
         in_cluster(tmp_path)
+
+
+def hide_kubernetes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in the image, which installs the chain without its `kubeconfig` extra: the
+    `kubernetes` package and every module of it cannot be imported."""
+    loaded = [name for name in sys.modules if name.split(".")[0] == "kubernetes"]
+    names = ["kubernetes.client", "kubernetes.config", "kubernetes.config.kube_config"]
+    for name in {"kubernetes", *names, "kubernetes.config.config_exception", *loaded}:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_a_kubeconfig_without_the_kubernetes_package_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump({**CONFIG, "current-context": "ctx"}))
+    hide_kubernetes(monkeypatch)
+    with pytest.raises(CredentialsError) as failed:
+        from_kubeconfig(str(path))
+    assert (
+        str(failed.value)
+        == NO_LOADER
+        == (
+            "reading a kubeconfig needs the kubernetes package: "
+            "pip install 'gpustack-chain[kubeconfig]'"
+        )
+    )
+    assert failed.value.code == cli.EXIT_CONFIGURATION
+
+
+def test_a_pod_needs_no_kubernetes_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "token").write_text("t\n")
+    (tmp_path / "ca.crt").write_text(PEM)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    # Where `Kube.in_cluster` looks by default (the Pod's mount), here the fake one.
+    monkeypatch.setattr(Kube.in_cluster.__func__, "__defaults__", (tmp_path,))  # type: ignore[attr-defined]
+    hide_kubernetes(monkeypatch)
+    found = in_cluster(tmp_path)
+    assert (found.server, found.verify) == ("https://10.0.0.1:6443", str(tmp_path / "ca.crt"))
+    assert found.authorization() == "Bearer t"
+    assert Kube.from_environment().server == "https://10.0.0.1:6443"
 
 
 @pytest.mark.parametrize(
