@@ -29,6 +29,7 @@ from testbed.harness import Testbed
 from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
 from tests.e2e.conftest import scratch_namespace
+from tests.e2e.test_agent_policies import _denied
 
 GPU = "nvidia.com/gpu"
 NODE = "node-a"
@@ -144,16 +145,6 @@ def _pod(name: str, namespace: str, node: str | None, cards: int = 0, **meta: An
     }
 
 
-def _refused(call: Callable[[], object], *words: str) -> str:
-    with pytest.raises(KubeError) as refused:
-        call()
-    message = refused.value.message
-    assert refused.value.status in (403, 422), message
-    for word in words:
-        assert word in message, message
-    return message
-
-
 def _record_of(bed: Testbed, name: str, namespace: str) -> str | None:
     found = bed.kube.get("v1", "Pod", name, namespace) or {}
     annotations = found.get("metadata", {}).get("annotations") or {}
@@ -179,14 +170,14 @@ def test_every_path_to_a_pods_annotations_is_guarded(bed: Testbed, namespace: st
     base = f"/api/v1/namespaces/{namespace}/pods/target"
     patch = {"metadata": {"annotations": {ALLOCATED_ANNOTATION: RECORD}}}
     merge = "application/merge-patch+json"
-    _refused(
+    _denied(
         lambda: admin.request("PATCH", f"{base}/status", body=patch, content_type=merge),
         "gpustack-allocation-record",
         "cannot be added",
         "pods/status",
     )
     eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "target"}}
-    _refused(
+    _denied(
         lambda: admin.request("POST", f"{base}/eviction", body=_with_record(eviction)),
         "no Eviction may carry it",
     )
@@ -216,7 +207,7 @@ def test_a_binding_cannot_carry_the_record(bed: Testbed, namespace: str) -> None
         f"/api/v1/namespaces/{namespace}/bindings",
     )
     for path in paths:
-        _refused(
+        _denied(
             partial(binder.request, "POST", path, body=_with_record(binding)),
             "gpustack-allocation-record",
             "no Binding may carry it",
@@ -241,16 +232,16 @@ def test_the_agent_changes_no_other_label_of_its_node_through_status(bed: Testbe
         {"kubernetes.io/hostname": OTHER},
         {"node-role.kubernetes.io/control-plane": ""},
     ):
-        _refused(
+        _denied(
             partial(status, {"metadata": {"labels": labels}}),
             "only the chain's fit labels",
         )
-    _refused(lambda: status({"metadata": {"annotations": {"probe": "x"}}}), "no annotation")
-    _refused(
+    _denied(lambda: status({"metadata": {"annotations": {"probe": "x"}}}), "no annotation")
+    _denied(
         lambda: status({"status": {"capacity": {"cpu": "512"}}}),
         "only the chain's counting keys",
     )
-    _refused(
+    _denied(
         lambda: status({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
         "only the chain's counting keys",
     )
@@ -266,7 +257,7 @@ def test_the_agent_cannot_steer_nfd_onto_another_node(bed: Testbed) -> None:
     agent = _agent_of(bed, NODE)
     name = f"{NODE}-gpustack-device-manager"
     steer = {"metadata": {"labels": {"nfd.node.kubernetes.io/node-name": OTHER}}}
-    _refused(
+    _denied(
         lambda: agent.merge_patch(NFD, "NodeFeature", name, steer, namespace=AGENT_NAMESPACE),
         f"labelled nfd.node.kubernetes.io/node-name: {NODE}",
     )
@@ -288,11 +279,11 @@ def test_the_agent_deletes_nothing_by_proxy(bed: Testbed, namespace: str) -> Non
     owners = {"metadata": {"ownerReferences": [ghost]}}
     finalizers = {"metadata": {"finalizers": ["example.com/forever"]}}
     for body in (owners, finalizers):
-        _refused(
+        _denied(
             partial(agent.merge_patch, "v1", "Pod", "bystander", body, namespace=namespace),
             "ownerReferences or finalizers",
         )
-        _refused(
+        _denied(
             partial(agent.merge_patch, "v1", "Node", NODE, body),
             "ownerReferences or finalizers",
         )
@@ -300,16 +291,16 @@ def test_the_agent_deletes_nothing_by_proxy(bed: Testbed, namespace: str) -> Non
         ("Devices", DEVICES_API, NODE, None),
         ("NodeFeature", NFD, f"{NODE}-gpustack-device-manager", AGENT_NAMESPACE),
     ):
-        _refused(
+        _denied(
             partial(agent.merge_patch, api, kind, name, owners, namespace=ns),
             f"may name only its Node (v1 Node {NODE})",
         )
-        _refused(
+        _denied(
             partial(agent.merge_patch, api, kind, name, finalizers, namespace=ns),
             "add no finalizer",
         )
     # The Pod's other annotations are not the agent's either.
-    _refused(
+    _denied(
         lambda: agent.merge_patch(
             "v1", "Pod", "bystander", {"metadata": {"annotations": {"x": "1"}}}, namespace=namespace
         ),
