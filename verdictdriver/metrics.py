@@ -1,6 +1,6 @@
 """The verdict driver's Prometheus metrics, served at `/metrics` beside `/healthz` (port 8080).
 
-- `gpustack_verdicts_total{state}`: verdicts written (`Ready`, `Retry`, `Rejected`, `Pending`);
+- `gpustack_verdicts_total{state}`: verdicts written (`Ready` or `Retry`: the driver never rejects);
 - `gpustack_verdict_seconds{state}`: from the Workload's QuotaReserved transition to its
   verdict written (Kueue stamps whole seconds, so the low buckets read coarse);
 - `gpustack_verdict_write_seconds`: one verdict write's round trip (the API server, Kueue's
