@@ -30,7 +30,7 @@ image:
 	$(CONTAINER_TOOL) build --build-arg BASE_IMAGE=$(BASE_IMAGE) -f Containerfile -t $(IMAGE) .
 
 # `make push`: IMAGE to the registry its name says (`make image push IMAGE=<registry>/<name>:<tag>`,
-# README "Install"); PUSH_TO sends it elsewhere (a destination `podman push` takes), PUSH_FLAGS
+# docs/install.md, "Four things a stock cluster decides"); PUSH_TO sends it elsewhere (a destination `podman push` takes), PUSH_FLAGS
 # are the tool's own (`--tls-verify=false` for a registry without TLS).
 PUSH_TO ?=
 PUSH_FLAGS ?=

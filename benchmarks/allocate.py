@@ -343,9 +343,9 @@ def start_node(stack: ExitStack, bed: Testbed, variant: str, groups: list[Obj]) 
     # Unix socket paths are limited to 107 bytes: keep the root short.
     root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
     stack.callback(shutil.rmtree, root, ignore_errors=True)
-    # The Pods' work dirs (and the journal beside them) where the agent keeps them, under
-    # /var/lib: a sliced Allocate makes three directories before it answers, and on this
-    # machine a directory made under /tmp costs several times one made there (README).
+    # The Pods' work dirs (and the journal beside them) where the agent keeps them, under /var/lib:
+    # a sliced Allocate makes three directories before it answers, and on this machine a directory
+    # made under /tmp costs several times one made there (docs/benchmarks.md, "Allocate latency").
     work = Path(tempfile.mkdtemp(prefix=f"gpustack-bench-{variant}-", dir=work_root()))
     stack.callback(shutil.rmtree, work, ignore_errors=True)
     kubelet = KubeletEmulator(root)

@@ -54,7 +54,7 @@ def start(bed: Testbed, timeout: float = 30.0) -> None:
 
 def push(bed: Testbed, image: str) -> None:
     """Push a locally built `registry.gpustack.test/...` image to this testbed's registry with
-    the project's `make push` (README, "Install"): the name nodes pull it by, the registry's
+    the project's `make push` (README.md, "Install"): the name nodes pull it by, the registry's
     address as the destination, and plain HTTP (the testbed's registry has no TLS)."""
     if not image.startswith(REGISTRY_HOST + "/"):
         raise PushError(f"{image} is not named for {REGISTRY_HOST}")

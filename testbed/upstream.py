@@ -1,7 +1,7 @@
 """Upstream parts installed in a testbed's cluster the way a user installs them.
 
-Kueue from its release manifests (with the chain's configuration merged into its ConfigMap, the
-README's documented path), Metacontroller and NFD from their own manifests, each rendered by the
+Kueue from its release manifests (with the chain's configuration merged into its ConfigMap, the path
+docs/install.md documents), Metacontroller and NFD from their own manifests, each rendered by the
 real kubectl from its module in the Go module cache, with the image reference swapped for one that
 packs the testbed's binary where upstream's image has it.
 """
@@ -72,8 +72,8 @@ def install_metacontroller(bed: Testbed, timeout: float = 180.0) -> None:
 def install_kueue(bed: Testbed, timeout: float = 240.0) -> None:
     """Kueue as its release installs it (`config/default` of its module, rendered by the real
     kubectl, applied server-side), with the chain's configuration merged into its ConfigMap the
-    documented way (`python -m hooks.queue.write_kueue_config --merge`, README), and its image
-    swapped for one packing the testbed's binary (pulled from the testbed's registry, with
+    documented way (`python -m hooks.queue.write_kueue_config --merge`, docs/install.md), and its
+    image swapped for one packing the testbed's binary (pulled from the testbed's registry, with
     upstream's own pull policy)."""
     rendered = kubectl(bed, "kustomize", str(build.module_dir("kueue") / "config/default"))
     objects = [o for o in yaml.safe_load_all(rendered) if o]

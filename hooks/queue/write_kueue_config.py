@@ -9,7 +9,7 @@ names; the checked-in file is made from the built-in table.
 `--merge CONFIG` prints (or writes to `-o`) the Kueue Configuration in file CONFIG with the
 fragment merged in: the documented way to give a running Kueue the chain's configuration (read
 `controller_manager_config.yaml` from ConfigMap kueue-system/kueue-manager-config, merge, put it
-back, restart Kueue; README, "Kueue's configuration").
+back, restart Kueue; docs/install.md, "Kueue's configuration").
 """
 
 from __future__ import annotations
