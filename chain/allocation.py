@@ -1,4 +1,5 @@
-"""The device plugin's allocation rules (node-agent §4, §5): tokens, costs, and who gets a card.
+"""The device plugin's allocation rules (docs/design/node-agent.md, "Device-plugin resources",
+"Allocate"): tokens, costs, and who gets a card.
 
 One device-plugin resource per mode advertises *tokens*, `<group>:<card>:<index>`; kubelet hands a
 container some of them and the plugin turns them into a grant. Kubelet knows nothing of modes, so
@@ -351,9 +352,10 @@ def visibility_owner(
     manufacturer: str,
     requested: int,
 ) -> tuple[Holder, AllocationRecord]:
-    """The container whose cards a visibility grant shows (§5.1), and its record: another
-    container of the same Pod, this process's reservation first, the lowest container name
-    winning. Fails closed: a visibility container must never see a card its Pod does not hold."""
+    """The container whose cards a visibility grant shows (docs/design/node-agent.md, "Visibility
+    Allocate"), and its record: another container of the same Pod, this process's reservation first,
+    the lowest container name winning. Fails closed: a visibility container must never see a card
+    its Pod does not hold."""
     reserved = sorted(
         (h.container, r) for h, r in reservations.items() if h.pod_uid == me.pod_uid and h != me
     )

@@ -1,4 +1,4 @@
-"""The Node `status.capacity` counting keys (control-plane §1.5).
+"""The Node `status.capacity` counting keys (docs/design/control-plane.md, "Counting keys").
 
 The kubelet counts whole tokens (`<base>.sliced`, `<base>.partitioned`) that device plugins
 advertise; the sizes a request carries (`.sliced.units`, `.sliced.memory-mib`, per-profile

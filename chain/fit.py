@@ -1,4 +1,4 @@
-"""Per-card room and the node fit labels (control-plane §2.9, §3.3).
+"""Per-card room and the node fit labels (docs/design/control-plane.md, "Fit labels").
 
 Kueue's topology-aware scheduler sums a node's capacity keys, so it cannot see that a node's free
 slice units are spread over cards none of which fits a slice, or that its shared tokens sit on

@@ -5,9 +5,9 @@ A key is the name part of the labels `general.feature.gpustack.ai/<gKey>` and
 segment of flavor and queue names. Two nodes with the same keys land in the same pool.
 
 Judgment calls:
-- The CPU key is always CPU-accurate and carries no os/arch (control-plane §8 item 7). Its id
-  budget is `53 - len(manufacturer)`, so that `<gKey>.capacity` fits the 63-character name limit
-  the flavor label needs; the older `63 - len - 1` budget could not.
+- The CPU key is always CPU-accurate and carries no os/arch (docs/design/control-plane.md, "CPU
+  key"). Its id budget is `53 - len(manufacturer)`, so that `<gKey>.capacity` fits the 63-character
+  name limit the flavor label needs; the older `63 - len - 1` budget could not.
 - The vendor label is normalized like a name (lowercase `a-z0-9`, separators kept) rather than
   only lowercased: NFD reports enum names (`AMD`, `Intel`) for which both agree, and anything
   else could otherwise produce an invalid label key.

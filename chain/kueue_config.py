@@ -52,8 +52,8 @@ REPLACE = "Replace"
 IGNORE_UNDECLARED = "IgnoreUndeclared"
 
 FEATURE_GATES = {
-    # The first three as upstream runs Kueue (control-plane §3.10); TASBalancedPlacement is
-    # still alpha (off by default) in Kueue v0.19.
+    # The first three as upstream runs Kueue (docs/design/control-plane.md, "Kueue configuration");
+    # TASBalancedPlacement is still alpha (off by default) in Kueue v0.19.
     "AssignQueueLabelsForPods": False,
     "TopologyAwareScheduling": True,
     "TASBalancedPlacement": True,

@@ -4,7 +4,7 @@ The node agent rebuilds the ledger from the Pods on its node; the admission chec
 the node capacity keys read it. This module only holds the shapes and their wire form; the rules
 that compute a ledger live with whoever computes it.
 
-Wire quirks kept on purpose (node-agent §9):
+Wire quirks kept on purpose (docs/design/node-agent.md, "Wire quirks"):
 - `mode` is a bare integer, and Visibility (5) is never written to the ledger.
 - `remaining` is `omitempty`: a row without it has 0 units left (a fully used card). A card
   without any row is untouched and has all M units; `remaining_of` says so in one place.

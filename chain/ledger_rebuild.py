@@ -1,4 +1,5 @@
-"""The ledger (`Devices.status`) rebuilt from the Pods' allocation annotations (node-agent §6.2).
+"""The ledger (`Devices.status`) rebuilt from the Pods' allocation annotations
+(docs/design/node-agent.md, "The ledger").
 
 The device plugin writes each grant onto its Pod as `device.gpustack.ai/accelerator.allocated`: a
 JSON map from container name to that container's record,

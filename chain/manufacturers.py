@@ -8,8 +8,8 @@ an operator may re-point a manufacturer at another device plugin's resource name
 Judgment calls:
 - An override set to the empty string counts as unset, so `GPUSTACK_<MFR>_PARTITION_KIND=""` does
   not switch partitioning off; a broken deployment template cannot silently erase a default.
-- Hygon's partition kind `mig` comes from the newest docs (control-plane §8 item 9 lists it as
-  docs-only); the docs are the newest source, so we follow them.
+- Hygon's partition kind `mig` comes from the newest docs (docs/design/control-plane.md, "Hygon
+  partitions", lists it as docs-only); the docs are the newest source, so we follow them.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ DCU as `K100_AI`, so its aKey is `hygon-k100_ai`) and, from a hand-set label, ca
 names may not. A key that is already a valid segment is kept as it is, so every pool that exists
 keeps its name; any other gets a hash of the key, so two keys never share a name.
 
-Judgment call: control-plane §8 item 8 fixes one hostname-level Topology for every pool, so
-flavor names carry no `-fnv64-<profile>` suffix; `flavor_count` still reads names that have one,
-since the format is inferred upstream and tolerating it costs nothing.
+Judgment call: docs/design/control-plane.md, "One hostname-level Topology", fixes one hostname-level
+Topology for every pool, so flavor names carry no `-fnv64-<profile>` suffix; `flavor_count` still
+reads names that have one, since the format is inferred upstream and tolerating it costs nothing.
 """
 
 from __future__ import annotations
@@ -146,4 +146,5 @@ def topology_name(profile: str) -> str:
 
 
 HOSTNAME_PROFILE = topology_profile((HOSTNAME,))
-"""The profile every pool shares while only the hostname level exists (§8 item 8)."""
+"""The profile every pool shares while only the hostname level exists (docs/design/control-plane.md,
+"One hostname-level Topology")."""

@@ -1,4 +1,5 @@
-"""Partitioned grants (node-agent §4, §5 step 2d-2h): which profile, which card, which slot.
+"""Partitioned grants (docs/design/node-agent.md, "Allocate", steps 2.4-2.8): which profile, which
+card, which slot.
 
 A partitioned token (`<group>:<card>:<index>`) is a place in a node-wide count, not a card:
 kubelet picks tokens without knowing which card can still host the profile, so the plugin

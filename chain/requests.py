@@ -5,9 +5,9 @@ memory reaches Kueue's credits before Kueue scores the Pod, and refuses shapes t
 cannot serve. The Workload webhook and the admission check read the same containers into
 demands. Everything here is pure; the pool facts the fold divides by are passed in.
 
-Conventions (control-plane §4.1): a key's quantity is read from `requests` first, then `limits`;
-the fold writes both equal; a refusal reads like a Kubernetes field error,
-`<path>: <Type>: <detail>`, anchored at `resources.limits[<key>]`, using Kubernetes' own type
+Conventions (docs/design/control-plane.md, "Request conventions"): a key's quantity is read from
+`requests` first, then `limits`; the fold writes both equal; a refusal reads like a Kubernetes field
+error, `<path>: <Type>: <detail>`, anchored at `resources.limits[<key>]`, using Kubernetes' own type
 words (`Required value`, `Invalid value: "2"`, `Forbidden`, `Internal error`).
 
 Judgment calls:

@@ -32,7 +32,7 @@ def _setting(default: bool, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Settings:
-    """The online settings (control-plane §6), with upstream defaults."""
+    """The online settings (docs/design/control-plane.md, "Settings"), with upstream defaults."""
 
     node_management_manual: bool = _setting(False, "node-management-manual")
     """Nodes join only when an admin labels them `gpustack.ai/managed=true`."""
@@ -162,7 +162,8 @@ PCI_CLASS_PREFIXES_DEFAULT = ("02", "03", "0b", "12")
 
 @dataclass(frozen=True)
 class StartupEnv:
-    """Environment read once at start by the hooks and the node agent (control-plane §6)."""
+    """Environment read once at start by the hooks and the node agent (docs/design/control-plane.md,
+    "Settings")."""
 
     devices_group_id_with_memory: bool = False
     """`GPUSTACK_DEVICES_GROUP_ID_WITH_MEMORY`: group ids get a `-<mem>` suffix."""

@@ -1,5 +1,6 @@
 """The `gpustack-node-devices` verdict: can the cards Kueue's quota stands for be found, card by
-card, in the ledger of the nodes the Workload was assigned? (control-plane §5)
+card, in the ledger of the nodes the Workload was assigned? (docs/design/control-plane.md, "The
+per-card check")
 
 Kueue's credits see a pool's scalar total; eight cards each half sliced add up to four free
 cards, yet none of them takes a whole-card request. This check walks the cards instead: each

@@ -1,4 +1,5 @@
-"""The InstanceType views: what a pool can still take, per request family (control-plane §3.6).
+"""The InstanceType views: what a pool can still take, per request family
+(docs/design/control-plane.md, "The four views").
 
 Each card feeds exactly one family group by what it can do, never by its ledger alone:
 partitioned cards only PT, every other card EX and SH, and logically sliceable ones SL too. A
@@ -6,8 +7,9 @@ view is `{onceMaxRequest, remaining, capacity}`; `onceMaxRequest` is the largest
 placement can take, so it follows the unit one request is bound to:
 
 - EX: a request of N whole cards lands on one node, so the node with the most free cards.
-- SH: a shared request of N names N distinct cards on one node, and spare shares on one card do
-  not add up, so the node with the most cards that still have a free share (§8 item 6).
+- SH: a shared request of N names N distinct cards on one node, and spare shares on one card do not
+  add up, so the node with the most cards that still have a free share
+  (docs/design/control-plane.md, "Shared onceMaxRequest").
 - SL: a slice sits on one card, so the freest card.
 - PT: a partition request is exactly one instance, so 1 while any card can host one.
 

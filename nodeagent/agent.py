@@ -7,11 +7,11 @@ differs from what the API already holds:
 - the `Devices` object named after the node (spec only; owned by the Node). Each agent applies
   only the groups of the manufacturers it serves, under a field manager of its own, so agents of
   different manufacturers on one node never overwrite each other's groups;
-- the counting keys on the Node's `status.capacity` (control-plane §1.5), as a merge patch that
-  also nulls the keys that no longer apply;
+- the counting keys on the Node's `status.capacity` (docs/design/control-plane.md, "Counting keys"),
+  as a merge patch that also nulls the keys that no longer apply;
 - the fit labels on the Node (`sliced-max-free-units.fit.gpustack.ai/<aKey>`,
-  `shared-free-cards.fit.gpustack.ai/<aKey>`, control-plane §3.3) from the Devices ledger, which
-  the Workload webhook pins against.
+  `shared-free-cards.fit.gpustack.ai/<aKey>`, docs/design/control-plane.md, "Fit labels") from the
+  Devices ledger, which the Workload webhook pins against.
 
 A group whose logical slices this node cannot hand out is published without them (`slicing`):
 its manufacturer's slices are not served here, or the isolation library a slice preloads is not

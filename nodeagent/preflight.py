@@ -1,6 +1,7 @@
 """`python -m nodeagent preflight`: what a bare host offers, asked the way Allocate will ask it.
 
-Three questions per manufacturer, each answerable on its own (node-agent §7.1):
+Three questions per manufacturer, each answerable on its own (docs/design/node-agent.md, "Preflight
+output"):
 
 1. **are the devices detected**: the detect pass the agent runs, cross-checked against the host's
    own vendor CLI where one is established (`nvidia-smi -L`, `npu-smi info -l`,

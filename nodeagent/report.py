@@ -51,7 +51,7 @@ def node_feature_name(node: str) -> str:
 
 
 def node_feature_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
-    """The node labels the detected groups stand for (node-agent §3)."""
+    """The node labels the detected groups stand for (docs/design/node-agent.md, "Node labels")."""
     return accelerator_labels(group.facts() for group in groups)
 
 

@@ -103,7 +103,8 @@ def nfd_worker_feature(node: str) -> Obj:
 
 
 def device_manager_feature(node: str, cards: int) -> Obj:
-    """The node agent's NodeFeature for `cards` Tesla T4 (node-agent §3 label set)."""
+    """The node agent's NodeFeature for `cards` Tesla T4 (docs/design/node-agent.md, "Node
+    labels")."""
     return {
         "apiVersion": NFD,
         "kind": "NodeFeature",

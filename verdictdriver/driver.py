@@ -1,11 +1,12 @@
 """The serialized loop that answers `gpustack-node-devices`.
 
-Kueue owns a Workload's status, so no Metacontroller hook may write it (DESIGN §2). This loop
-judges one Workload at a time with the pure verdict (`chain.verdicts.judge`) and applies only
-its own `status.admissionChecks` entries by server-side apply: its own field manager, `force`
-(Kueue co-owns the entry after every reset), and `resourceVersion` (a stale read fails with 409
-instead of overwriting). It keeps the AdmissionCheck Active, and a Lease (`lease`) makes sure
-that of all replicas only one judges: two judges could each promise the same free card.
+Kueue owns a Workload's status, so no Metacontroller hook may write it (docs/architecture.md, "Why
+the hooks are shaped this way"). This loop judges one Workload at a time with the pure verdict
+(`chain.verdicts.judge`) and applies only its own `status.admissionChecks` entries by server-side
+apply: its own field manager, `force` (Kueue co-owns the entry after every reset), and
+`resourceVersion` (a stale read fails with 409 instead of overwriting). It keeps the AdmissionCheck
+Active, and a Lease (`lease`) makes sure that of all replicas only one judges: two judges could each
+promise the same free card.
 
 A verdict reads no API: Workloads, AdmissionChecks, ResourceFlavors, Nodes, Devices and bound
 Pods come from watch-fed caches (`caches`), and its only request is the write, which a few

@@ -1,9 +1,9 @@
 """Adding node requirements to a Pod spec's required node affinity (the card-count and fit pins).
 
-Rules (control-plane §4.2, also used for the Pod's card-count pin): no required affinity gets a
-single term; otherwise the requirements are ANDed into every term that has expressions or
-fields. An empty term and a required selector with no terms are left alone (both are the
-user's own statement, and widening or narrowing them would change its meaning), and a
+Rules (docs/design/control-plane.md, "Workload fit pin", also used for the Pod's card-count pin): no
+required affinity gets a single term; otherwise the requirements are ANDed into every term that has
+expressions or fields. An empty term and a required selector with no terms are left alone (both are
+the user's own statement, and widening or narrowing them would change its meaning), and a
 requirement already present is not added twice, so pinning is idempotent.
 """
 

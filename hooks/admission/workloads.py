@@ -1,4 +1,5 @@
-"""The Workload fit-pin webhook (`POST /mutate-workloads`, control-plane §4.2).
+"""The Workload fit-pin webhook (`POST /mutate-workloads`, docs/design/control-plane.md, "Workload
+fit pin").
 
 Registered for `workloads.kueue.x-k8s.io` CREATE and UPDATE with failurePolicy Ignore and the
 matchCondition `object.spec.queueName.startsWith('gpustack-fnv64-')`. Each PodSet asking for a

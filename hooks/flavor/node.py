@@ -2,11 +2,11 @@
 
 Target: every Node. Related: the Settings singleton (absent = defaults). Answer:
 
-- `labels`: `gpustack.ai/managed=true` (unless `node-management-manual`; a value already on the
-  node is echoed, never replaced), the CPU maker and CPU key presence labels, `<gKey>.count`,
-  `topology.gpustack.ai/profile` (the hostname-only profile, control-plane §8 item 8), and
-  `feature.gpustack.ai/acceleratable=false` on a node that does not say `true`, so CPU flavors
-  that pin `false` match it.
+- `labels`: `gpustack.ai/managed=true` (unless `node-management-manual`; a value already on the node
+  is echoed, never replaced), the CPU maker and CPU key presence labels, `<gKey>.count`,
+  `topology.gpustack.ai/profile` (the hostname-only profile, docs/design/control-plane.md, "One
+  hostname-level Topology"), and `feature.gpustack.ai/acceleratable=false` on a node that does not
+  say `true`, so CPU flavors that pin `false` match it.
 - `attachments`: one NodeFlavors summary when the node is managed and feeds some flavor.
 
 Metacontroller only sets the label keys an answer lists and deletes those listed as null; it never

@@ -53,7 +53,8 @@ _CACHE_FIELDS = (("cacheL1i", "l1i"), ("cacheL1d", "l1d"), ("cacheL2", "l2"), ("
 
 
 def topology() -> Obj:
-    """The one hostname-level Topology every flavor names (control-plane §8 item 8)."""
+    """The one hostname-level Topology every flavor names (docs/design/control-plane.md, "One
+    hostname-level Topology")."""
     return {
         "apiVersion": KUEUE_API,
         "kind": TOPOLOGY,

@@ -1,9 +1,9 @@
 """NodeFlavors: the per-node summary the Node decorator writes and the pools decorator relates.
 
-The pools decorator needs, per node, only the flavors the node feeds and the descriptors that end
-up in flavor notes. Relating the Nodes themselves would resend every Node on every heartbeat
-(DESIGN §4); this summary changes only when the node's flavors or descriptors change, so the pools
-hook runs when a pool changes, on objects a tenth of a Node's size.
+The pools decorator needs, per node, only the flavors the node feeds and the descriptors that end up
+in flavor notes. Relating the Nodes themselves would resend every Node on every heartbeat
+(docs/architecture.md, "Scale"); this summary changes only when the node's flavors or descriptors
+change, so the pools hook runs when a pool changes, on objects a tenth of a Node's size.
 
 Shape (cluster-scoped, `gpustack.ai/v1alpha1`, named after its Node, owned by it):
 

@@ -1,4 +1,5 @@
-"""`status.detail`: what the pool is made of (control-plane §1.10, §3.6; §8 item 3).
+"""`status.detail`: what the pool is made of (docs/design/control-plane.md, "InstanceType", "The
+four views", "Descriptors in status").
 
 - The descriptors come from the pool's first flavor (the queue's order) and its
   `note.gpustack.ai/*` notes: `manufacturer, product, family, memory, cores` for a card pool, the

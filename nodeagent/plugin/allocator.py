@@ -1,5 +1,6 @@
-"""Allocate, GetPreferredAllocation and the advertised token list of one (manufacturer, mode)
-plugin (node-agent §4, §5), over the node's shared `NodeState`.
+"""Allocate, GetPreferredAllocation and the advertised token list of one (manufacturer, mode) plugin
+(docs/design/node-agent.md, "Device-plugin resources", "Allocate"), over the node's shared
+`NodeState`.
 
 Allocate runs: mutex { list Pods, identify the container, cross-mode check + sliced gate
 (`decide_grant`), reserve } then, outside the mutex, persist the annotation and render the

@@ -1,4 +1,5 @@
-"""What every manufacturer's container response is built from (node-agent §4).
+"""What every manufacturer's container response is built from (docs/design/node-agent.md,
+"Device-plugin resources").
 
 A responder (one module per manufacturer beside this one) turns the cards of one grant into a
 `ContainerResponse`, purely: it reads `GrantedCard`s, the container's sliced limits and the host's

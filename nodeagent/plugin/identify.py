@@ -1,4 +1,5 @@
-"""Which container an Allocate call is for (node-agent §5.2).
+"""Which container an Allocate call is for (docs/design/node-agent.md, "Which container an Allocate
+is for").
 
 Kubelet's request names no Pod, so the plugin guesses: kubelet's pod-resources `List` first (a
 container it knows but has not yet given devices of this resource is waiting for them), then the

@@ -1,4 +1,5 @@
-"""How granted cards reach a container: a visibility env var, or a CDI annotation (node-agent §4).
+"""How granted cards reach a container: a visibility env var, or a CDI annotation
+(docs/design/node-agent.md, "Injection channel").
 
 `GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY` picks the channel: `envvar` (default), `cdi-annotations`
 or `auto`. A response carries exactly one of the two. `auto` takes CDI only when the node can

@@ -1,4 +1,5 @@
-"""MIG partitions made real through NVML (node-agent §4 "Partitioned (MIG)", §5 step 3).
+"""MIG partitions made real through NVML (docs/design/node-agent.md, "Partitioned (MIG)",
+"Allocate").
 
 A partitioned grant names a card, a profile and a slot (`Placement`); `Partitioner.create`
 makes a GPU instance of the profile at that slot and one compute instance spanning it, and

@@ -1,5 +1,6 @@
-"""What every device-plugin server of one node shares (node-agent §4): the node's Pods, the
-ledger they add up to, this process's reservations, one allocation mutex, and a notifier.
+"""What every device-plugin server of one node shares (docs/design/node-agent.md, "Device-plugin
+resources"): the node's Pods, the ledger they add up to, this process's reservations, one allocation
+mutex, and a notifier.
 
 Kubelet calls each mode's server on its own, yet one card can be asked for in several modes, so
 the decisions must see one state under one lock. The outside world is injected: a `PodSource`
@@ -126,8 +127,9 @@ class NodeState:
         """Held around identify + decide + reserve (never around a write)."""
         self.reservations: dict[Holder, AllocationRecord] = {}
         self.grants: set[Holder] = set()
-        """Containers already shown their Pod's cards by the visibility plugin (§5.1): never
-        identified again, so a second visibility container of a Pod gets its own call."""
+        """Containers already shown their Pod's cards by the visibility plugin
+        (docs/design/node-agent.md, "Visibility Allocate"): never identified again, so a second
+        visibility container of a Pod gets its own call."""
         self.live_listeners: list[Callable[[frozenset[str]], None]] = []
         """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()

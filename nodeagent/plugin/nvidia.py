@@ -1,4 +1,4 @@
-"""NVIDIA container responses (node-agent §4, "NVIDIA responses").
+"""NVIDIA container responses (docs/design/node-agent.md, "NVIDIA responses").
 
 - Whole, shared and visibility grants: the cards' UUIDs, in index order, through the injection
   channel (`NVIDIA_VISIBLE_DEVICES`, or the CDI annotation naming `nvidia.com/gpu=<uuid>`).

@@ -1,4 +1,5 @@
-"""The Partitioned (MIG) plugin's decisions (node-agent §4, §5 steps 2-5 for partitions).
+"""The Partitioned (MIG) plugin's decisions (docs/design/node-agent.md, "Partitioned (MIG)",
+"Allocate").
 
 Allocate: mutex { list Pods, identify the container, pick profile/card/slot and check modes
 (`decide_partition`), reserve } then, outside the mutex, make the partition (per-card lock),
@@ -115,7 +116,8 @@ class PartitionedAllocator(Allocator):
     # --- ListAndWatch -----------------------------------------------------------------------
 
     def advertised(self) -> list[Advertised]:
-        """Every partitioned token; `room` of them healthy, the held ones first (§4)."""
+        """Every partitioned token; `room` of them healthy, the held ones first
+        (docs/design/node-agent.md, "Device-plugin resources")."""
         spec = self.node.spec()
         pods, reservations = self.node.live()
         status, holdings = _holdings_status(self.node, pods, reservations)

@@ -1,4 +1,5 @@
-"""The partition reclaimer (node-agent §6.3): unmake the MIG instances of Pods that are gone.
+"""The partition reclaimer (docs/design/node-agent.md, "The reclaimer"): unmake the MIG instances of
+Pods that are gone.
 
 A partition outlives its container: the ledger charges it until the Pod object is gone, and the
 driver keeps the instance until someone destroys it. `ReclaimLoop` runs a reconcile on every

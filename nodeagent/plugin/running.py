@@ -311,7 +311,7 @@ class DevicePlugins:
 
     def _start_reclaim(self, maker: str, partitioner: Partitioner) -> None:
         """A manufacturer's partition reclaimer, fed every live-Pod set the plugins list
-        (§6.3)."""
+        (docs/design/node-agent.md, "The reclaimer")."""
 
         def cards() -> list[str]:
             spec = self.node.spec()

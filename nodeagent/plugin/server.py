@@ -1,4 +1,5 @@
-"""One gRPC DevicePlugin server per (manufacturer, mode) on a unix socket (node-agent §4).
+"""One gRPC DevicePlugin server per (manufacturer, mode) on a unix socket
+(docs/design/node-agent.md, "Device-plugin resources").
 
 Each server binds `<plugin dir>/<mfr>.<mode>.sock`, then registers with kubelet's Registration
 service and keeps watching: kubelet wipes the directory and recreates its own socket when it

@@ -1,6 +1,6 @@
-"""The visibility plugin of one manufacturer (node-agent §4, §5.1): a container asking for
-`device.gpustack.ai/<mfr>.visibility` is shown the cards another container of its own Pod holds
-(an SSH sidecar seeing its workload's GPUs), and is charged nothing.
+"""The visibility plugin of one manufacturer (docs/design/node-agent.md, "Visibility Allocate"): a
+container asking for `device.gpustack.ai/<mfr>.visibility` is shown the cards another container of
+its own Pod holds (an SSH sidecar seeing its workload's GPUs), and is charged nothing.
 
 Every card advertises 512 tokens, Healthy unless the card itself is: a visibility container
 never takes a card from anyone, so holds do not matter here. The token kubelet picked is

@@ -1,4 +1,4 @@
-"""Garbage collection of per-Pod working directories (node-agent §6.4).
+"""Garbage collection of per-Pod working directories (docs/design/node-agent.md, "Work-dir GC").
 
 Sliced grants give each container a HAMi-core cache directory under `<pods dir>/<pod uid>/`.
 Nothing else removes it, so the sliced server's ListAndWatch tick calls `tick` with the UIDs of

@@ -222,9 +222,9 @@ def test_ledger_edits_move_the_views(
     except TimeoutError:
         pytest.fail(f"views read {_summary(kube, pool)!r}, expected {expected!r}")
 
-    # The agent follows its ledger with the fit labels the Workload webhook pins against. They
-    # read the ledger's rows (control-plane §3.3): the sliced card has 1,280,000 units of room,
-    # and neither row is a card with a free share (one is Exclusive, one Sliced).
+    # The agent follows its ledger with the fit labels the Workload webhook pins against. They read
+    # the ledger's rows (docs/design/control-plane.md, "Fit labels"): the sliced card has 1,280,000
+    # units of room, and neither row is a card with a free share (one is Exclusive, one Sliced).
     fit = {
         "sliced-max-free-units.fit.gpustack.ai/nvidia-tesla-t4": "1280000",
         "shared-free-cards.fit.gpustack.ai/nvidia-tesla-t4": "0",

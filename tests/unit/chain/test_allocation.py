@@ -1,4 +1,5 @@
-"""The allocator's rules: tokens, costs, cross-mode, the sliced gate, the packing hint (§4, §5)."""
+"""The allocator's rules: tokens, costs, cross-mode, the sliced gate, the packing hint
+(docs/design/node-agent.md, "Allocate")."""
 
 from __future__ import annotations
 

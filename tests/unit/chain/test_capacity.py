@@ -44,7 +44,7 @@ def node_labels(akey: str, memory: str) -> dict[str, str]:
 
 
 def test_vector_eight_a10g(table: ManufacturerTable) -> None:
-    # vectors.md "Node capacity": 8 x A10G (24 GiB, 128 slices, overcommit).
+    # docs/design/vectors.md, "Node capacity": 8 x A10G (24 GiB, 128 slices, overcommit).
     devices = Devices("n", DevicesSpec((logical_group("nvidia", "a10g", 8, 128, True, 24576),)))
     labels = node_labels("nvidia-a10g", "24Gi")
     capacity = {"nvidia.com/gpu": "8", "nvidia.com/gpu.sliced": "1024"}
@@ -57,7 +57,7 @@ def test_vector_eight_a10g(table: ManufacturerTable) -> None:
 
 
 def test_vector_eight_mthreads_without_overcommit(table: ManufacturerTable) -> None:
-    # vectors.md "Node capacity": 8 x MThreads (16 slices, no overcommit) -> cores 800.
+    # docs/design/vectors.md, "Node capacity": 8 x MThreads (16 slices, no overcommit) -> cores 800.
     group = logical_group("mthreads", "s4000", 8, 16, False, 49152)
     devices = Devices("n", DevicesSpec((group,)))
     labels = node_labels("mthreads-s4000", "48Gi")

@@ -277,7 +277,7 @@ def test_aggregate_sliced_detail() -> None:
 
 
 def test_group_facts_give_the_device_labels_vector() -> None:
-    # vectors.md "Device labels": the T4 group read from a Devices spec.
+    # docs/design/vectors.md, "Device labels": the T4 group read from a Devices spec.
     group = DevicesGroup(
         id="tesla-t4",
         manufacturer="nvidia",

@@ -14,7 +14,7 @@ TABLE = manufacturers({})
 @pytest.mark.parametrize(
     ("key", "family"),
     [
-        # vectors.md "Resource family".
+        # docs/design/vectors.md, "Resource family".
         ("nvidia.com/gpu.sliced.memory-mib", Family.SLICED),
         ("nvidia.com/gpu.partitioned", Family.PARTITIONED),
         ("nvidia.com/gpu.partitioned.units", Family.PARTITIONED),
@@ -28,7 +28,7 @@ TABLE = manufacturers({})
         ("nvidia.com/gpu.partitioned.mig-", Family.NONE),
         ("cpu", Family.NONE),
         ("", Family.NONE),
-        # The rest of the shapes (control-plane §1.3).
+        # The rest of the shapes (docs/design/control-plane.md, "Resource families").
         ("nvidia.com/gpu", Family.EXCLUSIVE),
         ("nvidia.com/gpu.shared", Family.SHARED),
         ("nvidia.com/gpu.sliced", Family.SLICED),
@@ -84,7 +84,7 @@ def test_overridden_base_is_classified() -> None:
 @pytest.mark.parametrize(
     ("name", "manufacturer"),
     [
-        # vectors.md "Credits resource names".
+        # docs/design/vectors.md, "Credits resource names".
         ("credits.gpustack.ai/nvidia", "nvidia"),
         ("credits.gpustack.ai/amd", "amd"),
         ("credits.gpustack.ai/acme", None),

@@ -1,4 +1,5 @@
-"""Per-card room and node fit labels (vectors "Fit labels (t4, 10 slices per card)")."""
+"""Per-card room and node fit labels (docs/design/vectors.md, "Fit labels (t4, 10 slices per
+card)")."""
 
 from __future__ import annotations
 

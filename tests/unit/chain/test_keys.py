@@ -30,7 +30,7 @@ XEON = "Intel(R) Xeon(R) Platinum 8358 CPU @ 2.60GHz"
 @pytest.mark.parametrize(
     ("labels", "annotations", "expected"),
     [
-        # vectors.md "CPU key".
+        # docs/design/vectors.md, "CPU key".
         ({}, {}, "generic"),
         ({NFD_CPU_VENDOR: "AMD", NFD_CPU_FAMILY: "25", NFD_CPU_MODEL_ID: "1"}, {}, "amd-25-1"),
         (

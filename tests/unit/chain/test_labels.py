@@ -16,7 +16,7 @@ A = "acceleratable.feature.gpustack.ai/"
 
 
 def test_device_labels_tesla_t4() -> None:
-    # vectors.md "Device labels", first group.
+    # docs/design/vectors.md, "Device labels", first group.
     group = AcceleratorGroupFacts(
         manufacturer="nvidia",
         group_id="tesla-t4",
@@ -45,7 +45,7 @@ def test_device_labels_tesla_t4() -> None:
 
 
 def test_device_labels_h100_minimal() -> None:
-    # vectors.md "Device labels", second group: no versions, family or comcap.
+    # docs/design/vectors.md, "Device labels", second group: no versions, family or comcap.
     group = AcceleratorGroupFacts("nvidia", "h100", "H100", 81920, cards=1)
     assert accelerator_labels([group]) == {
         "feature.gpustack.ai/acceleratable": "true",
@@ -59,7 +59,7 @@ def test_device_labels_h100_minimal() -> None:
 
 
 def test_device_labels_skip_groups_without_cards_or_valid_keys() -> None:
-    # vectors.md: a group with no cards -> no labels.
+    # docs/design/vectors.md, "Device labels": a group with no cards -> no labels.
     assert accelerator_labels([AcceleratorGroupFacts("nvidia", "h100", "H100", 81920, 0)]) == {}
     assert accelerator_labels([AcceleratorGroupFacts("nvidia", "", "NVIDIA", 81920, 1)]) == {}
     too_long = AcceleratorGroupFacts("nvidia", "x" * 50, "X", 1024, 1)
@@ -81,7 +81,7 @@ def test_device_labels_two_models() -> None:
 
 
 def test_cpu_capacity_labels() -> None:
-    # vectors.md "CPU capacity labels" (16 cores).
+    # docs/design/vectors.md, "CPU capacity labels" (16 cores).
     assert labels.cpu_capacity_labels("amd", "amd-25-1", 16, None, manual=False) == {
         "gpustack.ai/managed": "true",
         "general.feature.gpustack.ai/amd": "true",

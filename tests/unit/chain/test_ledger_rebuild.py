@@ -1,4 +1,5 @@
-"""The ledger rebuilt from the Pods' allocation annotations (node-agent §6.2, vectors)."""
+"""The ledger rebuilt from the Pods' allocation annotations (docs/design/node-agent.md, "The
+ledger")."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from chain.quantity import MAX_LENGTH, QuantityError, parse_quantity
 @pytest.mark.parametrize(
     ("mib", "expected"),
     [
-        # vectors.md "formatMemory" and node-agent §3.2.
+        # docs/design/vectors.md, "formatMemory", and docs/design/node-agent.md, "Product names".
         (0, "0g"),
         (1, "1g"),
         (1024, "1g"),
@@ -34,7 +34,7 @@ def test_format_group_memory(mib: int, expected: str) -> None:
 @pytest.mark.parametrize(
     ("mib", "expected"),
     [
-        # control-plane §1.4 / node-agent §3 `.memory` label.
+        # docs/design/node-agent.md, "Node labels": the `.memory` label.
         (15360, "15Gi"),
         (81920, "80Gi"),
         (196608, "192Gi"),

@@ -41,7 +41,7 @@ def test_fnv64a_is_16_lowercase_hex(text: str) -> None:
 @pytest.mark.parametrize(
     ("cluster_queue", "local_queue"),
     [
-        # vectors.md "LocalQueue names".
+        # docs/design/vectors.md, "LocalQueue names".
         ("gpustack--generic-linux-amd64", "gpustack-fnv64-3b93966fd73eb9ec"),
         ("gpustack--nvidia-a10g-linux-amd64", "gpustack-fnv64-c4680bb149644f1c"),
         ("gpustack--nvidia-tesla-t4-linux-amd64", "gpustack-fnv64-6b371caa2da0b799"),
@@ -67,7 +67,7 @@ def test_local_queue_name_is_always_31_valid_characters(cluster_queue: str) -> N
 
 
 def test_hostname_topology_profile() -> None:
-    # control-plane §2.8: the hostname-only profile.
+    # docs/design/control-plane.md, "Topology profile": the hostname-only profile.
     assert names.HOSTNAME_PROFILE == "fnv64-87bf574bea2a4f23"
     assert names.topology_profile(["kubernetes.io/hostname"]) == names.HOSTNAME_PROFILE
     assert names.topology_name(names.HOSTNAME_PROFILE) == "gpustack-fnv64-87bf574bea2a4f23"
@@ -75,7 +75,7 @@ def test_hostname_topology_profile() -> None:
 
 
 def test_flavor_names() -> None:
-    # vectors.md "Flavors".
+    # docs/design/vectors.md, "Flavors".
     assert names.cpu_flavor_name("amd-25-1", "linux", "amd64", 8) == (
         "gpustack--amd-25-1-linux-amd64-8c"
     )

@@ -12,7 +12,7 @@ from chain.normalize import normalize_name, strip_cpu_cruft
 @pytest.mark.parametrize(
     ("name", "prefix", "max_length", "strip", "expected"),
     [
-        # vectors.md "NormalizeName".
+        # docs/design/vectors.md, "NormalizeName".
         ("AMD Instinct MI300X OAM", "amd", 49, False, "instinct-mi300x-oam"),
         ("Ascend910B2", "ascend", 46, False, "910b2"),
         ("310P3", "ascend", 46, False, "310p3"),

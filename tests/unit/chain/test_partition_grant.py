@@ -1,4 +1,5 @@
-"""Partitioned grants: profile, packing, prior reuse, cross-mode, record, healthy set (§4, §5)."""
+"""Partitioned grants: profile, packing, prior reuse, cross-mode, record, healthy set
+(docs/design/node-agent.md, "Allocate")."""
 
 from __future__ import annotations
 

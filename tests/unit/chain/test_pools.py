@@ -32,13 +32,13 @@ T4 = FlavorIdentity("amd-epyc-7763", "nvidia-tesla-t4", "linux", "amd64", 2)
 
 
 def test_flavor_names_and_pools_vectors() -> None:
-    # vectors.md "Flavors": node amd-epyc-7763 with 2 x nvidia-tesla-t4.
+    # docs/design/vectors.md, "Flavors": node amd-epyc-7763 with 2 x nvidia-tesla-t4.
     assert CPU.name == "gpustack--amd-epyc-7763-linux-amd64-8c"
     assert T4.name == "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d"
     assert FlavorIdentity("amd-25-1", "", "linux", "amd64", 8).name == (
         "gpustack--amd-25-1-linux-amd64-8c"
     )
-    # vectors.md "Queues" (awareness off).
+    # docs/design/vectors.md, "Queues" (awareness off).
     assert CPU.instance_type_name(aware=False) == "gpustack--generic-linux-amd64"
     assert T4.instance_type_name(aware=False) == "gpustack--nvidia-tesla-t4-linux-amd64"
     assert CPU.instance_type_name(aware=True) == "gpustack--amd-epyc-7763-linux-amd64"
@@ -120,7 +120,8 @@ def test_flavor_selector() -> None:
 
 
 def _flavor_labels(flavor: FlavorIdentity) -> dict[str, str]:
-    """The identity labels a flavor carries (control-plane §1.7)."""
+    """The identity labels a flavor carries (docs/design/control-plane.md, "ResourceFlavor identity
+    labels")."""
     labels = {
         flavor.feature_key: TRUE,
         OS: flavor.os,
@@ -165,7 +166,7 @@ def test_flavor_lands_in_the_pool_named_for_it(
 
 
 def test_node_flavors(table: ManufacturerTable) -> None:
-    # vectors.md "Flavors": node amd-epyc-7763, 8 cores, 2 x nvidia-tesla-t4.
+    # docs/design/vectors.md, "Flavors": node amd-epyc-7763, 8 cores, 2 x nvidia-tesla-t4.
     node = {
         OS: "linux",
         ARCH: "amd64",

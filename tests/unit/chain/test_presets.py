@@ -21,7 +21,7 @@ from chain.presets import (
 @pytest.mark.parametrize(
     ("product", "cpu", "ram_gib"),
     [
-        # vectors.md "Unit presets" (NVIDIA).
+        # docs/design/vectors.md, "Unit presets" (NVIDIA).
         ("NVIDIA H100 80GB HBM3", 12, 192),
         ("H100", 12, 192),
         ("Tesla T4", 8, 32),

@@ -61,7 +61,7 @@ def test_quota_resource() -> None:
 
 
 def test_nominal_quota_vectors() -> None:
-    # vectors.md "Queues": 1 A10G card -> 1,600,000; 5 T4 cards (4 + 1) -> 8,000,000.
+    # docs/design/vectors.md, "Queues": 1 A10G card -> 1,600,000; 5 T4 cards (4 + 1) -> 8,000,000.
     assert nominal_quota(FlavorSize("", 1, 1), True) == 1_600_000
     t4 = nominal_quota(FlavorSize("", 2, 4), True) + nominal_quota(FlavorSize("", 1, 1), True)
     assert t4 == 8_000_000

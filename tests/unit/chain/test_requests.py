@@ -1,5 +1,5 @@
-"""Reading accelerator requests, the seven request rules and the fold (vectors "Pod webhook
-fold")."""
+"""Reading accelerator requests, the seven request rules and the fold (docs/design/vectors.md, "Pod
+webhook fold")."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def test_constants() -> None:
 
 
 def test_queue_nominal_credits() -> None:
-    # vectors.md "Queues": 1 card -> 1,600,000 credits, 5 cards -> 8,000,000.
+    # docs/design/vectors.md, "Queues": 1 card -> 1,600,000 credits, 5 cards -> 8,000,000.
     assert units.accelerators_to_credits(1) == 1_600_000
     assert units.accelerators_to_credits(5) == 8_000_000
     assert units.accelerators_to_credits(0) == 0
@@ -39,7 +39,7 @@ def test_credits_to_accelerators() -> None:
 
 
 def test_pod_fold_vectors() -> None:
-    # vectors.md "Pod webhook fold", card of 40960 MiB.
+    # docs/design/vectors.md, "Pod webhook fold", card of 40960 MiB.
     assert units.memory_percentage_to_units(20) == 320_000
     assert units.memory_mib_to_units(4096, 40960) == 160_000
     # A 96 GiB profile on a 96 GiB card is one whole card.

@@ -1,5 +1,6 @@
-"""The per-card verdict (vectors "Feasibility (logical cards, 10 slices each)"), its messages,
-topology decoding, promised cards, and a property test against a brute-force placement search."""
+"""The per-card verdict (docs/design/vectors.md, "Feasibility (logical cards, 10 slices each)"), its
+messages, topology decoding, promised cards, and a property test against a brute-force placement
+search."""
 
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def never() -> bool:
 
 
 def test_one_manufacturer_holds_back_an_empty_first_pass(tmp_path: Path) -> None:
-    # vectors.md "Detector": nothing published and detection repeated.
+    # docs/design/vectors.md, "Detector": nothing published and detection repeated.
     fake = Fake([(), (), (HEALTHY,)])
     recorder = Recorder()
     agent = loop(tmp_path, [fake], recorder, redetect_every=1)

@@ -119,7 +119,7 @@ def test_topology_of_a_two_socket_node() -> None:
 
 
 def test_a100_mig_profiles_and_placements() -> None:
-    # vectors.md "MIG fold": the A100's profiles and their empty-card placements.
+    # docs/design/vectors.md, "MIG fold": the A100's profiles and their empty-card placements.
     (group,) = detect("a100-40gb-mig")
     physical = group.accelerators[0].status.physical_sliced
     shapes = {

@@ -32,7 +32,7 @@ def t4_group(cards: int) -> DevicesGroup:
 
 
 def test_node_feature_vector() -> None:
-    # vectors.md "Device labels", both groups, published through the NodeFeature.
+    # docs/design/vectors.md, "Device labels", both groups, published through the NodeFeature.
     h100 = DevicesGroup("h100", "nvidia", "H100", 81920, accelerators=(Accelerator("GPU-9", 4),))
     feature = node_feature("node-a", "gpustack-system", [t4_group(4), h100], "uid-a")
     assert feature["apiVersion"] == "nfd.k8s-sigs.io/v1alpha1"

@@ -1,4 +1,5 @@
-"""`POST /mutate-pods`: vectors "Pod webhook fold" and the shared card-count pin, end to end."""
+"""`POST /mutate-pods`: docs/design/vectors.md, "Pod webhook fold" and the shared card-count pin,
+end to end."""
 
 from __future__ import annotations
 
@@ -280,9 +281,10 @@ def test_a_job_without_a_template_is_denied_naming_the_field() -> None:
 
 @pytest.mark.parametrize("key", [GPU, GPU + ".shared"])
 def test_two_containers_may_each_hold_cards_of_one_resource(key: str) -> None:
-    """The reading this project takes (docs/nodeagent.md, "Two containers of one Pod"): the newer
-    upstream allocator keys reservations on (Pod, container) and records each container in the
-    annotation, "so two containers of one group each holding a live claim are both recorded and
-    both charged"; the agent does so (tests/unit/nodeagent/plugin/test_restart.py). The older
-    text that called the shape unsupported predates that."""
+    """The reading this project takes (docs/nodeagent.md, "Two containers of one Pod asking the same
+    card resource"): the newer upstream allocator keys reservations on (Pod, container) and records
+    each container in the annotation, "so two containers of one group each holding a live claim are
+    both recorded and both charged"; the agent does so
+    (tests/unit/nodeagent/plugin/test_restart.py). The older text that called the shape unsupported
+    predates that."""
     assert mutate(pod({key: "1"}, {key: "1"}))["allowed"] is True

@@ -1,4 +1,4 @@
-"""`POST /mutate-workloads`: vectors "Workload fit pin (group nvidia-t4)"."""
+"""`POST /mutate-workloads`: docs/design/vectors.md, "Workload fit pin (group nvidia-t4)"."""
 
 from __future__ import annotations
 

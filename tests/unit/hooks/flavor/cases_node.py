@@ -1,7 +1,7 @@
 """Fixture cases of the Node decorator (`/node/sync`, `/node/customize`).
 
 Inputs are realistic request bodies (`tests.builders.cluster`); every expectation is a literal taken
-from the spec or vectors.md, never computed by the code under test.
+from docs/design/ (the vectors in docs/design/vectors.md), never computed by the code under test.
 """
 
 from __future__ import annotations

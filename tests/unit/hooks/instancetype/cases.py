@@ -1,8 +1,9 @@
 """Fixture cases of the status hook: one Metacontroller request each and the exact answer.
 
-Numbers are worked out from the rules (control-plane §3.6) by hand, per case description:
-EX counts free cards (`remaining` ≥ M), SH shares (160,000 units) on free or Shared cards, SL
-percents (16,000 units) on free or Sliced logically sliceable cards, PT partition instances.
+Numbers are worked out from the rules (docs/design/control-plane.md, "The four views") by hand, per
+case description: EX counts free cards (`remaining` ≥ M), SH shares (160,000 units) on free or
+Shared cards, SL percents (16,000 units) on free or Sliced logically sliceable cards, PT partition
+instances.
 """
 
 from __future__ import annotations

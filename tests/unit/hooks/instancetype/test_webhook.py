@@ -102,7 +102,7 @@ def test_defaulting_stamps_schedule_labels_and_entrance() -> None:
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "acceleratable.feature.gpustack.ai/nvidia-tesla-t4": "true",
-        # vectors.md: the LocalQueue name of this pool
+        # docs/design/vectors.md, "LocalQueue names"
         "schedule.gpustack.ai/queue-entrance": "gpustack-fnv64-6b371caa2da0b799",
     }
 

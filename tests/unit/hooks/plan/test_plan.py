@@ -1,4 +1,4 @@
-"""The planner over the shipped sample snapshot: the pools vectors.md names, offline."""
+"""The planner over the shipped sample snapshot: the pools docs/design/vectors.md names, offline."""
 
 from __future__ import annotations
 

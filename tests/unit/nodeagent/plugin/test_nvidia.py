@@ -1,4 +1,4 @@
-"""NVIDIA container responses (vectors "NVIDIA sliced env", node-agent §4)."""
+"""NVIDIA container responses (docs/design/vectors.md, "NVIDIA sliced env")."""
 
 from __future__ import annotations
 

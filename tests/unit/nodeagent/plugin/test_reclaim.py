@@ -1,4 +1,5 @@
-"""The partition reclaimer (§6.3): sweeps over the simulated NVML, with a fake clock."""
+"""The partition reclaimer (docs/design/node-agent.md, "The reclaimer"): sweeps over the simulated
+NVML, with a fake clock."""
 
 from __future__ import annotations
 

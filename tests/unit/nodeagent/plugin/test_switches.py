@@ -1,6 +1,6 @@
 """Every documented switch of the device plugin reaches the plugins `nodeagent serve` starts
-(node-agent §7): the release of finished Pods, the sliced gate, identifying through the
-kubelet, and the per-manufacturer injection strategy, CDI included."""
+(docs/design/node-agent.md, "Switches"): the release of finished Pods, the sliced gate, identifying
+through the kubelet, and the per-manufacturer injection strategy, CDI included."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The eight non-NVIDIA container responses, against literal answers taken from the seed and
-node-agent §2.3/§4 (and, through `Allocator`, the whole Allocate path for one of them)."""
+docs/design/node-agent.md, "Manufacturers" and "Device-plugin resources" (and, through `Allocator`,
+the whole Allocate path for one of them)."""
 
 from __future__ import annotations
 

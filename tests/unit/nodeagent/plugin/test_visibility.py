@@ -1,5 +1,6 @@
-"""The visibility plugin (node-agent §4, §5.1): a container is shown the cards another container
-of its Pod holds, is charged nothing, and is refused whenever the owner cannot be vouched for."""
+"""The visibility plugin (docs/design/node-agent.md, "Visibility Allocate"): a container is shown
+the cards another container of its Pod holds, is charged nothing, and is refused whenever the owner
+cannot be vouched for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Per-Pod work-dir GC (node-agent §6.4): three consecutive misses remove a directory."""
+"""Per-Pod work-dir GC (docs/design/node-agent.md, "Work-dir GC"): three consecutive misses remove a
+directory."""
 
 from __future__ import annotations
 
