@@ -44,6 +44,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 unit: venv
 	$(PY) -m pytest -m "not e2e" tests || [ $$? -eq 5 ]

@@ -36,8 +36,8 @@ from pathlib import Path
 import yaml
 
 from benchmarks.timing import percentile
+from builders.cluster import node_request, random_cluster
 from testbed.harness import free_port
-from tests.builders.cluster import node_request, random_cluster
 
 GPU = "nvidia.com/gpu"
 POOL = "gpustack--nvidia-t4-linux-amd64"

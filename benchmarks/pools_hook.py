@@ -18,9 +18,7 @@ import json
 import statistics
 
 from benchmarks.timing import measure, percentile
-from hooks.flavor import node, pools
-from hooks.shell import DecoratorRequest, parse_shallow, shallow_route
-from tests.builders.cluster import (
+from builders.cluster import (
     Obj,
     node_request,
     pools_request,
@@ -28,6 +26,8 @@ from tests.builders.cluster import (
     served,
     settings_object,
 )
+from hooks.flavor import node, pools
+from hooks.shell import DecoratorRequest, parse_shallow, shallow_route
 
 
 def _labelled(obj: Obj, labels: dict[str, str | None]) -> Obj:

@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
+import logline as logs
 from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
 from chain.queues import NODE_DEVICES_CONTROLLER
 from chain.verdicts import Verdict
 from chain.workload_state import State
-from kubeapi import Kube, KubeError, Obj, logs
+from kubeapi import Kube, KubeError, Obj
 from kubeapi.watch import Cache, Watcher, all_synced, key_of, start_all
 from verdictdriver.driver import FIELD_MANAGER, write_verdict
 from verdictdriver.entries import active_patch, now_text, verdict_patch

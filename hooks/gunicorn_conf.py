@@ -18,7 +18,7 @@ from typing import Any
 from prometheus_client import multiprocess
 
 from hooks.metrics import MULTIPROC_ENV
-from kubeapi.logs import formatter
+from logline import formatter
 
 PROBE_PATHS = frozenset({"/healthz", "/metrics"})
 

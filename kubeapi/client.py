@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 import requests
 import yaml
 
+import logline as logs
 from chain import cli
 from chain.cli import Unreachable
-from kubeapi import credentials, logs
+from kubeapi import credentials
 from kubeapi.credentials import SERVICE_ACCOUNT, Credentials, CredentialsError
 
 T = TypeVar("T")

@@ -28,11 +28,12 @@ from typing import cast
 
 import yaml
 
+import logline as logs
 from chain import cli
 from chain.manufacturers import manufacturers
 from chain.release import AGENT_NAMESPACE
 from chain.settings import StartupEnv
-from kubeapi import Kube, add_kubeconfig_flag, logs
+from kubeapi import Kube, add_kubeconfig_flag
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from chain.names import local_queue_name
 from testbed.drivers import running_lifecycle_keeper
 from testbed.harness import Testbed
-from testbed.install import Installed
+from testbed.install import MANIFESTS, Installed
 from testbed.instances import create_instance, instance
 from testbed.kube import KubeError, wait_for
 from testbed.kubectl import kubectl
@@ -120,3 +121,30 @@ def test_a_draining_pool_stops_its_instances(testbed: Testbed, pool: tuple[str, 
     found = kube.get(WORKER, "Instance", "job", namespace) or {}
     assert found["status"]["phase"] == "Stopped"
     assert "is draining" in found["status"]["message"]
+
+
+def _explained_fields(text: str) -> dict[str, str]:
+    """`kubectl explain`'s FIELDS section: each field's description, its wrapping undone."""
+    fields: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in text.partition("\nFIELDS:\n")[2].splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            current = fields.setdefault(line.split()[0], [])
+        elif line.strip():
+            current.append(line.strip())
+    return {name: " ".join(words) for name, words in fields.items()}
+
+
+def test_kubectl_explain_teaches_every_spec_field(testbed: Testbed, chain: Installed) -> None:
+    """`kubectl explain instance.spec` prints the CRD's description of every spec field, as the
+    API server publishes them in its OpenAPI (#34)."""
+    (crd,) = [
+        doc
+        for doc in yaml.safe_load_all((MANIFESTS / "crds" / "instances.yaml").read_text())
+        if doc and doc["kind"] == "CustomResourceDefinition"
+    ]
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    explained = _explained_fields(kubectl(testbed, "explain", "instance.spec"))
+    assert explained == {
+        name: " ".join(field["description"].split()) for name, field in spec["properties"].items()
+    }

@@ -3,6 +3,7 @@ short name is one a user already types for something else (#34)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 CRD_DIR = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+# libyaml's loader where the build has it: the walks below read every CRD many times.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CATEGORY = "gpustack"
 
 # Every short name of the built-in kinds, as `kubectl api-resources` of Kubernetes v1.36 lists
@@ -95,7 +98,11 @@ TAKEN = BUILTIN_SHORT_NAMES | KUEUE_SHORT_NAMES | NFD_SHORT_NAMES | METACONTROLL
 
 
 def _crds() -> list[dict[str, Any]]:
-    docs = [d for f in sorted(CRD_DIR.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())]
+    docs = [
+        d
+        for f in sorted(CRD_DIR.glob("*.yaml"))
+        for d in yaml.load_all(f.read_text(), Loader=_LOADER)
+    ]
     return [d for d in docs if d and d["kind"] == "CustomResourceDefinition"]
 
 
@@ -163,3 +170,178 @@ def _poolcards(**names: Any) -> dict[str, Any]:
 def test_the_check_catches(names: dict[str, Any], problem: str) -> None:
     crds = [c for c in _crds() if c["spec"]["names"]["kind"] != "PoolCards"] + [_poolcards(**names)]
     assert any(p.startswith(problem) for p in name_problems(crds)), name_problems(crds)
+
+
+# --- `kubectl explain` teaches the API (#34) -----------------------------------------------------
+
+# The one property that carries no description: the API server refuses a root `metadata` schema
+# that says anything but its type (apiextensions-apiserver's validateStructuralMetadataInvariants:
+# "must not specify anything other than name and generateName"), and publishes ObjectMeta's own
+# description in its place.
+UNDESCRIBABLE = frozenset({"metadata"})
+
+
+def _schemas(crds: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{c['spec']['names']['kind']} {v['name']}", v["schema"]["openAPIV3Schema"])
+        for c in crds
+        for v in c["spec"]["versions"]
+    ]
+
+
+def undescribed(schema: dict[str, Any], path: str = "") -> list[str]:
+    """The path of every property under `schema` without a non-empty description: through
+    objects' properties, arrays' `items` (`[]`) and maps' `additionalProperties` (`{}`)."""
+    found = []
+    for name, prop in (schema.get("properties") or {}).items():
+        where = f"{path}.{name}" if path else name
+        if not str(prop.get("description", "")).strip() and where not in UNDESCRIBABLE:
+            found.append(where)
+        found += undescribed(prop, where)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        found += undescribed(items, f"{path}[]")
+    values = schema.get("additionalProperties")
+    if isinstance(values, dict):
+        found += undescribed(values, f"{path}{{}}")
+    return found
+
+
+def description_problems(crds: list[dict[str, Any]]) -> list[str]:
+    problems = []
+    for name, schema in _schemas(crds):
+        if not str(schema.get("description", "")).strip():
+            problems.append(f"{name}: the schema itself has no description")
+        problems += [f"{name}: {path} has no description" for path in undescribed(schema)]
+    return problems
+
+
+def test_every_property_of_every_crd_is_described() -> None:
+    assert description_problems(_crds()) == []
+
+
+def _instances_schema() -> dict[str, Any]:
+    (crd,) = [c for c in _crds() if c["spec"]["names"]["kind"] == "Instance"]
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_the_walk_names_a_property_of_an_array_item() -> None:
+    schema = _instances_schema()
+    del schema["properties"]["spec"]["properties"]["env"]["items"]["properties"]["name"][
+        "description"
+    ]
+    assert undescribed(schema) == ["spec.env[].name"]
+
+
+def test_the_walk_names_a_property_of_a_map_value() -> None:
+    schema = _instances_schema()
+    schema["properties"]["spec"]["properties"]["labels"] = {
+        "type": "object",
+        "description": "a map",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {"owner": {"type": "string", "description": " "}},
+        },
+    }
+    assert undescribed(schema) == ["spec.labels{}.owner"]
+
+
+def test_the_walk_names_an_undescribed_spec_and_schema() -> None:
+    crd = _poolcards()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    del schema["description"], schema["properties"]["spec"]["description"]
+    assert description_problems([crd]) == [
+        "PoolCards v1alpha1: the schema itself has no description",
+        "PoolCards v1alpha1: spec has no description",
+    ]
+
+
+# Field names a description may mention that no chain CRD declares, each someone else's.
+FOREIGN_FIELDS = frozenset(
+    {
+        "cpuDetail",  # the flavors' `note.gpustack.ai/cpuDetail` note, inlined into InstanceTypes
+        "hostPath",  # a Pod's volume source, in the upstream setting's description
+    }
+)
+_CAMEL_CASE = re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b")
+_FIELD_PATH = re.compile(r"\b(?:spec|status)(?:\.[A-Za-z][A-Za-z0-9-]*)+")
+
+
+def _children(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The schemas nested in `schema`: its properties', its items' and its map values'."""
+    nested = list((schema.get("properties") or {}).values())
+    return nested + [
+        schema[key]
+        for key in ("items", "additionalProperties")
+        if isinstance(schema.get(key), dict)
+    ]
+
+
+def _descriptions(schema: dict[str, Any]) -> list[str]:
+    found = [schema["description"]] if isinstance(schema.get("description"), str) else []
+    return found + [text for child in _children(schema) for text in _descriptions(child)]
+
+
+def _field_names(schema: dict[str, Any]) -> set[str]:
+    return set(schema.get("properties") or {}).union(*map(_field_names, _children(schema)))
+
+
+def _resolves(schema: dict[str, Any], path: str) -> bool:
+    node = schema
+    for part in path.split("."):
+        while "properties" not in node and isinstance(node.get("items"), dict):
+            node = node["items"]
+        if part not in (node.get("properties") or {}):
+            return False
+        node = node["properties"][part]
+    return True
+
+
+def reference_problems(crds: list[dict[str, Any]]) -> list[str]:
+    """Field names the descriptions mention that do not exist: a camelCase word no chain CRD
+    declares, or a `spec.`/`status.` path that is neither the CRD's own nor that of a kind the
+    same description names (`the InstanceType's status.cpu.capacity`)."""
+    # By kind: each chain CRD serves one version.
+    schemas = {
+        c["spec"]["names"]["kind"]: v["schema"]["openAPIV3Schema"]
+        for c in crds
+        for v in c["spec"]["versions"]
+    }
+    known = FOREIGN_FIELDS.union(*map(_field_names, schemas.values()))
+    problems = []
+    for kind, schema in schemas.items():
+        for text in _descriptions(schema):
+            problems += [
+                f"{kind}: {w} is no field" for w in _CAMEL_CASE.findall(text) if w not in known
+            ]
+            named = [s for k, s in schemas.items() if k != kind and re.search(rf"\b{k}\b", text)]
+            owners = [schema, *named]
+            problems += [
+                f"{kind}: {path} is no field"
+                for path in _FIELD_PATH.findall(text)
+                if not any(_resolves(owner, path) for owner in owners)
+            ]
+    return problems
+
+
+def test_descriptions_mention_only_fields_that_exist() -> None:
+    assert reference_problems(_crds()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            "with acceleratorSlicedMemoryPercent",
+            "Instance: acceleratorSlicedMemoryPercent is no field",
+        ),
+        ("see status.accelerator.capacity", "Instance: status.accelerator.capacity is no field"),
+        ("see spec.resources.gpu", "Instance: spec.resources.gpu is no field"),
+    ],
+)
+def test_the_reference_check_catches(text: str, problem: str) -> None:
+    crds = [c for c in _crds() if c["spec"]["names"]["kind"] in ("Instance", "InstanceType")]
+    (instance,) = [c for c in crds if c["spec"]["names"]["kind"] == "Instance"]
+    instance["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"] = text
+    assert reference_problems(crds) == [problem]

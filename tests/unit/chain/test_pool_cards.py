@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from builders.instancetypes import type_spec
 from chain.ledger import Mode
 from chain.pool_cards import (
     Membership,
@@ -26,7 +27,6 @@ from chain.pool_cards import (
 from chain.pool_nodes import pool_node
 from chain.pools import PoolIdentity
 from chain.views import accelerator_views
-from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import card, devices, group, instance_type, row
 
 T4 = "nvidia-tesla-t4"

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from builders.instancetypes import type_spec
 from chain.ledger import Mode
 from chain.pool_cards import PoolCards, pool_cards
 from chain.pools import PoolIdentity
 from kubeapi import KubeError
-from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     card,
     devices,

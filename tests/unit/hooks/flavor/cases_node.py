@@ -1,6 +1,6 @@
 """Fixture cases of the Node decorator (`/node/sync`, `/node/customize`).
 
-Inputs are realistic request bodies (`tests.builders.cluster`); every expectation is a literal taken
+Inputs are realistic request bodies (`builders.cluster`); every expectation is a literal taken
 from docs/design/ (the vectors in docs/design/vectors.md), never computed by the code under test.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.builders.cluster import (
+from builders.cluster import (
     CARD_MODELS,
     CPU_MODELS,
     NODE_CONTROLLER,

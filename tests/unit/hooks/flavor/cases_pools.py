@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.builders.cluster import POOLS_CONTROLLER, pools_request, served, settings_object
+from builders.cluster import POOLS_CONTROLLER, pools_request, served, settings_object
 
 Case = dict[str, Any]
 

@@ -9,11 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chain.pools import FlavorIdentity
-from hooks.flavor import node, pools
-from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
-from hooks.shell import DecoratorRequest, parse_shallow
-from tests.builders.cluster import (
+from builders.cluster import (
     CARD_MODELS,
     CPU_MODELS,
     node_object,
@@ -21,6 +17,10 @@ from tests.builders.cluster import (
     pools_request,
     settings_object,
 )
+from chain.pools import FlavorIdentity
+from hooks.flavor import node, pools
+from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
+from hooks.shell import DecoratorRequest, parse_shallow
 
 GKEYS = ("amd-epyc-7763", "intel-xeon-platinum-8358", "amd-25-1")
 AKEYS = ("", "", "nvidia-tesla-t4", "nvidia-a10g")

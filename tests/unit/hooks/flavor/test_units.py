@@ -6,12 +6,12 @@ from fractions import Fraction
 
 import pytest
 
+from builders.cluster import CPU_MODELS, node_object, node_request, settings_object
 from chain.keys import CpuKey
 from chain.settings import Settings
 from hooks.flavor import node
 from hooks.flavor.objects import as_observed, cpu_detail
 from hooks.shell import BadRequest, DecoratorRequest, parse_shallow, read_settings
-from tests.builders.cluster import CPU_MODELS, node_object, node_request, settings_object
 
 G = "general.feature.gpustack.ai/"
 

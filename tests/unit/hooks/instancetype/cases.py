@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from builders.instancetypes import type_spec
 from chain.ledger import Mode
-from tests.builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     POOL_CARDS_GROUP,
     RESOURCE_MAX_UNITS,

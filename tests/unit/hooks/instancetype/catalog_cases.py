@@ -12,8 +12,8 @@ import copy
 import json
 from typing import Any
 
-from tests.builders import hook_reference
-from tests.builders.instancetypes import type_spec
+from builders import hook_reference
+from builders.instancetypes import type_spec
 from tests.unit.hooks.instancetype.world import (
     WORKER,
     Obj,

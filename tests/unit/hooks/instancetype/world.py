@@ -15,6 +15,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import Any
 
+from builders import hook_reference, uid
+from builders.instancetypes import ENTRANCE, served_instance_type
 from chain.apis import SETTINGS_NAME
 from chain.devices import (
     Accelerator,
@@ -39,8 +41,6 @@ from chain.ledger import (
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
 from chain.settings import Settings
-from tests.builders import hook_reference, uid
-from tests.builders.instancetypes import ENTRANCE, served_instance_type
 
 Obj = dict[str, Any]
 View = tuple[str, str, str]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.builders import hook_reference, uid
-from tests.builders.instancetypes import ENTRANCE, served_instance_type, type_spec
+from builders import hook_reference, uid
+from builders.instancetypes import ENTRANCE, served_instance_type, type_spec
 
 Obj = dict[str, Any]
 

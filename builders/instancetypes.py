@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tests.builders import uid
+from builders import uid
 
 Obj = dict[str, Any]
 WORKER = "worker.gpustack.ai/v1alpha1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from kubeapi.logs import formatter
+from logline import formatter
 
 
 def test_every_process_logs_one_line_shape_or_json_lines() -> None:
