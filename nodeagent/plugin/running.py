@@ -330,7 +330,7 @@ class DevicePlugins:
 
     def _reclaim(self, reconcile: Callable[[frozenset[str]], object]) -> None:
         loop = ReclaimLoop(reconcile)
-        self.node.live_listeners.append(loop.broadcast)
+        self.node.on_live(loop.broadcast)
         loop.start()
         self.reclaims.append(loop)
 

@@ -256,7 +256,7 @@ def test_an_agent_killed_between_answer_and_annotation_loses_and_double_charges_
         node = NodeState(lambda: spec, cluster, writer)
         assert recover(journal, node, cluster.pods()) == 1
         writer.replay()
-        [(holder, record)] = node.reservations.items()
+        [(holder, record)] = node.reserved().items()
         assert holder == Holder("uid-first", "main")
         assert sorted(record.device_ids) == sorted(granted)
 
@@ -327,7 +327,7 @@ def test_the_agent_recovers_the_journal_before_its_servers_start(tmp_path: Path)
     )
     try:
         plugins.publish(frozenset())
-        assert set(plugins.node.reservations) == {Holder("uid-kept", "main")}
+        assert set(plugins.node.reserved()) == {Holder("uid-kept", "main")}
         assert plugins.writer is not None and plugins.writer.drain(5.0)
         assert parse_allocated(cluster.annotation("kept"))["main"].device_ids == (token,)
         assert (tmp_path / "journal").read_text() == ""
