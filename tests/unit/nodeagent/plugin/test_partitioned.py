@@ -38,7 +38,7 @@ from nodeagent.plugin.mig import Markers, Partitioner
 from nodeagent.plugin.node import Late, NodeState
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
 from nodeagent.plugin.reclaim import MigReclaimer
-from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.simulate import SimulatedNvml, load_profile
 from testbed.kubelet import KubeletEmulator
@@ -323,8 +323,7 @@ def test_serve_starts_the_partitioned_plugin_and_its_reclaimer() -> None:
     cluster = FakeCluster()
     nvml = SimulatedNvml(load_profile("a100-40gb-mig"))
     plugins = DevicePlugins(
-        FakeKube(cluster, SPEC),
-        "node-a",
+        NodeRecords.connect(FakeKube(cluster, SPEC), "node-a"),
         manufacturers({}),
         str(kubelet.plugin_dir),
         str(kubelet.pod_resources_socket),
