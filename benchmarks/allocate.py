@@ -57,7 +57,7 @@ from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.node import NodeState
-from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from nodeagent.plugin.server import plugin_servers
 from testbed import build
 from testbed.harness import Testbed
@@ -227,15 +227,18 @@ def serve_plugins(plugin: Plugin, control: Connection) -> None:
         if plugin.variant in API_VARIANTS:
             kube = Kube.from_environment(plugin.kubeconfig)
             journal = Path(plugin.pods_dir).parent / "allocations.journal"
-            plugins = DevicePlugins(
+            records = NodeRecords.connect(
                 kube,
                 plugin.node,
+                watch_pods=kube,
+                journal=journal if plugin.variant == "journal" else None,
+            )
+            plugins = DevicePlugins(
+                records,
                 manufacturers(os.environ),
                 plugin.plugin_dir,
                 plugin.pod_resources_socket,
                 plugin.pods_dir,
-                watch_pods=kube,
-                journal=journal if plugin.variant == "journal" else None,
             )
             stack.callback(plugins.stop)
             plugins.publish(frozenset({NVIDIA.name}))

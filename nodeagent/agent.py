@@ -123,7 +123,7 @@ class Reporter:
     pods: Callable[[], Sequence[Mapping[str, Any]]] | None = None
     """Where the node's Pods are read (the plugins' cache); a Pod list from the API if unset."""
     unrecorded: Callable[[], Sequence[UnrecordedRecord]] | None = None
-    """The records this agent's journal could not land on their Pods (`DevicePlugins.unrecorded`):
+    """The records this agent's journal could not land on their Pods (`NodeRecords.unrecorded`):
     the ledger charges them and lists them (`status.unrecorded`) until they land."""
     events: EventRecorder | None = None
     """Where detection changes become Events on the Node (`node_events`); None: not recorded."""

@@ -12,6 +12,20 @@ a detector failed (could not measure), 2 a usage or profile error.
 
 `serve` exits 3 when its kubeconfig or service account cannot be used and 4 when the API server
 does not answer at start-up: the codes every process shares (`chain.cli`).
+
+`serve` is the agent's composition root: each part is built here with its collaborators passed
+in, in this order, so an Allocate's way to the ledger reads top to bottom in `serve`:
+1. `NodeRecords.connect`: the watch of this node's Pods and `KubeNode` over it, the journal and
+   its `JournaledWriter` (which lands records on the Pods), and the `NodeState` that owns the
+   reservations, over those Pods and that writer.
+2. `Reporter`: the ledger (`Devices.status`), read from the same Pods and from the records the
+   journal cannot land yet (`NodeRecords.unrecorded`).
+3. `DevicePlugins`: the servers over those records, told to write the ledger (`on_pods`) after
+   every change of the Pods, or of what the journal cannot land.
+An Allocate then runs: the server's allocator decides and reserves under the `NodeState` mutex,
+records the grant through the writer (journaled; the annotation lands on the Pod from a writer
+thread), and answers; the Pod's new annotation comes back through the watch, and the follower
+calls the `Reporter`, which rebuilds and writes the ledger.
 """
 
 from __future__ import annotations
@@ -24,12 +38,13 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import yaml
 
 import logline as logs
 from chain import cli
+from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
 from chain.release import AGENT_NAMESPACE
 from chain.settings import StartupEnv
@@ -60,15 +75,19 @@ from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin.ascend import ContainerShare
 from nodeagent.plugin.dmi_mig import DmiMig
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, DeviceNodes, Responder
-from nodeagent.plugin.isolation import IsolationCheck
+from nodeagent.plugin.isolation import OFFERED, IsolationCheck, Slicing
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
+from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.sgpu import SgpuDriver
 from nodeagent.plugin.smlu import SmluDriver, open_cndev_smlu
 from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
+
+if TYPE_CHECKING:
+    from nodeagent.plugin.running import NodeRecords
 
 HOST_ROOT = "/host"
 """Where a preflight container finds the host's root filesystem (bind-mounted read-only)."""
@@ -334,7 +353,20 @@ def _ignore(detected: frozenset[str]) -> None:
     """`publish` without device plugins: nobody subscribes."""
 
 
+def _offered(group: DevicesGroup) -> Slicing:
+    """Without the device plugins nothing hands out slices here: no group's are withheld."""
+    return OFFERED
+
+
+def _report_and_refresh(
+    reporter: Reporter, refresh: Callable[[], None], current: DetectionRound
+) -> None:
+    reporter(current)
+    refresh()  # ListAndWatch lists the spec just written
+
+
 def serve(args: argparse.Namespace) -> int:
+    """The composition root of the agent (the module's docstring reads its Allocate path)."""
     table = manufacturers(os.environ)
     env = StartupEnv.from_env(os.environ)
     names = requested_manufacturers(args.manufacturer, table)
@@ -343,19 +375,8 @@ def serve(args: argparse.Namespace) -> int:
     # and exit 3 or 4, not a loop logging failed reports.
     kube = Kube.connect(args.kubeconfig)
     logs.setup()
-    plugins = args.device_plugin_dir is not None
-    reporter = Reporter(
-        kube,
-        node,
-        args.namespace,
-        names,
-        table,
-        ledger=plugins,
-        release_terminated=env.ledger_release_terminated_pods,
-        events=EventRecorder(kube, EVENTS_CONTROLLER, node),
-    )
+    events = EventRecorder(kube, EVENTS_CONTROLLER, node)
     publish: Callable[[frozenset[str]], None] = _ignore
-    report: Callable[[DetectionRound], None] = reporter
     # Alive while the loop wakes up at least once in three monitor periods.
     health = Health(stale_after=3 * args.period + 30)
     with ExitStack() as stack:
@@ -366,22 +387,51 @@ def serve(args: argparse.Namespace) -> int:
         # detector reads (a simulator keeps its instances in that one object).
         partitions: dict[str, MigNvml] = {}
         device_nodes: DeviceNodes | None = None
-        responders: dict[str, Responder] = {}
+        responders: dict[str, Responder] = dict(RESPONDERS)
         profile = simulated_profile(args.simulate, node)
         if profile:
             host = stack.enter_context(simulated_host(profile))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             partitions, device_nodes = host.partition_libraries(), host.device_nodes
-            responders = host.responders()  # its simulated drivers, not the host's
+            responders.update(host.responders())  # its simulated drivers, not the host's
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
             partitions = _partition_libraries(names)
-        if plugins:  # imported here: the gRPC stubs are generated on first use
-            from nodeagent.plugin.running import DevicePlugins
+        # 1. With the device plugins: the node's Pods (one watch), its allocation state and the
+        # journal's writer, which the plugins grant through and the ledger is written from.
+        records: NodeRecords | None = None
+        if args.device_plugin_dir is not None:  # imported here: gRPC stubs are made on first use
+            from nodeagent.plugin.running import DevicePlugins, NodeRecords
 
-            servers = DevicePlugins(
+            records = NodeRecords.connect(
                 kube,
                 node,
+                watch_pods=kube,
+                journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
+                env=env,
+            )
+        # 2. The reports and, with the plugins, the ledger: from the same Pods and the records the
+        # journal cannot land yet. A simulated host is checked like a real one (its responders,
+        # the same staged directory): a group whose isolation library is not usable publishes
+        # no slices.
+        reporter = Reporter(
+            kube,
+            node,
+            args.namespace,
+            names,
+            table,
+            ledger=records is not None,
+            release_terminated=env.ledger_release_terminated_pods,
+            pods=None if records is None else records.io.pods,
+            unrecorded=None if records is None else records.unrecorded,
+            events=events,
+            slicing=_offered if records is None else IsolationCheck(responders, args.lib_dir),
+        )
+        report: Callable[[DetectionRound], None] = reporter
+        # 3. The servers over those records, the ledger following every change of the Pods.
+        if records is not None:
+            servers = DevicePlugins(
+                records,
                 table,
                 args.device_plugin_dir,
                 args.pod_resources_socket,
@@ -389,26 +439,16 @@ def serve(args: argparse.Namespace) -> int:
                 partition_libraries=partitions,
                 mig_dir=args.mig_dir
                 or os.path.join(os.path.dirname(os.path.normpath(args.pods_dir)), "mig"),
-                watch_pods=kube,
                 env=env,
                 environ=os.environ,
-                journal=_journal_path(args.allocation_journal, args.pods_dir, args.manufacturer),
                 device_nodes=device_nodes,
                 responders=responders,
                 lib_dir=args.lib_dir,
+                on_pods=reporter.write_ledger,
             )
-            # A simulated host is checked like a real one (its responders, the same staged
-            # directory): a group whose isolation library is not usable publishes no slices.
-            reporter.slicing = IsolationCheck(servers.responders, args.lib_dir)
             stack.callback(servers.stop)
-            reporter.pods = servers.io.pods  # one view of the Pods for grants and ledger
-            reporter.unrecorded = servers.unrecorded  # records the journal cannot land yet
-            servers.on_pods = reporter.write_ledger
             publish = servers.publish
-
-            def report(current: DetectionRound) -> None:
-                reporter(current)
-                servers.refresh()  # ListAndWatch lists the spec just written
+            report = partial(_report_and_refresh, reporter, servers.refresh)
 
         def report_and_mark(current: DetectionRound) -> None:
             report(current)

@@ -76,7 +76,15 @@ from nodeagent.plugin.identify import (
     identify,
 )
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.node import NodeState, Pod, RefusedFor, Unidentified
+from nodeagent.plugin.node import (
+    Held,
+    Late,
+    NodeState,
+    Pod,
+    RefusedFor,
+    Unidentified,
+    pod_annotations,
+)
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
@@ -84,13 +92,11 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 Occupancy = dict[CardRef, dict[Holder, int]]
 """Per sliced card, the units each holder takes."""
+NodeView = tuple[DevicesSpec, DevicesStatus, Occupancy]
+"""The node as a hint reads it: its spec, its ledger, and the sliced cards' occupancy."""
 
 DEFAULT_DEADLINE_S = 0.8
 KUBELET_LIST_TIMEOUT_S = 2.0
-
-
-class Late(Exception):
-    """The internal deadline passed; kubelet gets DEADLINE_EXCEEDED and nothing is kept."""
 
 
 class Attempt:
@@ -116,6 +122,133 @@ class Attempt:
 
     def abandon(self) -> bool:
         return self._settle("abandoned")
+
+
+def _nothing() -> None:
+    """No step of the caller's own to undo."""
+
+
+class Recording:
+    """A grant reserved under the node mutex, on its way to its Pod's annotation and to kubelet:
+    the tail every workload plugin shares (`Allocator`, `PartitionedAllocator`). `record` writes
+    the annotation, `answer` renders the response and delivers it; each undoes what came before
+    it when it fails (`undo`: the caller's own step, e.g. a partition it made), and a grant
+    finished after its caller gave up is rolled back (`Late`)."""
+
+    def __init__(self, node: NodeState, found: Candidate, prior: AllocationRecord | None) -> None:
+        self.node = node
+        self.found = found
+        self.holder = found.holder
+        self.prior = prior
+        """The holder's reservation before this grant (a rollback restores it)."""
+        self.before = pod_annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
+        """The Pod's annotation as listed (a rollback writes it back)."""
+
+    def record(
+        self, record: AllocationRecord, attempt: Attempt, undo: Callable[[], None] = _nothing
+    ) -> None:
+        """Write the Pod's annotation with `record`; on failure undo, release the reservation,
+        and raise `Late` or an Internal `Refusal`."""
+        meta = self.found.allocations
+        try:
+            if attempt.left() <= 0:
+                raise Late("the deadline passed before the grant was recorded")
+            self.node.writer.write(meta.namespace, meta.name, self._merged(record))
+        except Exception as error:
+            try:
+                undo()
+            finally:
+                self.node.rollback(self.holder, self.prior)
+            if isinstance(error, Late):
+                raise
+            raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
+
+    def answer(
+        self,
+        attempt: Attempt,
+        render: Callable[[], ContainerResponse],
+        undo: Callable[[], None] = _nothing,
+    ) -> ContainerResponse:
+        """The rendered response, delivered if the attempt is still on; otherwise the recorded
+        grant is given back (annotation and reservation), then `undo`, and `Late` or a
+        `Refusal` raised."""
+        try:
+            response = render()
+            if not attempt.commit():
+                raise Late("the deadline passed while the grant was answered")
+        except Exception as error:
+            try:
+                self._give_back()
+            finally:
+                undo()
+            if isinstance(error, (Late, Refusal)):
+                raise
+            raise Refusal(Code.INTERNAL, str(error)) from error
+        return response
+
+    def _merged(self, record: AllocationRecord) -> str:
+        """The Pod's annotation: what it holds, this process's reservations for its other
+        containers, and this container's new entry (overwriting makes a retry idempotent)."""
+        records = dict(self.found.allocations.records)
+        records.update(self.node.reserved_in(self.found.allocations.uid))
+        records[self.holder.container] = record
+        return render_allocated(records)
+
+    def _give_back(self) -> None:
+        meta = self.found.allocations
+        try:
+            self.node.writer.write(meta.namespace, meta.name, self.before)
+        except Exception as error:
+            # The kubelet will not start this container, so a record left behind would charge
+            # its card for nothing: retried until it lands or the Pod is gone (upstream).
+            where = f"{meta.namespace}/{meta.name}"
+            log.warning("giving back %s %s failed (%s); retrying", where, self.holder, error)
+            self._retry_give_back()
+        finally:
+            self.node.rollback(self.holder, self.prior)
+
+    def _retry_give_back(self, first_delay: float = 0.5, longest: float = 10.0) -> None:
+        """Put the container's entry back as it was before the refused grant, from a thread,
+        until it lands, the Pod is gone, or a later grant holds the container (whose record then
+        stands). Only this container's entry is restored: others may have been granted since."""
+        node, holder, prior = self.node, self.holder, self.prior
+        namespace, name = self.found.allocations.namespace, self.found.allocations.name
+        kept = parse_allocated(self.before).get(holder.container) if self.before else None
+
+        def settled() -> str | None:
+            """The annotation to write now, or None when nothing is left to give back."""
+            if node.reservation(holder) not in (None, prior):
+                return None
+            listed = [PodAllocations.from_pod(raw) for raw in node.listed(fresh=True)]
+            pod = next((p for p in listed if p.uid == holder.pod_uid), None)
+            if pod is None:
+                return None
+            records = dict(pod.records)
+            if records.get(holder.container) == kept:
+                return None
+            if kept is None:
+                records.pop(holder.container, None)
+            else:
+                records[holder.container] = kept
+            return render_allocated(records)
+
+        def retry() -> None:
+            delay = first_delay
+            while True:
+                time.sleep(delay)
+                try:
+                    value = settled()
+                    if value is None:
+                        return
+                    node.writer.write(namespace, name, value)
+                    log.info("gave back %s/%s %s", namespace, name, holder)
+                    node.notify()
+                    return
+                except Exception as error:
+                    log.warning("giving back %s/%s %s: %s", namespace, name, holder, error)
+                delay = min(longest, delay * 2)
+
+        threading.Thread(target=retry, name=f"give-back-{name}", daemon=True).start()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,18 +359,19 @@ class Allocator:
             folded = max(folded, memory_mib_to_units(mib, card_mib))
         return max(declared, folded)
 
-    def _occupancy(self, pods: Sequence[PodAllocations]) -> Occupancy:
-        holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
-        return sliced_occupancy(holdings)
+    def _occupancy(
+        self, pods: Sequence[PodAllocations], reserved: Mapping[Holder, AllocationRecord]
+    ) -> Occupancy:
+        return sliced_occupancy(node_holdings(pods, reserved, self.node.release_terminated))
 
     def _kubelet_view(self, seconds: float) -> KubeletDevices | None:
         if self.kubelet is None:
             return None
         return self.kubelet.devices(self.resource, max(min(KUBELET_LIST_TIMEOUT_S, seconds), 0.01))
 
-    def _served_test(self) -> Callable[[Candidate], bool]:
+    def _served_test(self, held: Held) -> Callable[[Candidate], bool]:
         """Already granted (reserved here, or recorded in its annotation): ranked last."""
-        reserved = set(self.node.reservations)
+        reserved = set(held.reservations)
 
         def served(candidate: Candidate) -> bool:
             holder = candidate.holder
@@ -250,14 +384,16 @@ class Allocator:
     def preferred(self, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         kubelet = self._kubelet_view(DEFAULT_DEADLINE_S)
 
+        def look(held: Held) -> tuple[Sequence[Pod], NodeView, Callable[[Candidate], bool]]:
+            raw = held.listed()
+            pods = [PodAllocations.from_pod(pod) for pod in raw]
+            spec, status = self.node.spec(), self.node.ledger(pods)
+            occupancy = self._occupancy(pods, held.reservations)
+            return raw, (spec, status, occupancy), self._served_test(held)
+
         def read(fresh: bool) -> tuple[DevicesSpec, DevicesStatus, Occupancy, Candidate | None]:
             """The node as the hint reads it, and the container asking (None: unknown)."""
-            with self.node.mutex:
-                raw = self.node.listed(fresh)
-                pods = [PodAllocations.from_pod(pod) for pod in raw]
-                spec, status = self.node.spec(), self.node.ledger(pods)
-                occupancy = self._occupancy(pods)
-                served = self._served_test()
+            raw, (spec, status, occupancy), served = self.node.read(look, fresh)
             try:
                 found = identify(raw, self.resource, size, kubelet, served, lambda _: True)
             except LookupError as error:
@@ -273,7 +409,7 @@ class Allocator:
         units, wanted, room = 0, frozenset[str](), dict[CardRef, int]()
         if found is not None:
             units = min(self._units(found), RESOURCE_MAX_UNITS)
-            wanted = preferred_cards(_annotations(found.pod), spec, self.maker.name)
+            wanted = preferred_cards(pod_annotations(found.pod), spec, self.maker.name)
             if self.node.sliced_gate:
                 room = {
                     CardRef(group.manufacturer, card.id): sliced_room(
@@ -302,30 +438,12 @@ class Allocator:
         found, record, prior = self._locked(
             device_ids,
             attempt,
-            lambda fresh: self._decide(device_ids, attempt, fresh),
+            lambda held: self._decide(held, device_ids, attempt),
             notify=False,
         )
-        holder = found.holder
-        before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
-        meta = found.allocations
-        try:
-            if attempt.left() <= 0:
-                raise Late("the deadline passed before the grant was recorded")
-            self.node.writer.write(meta.namespace, meta.name, self._merged(found, record))
-        except Exception as error:
-            self._release(holder, prior)
-            if isinstance(error, Late):
-                raise
-            raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
-        try:
-            response = self._render(found, record)
-            if not attempt.commit():
-                raise Late("the deadline passed while the grant was answered")
-        except Exception as error:
-            self._rollback(found, before, holder, prior)
-            if isinstance(error, (Late, Refusal)):
-                raise
-            raise Refusal(Code.INTERNAL, str(error)) from error
+        grant = Recording(self.node, found, prior)
+        grant.record(record, attempt)
+        response = grant.answer(attempt, lambda: self._render(found, record))
         # ListAndWatch hears of the grant only now (under a server, once the answer has left:
         # `NodeState.answering`): woken earlier, every stream would rebuild its list while
         # this call still writes and answers.
@@ -336,7 +454,7 @@ class Allocator:
         self,
         device_ids: Sequence[str],
         attempt: Attempt,
-        decide: Callable[[bool], T],
+        decide: Callable[[Held], T],
         notify: bool = True,
     ) -> T:
         """Refuse malformed IDs before anything is looked up or locked; then `decide` (identify,
@@ -350,28 +468,23 @@ class Allocator:
             raise Refusal(Code.INVALID_ARGUMENT, str(error)) from None
         if not device_ids:
             raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
-        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
-            raise Late("another allocation held the node past the deadline")
-        try:
-            decided = self.node.identified(decide)
-        finally:
-            self.node.mutex.release()
+        decided = self.node.decide(decide, max(attempt.left(), 0.0))
         if notify:
             self.node.notify()
         return decided
 
     def _decide(
-        self, device_ids: Sequence[str], attempt: Attempt, fresh: bool
+        self, held: Held, device_ids: Sequence[str], attempt: Attempt
     ) -> tuple[Candidate, AllocationRecord, AllocationRecord | None]:
         node = self.node
-        raw = node.listed(fresh)
+        raw = held.listed()
         pods = [PodAllocations.from_pod(pod) for pod in raw]
-        node.prune({pod.uid for pod in pods})
+        held.prune({pod.uid for pod in pods})
         spec, status = node.spec(), node.ledger(pods)
-        occupancy = self._occupancy(pods)
+        occupancy = self._occupancy(pods, held.reservations)
         offered = _cards_of(device_ids)
         card_mib = _card_memory(spec, self.maker.name, offered)
-        served = self._served_test()
+        served = self._served_test(held)
 
         def feasible(candidate: Candidate) -> bool:
             units = min(self._units(candidate, card_mib), RESOURCE_MAX_UNITS)
@@ -405,99 +518,12 @@ class Allocator:
                 self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
             )
             gate = occupancy if node.sliced_gate else None
-            record = decide_grant(spec, status, node.reservations, request, gate)
+            record = decide_grant(spec, status, held.reservations, request, gate)
         except Refusal as refusal:
             raise RefusedFor(refusal, found.pod) from None
         if attempt.left() <= 0:
             raise Late("the deadline passed while the grant was decided")
-        prior = node.reservations.get(found.holder)
-        node.reservations[found.holder] = record
-        return found, record, prior
-
-    def _merged(self, found: Candidate, record: AllocationRecord) -> str:
-        """The Pod's annotation: what it holds, this process's reservations for its other
-        containers, and this container's new entry (overwriting makes a retry idempotent)."""
-        records = dict(found.allocations.records)
-        with self.node.mutex:
-            for holder, reserved in self.node.reservations.items():
-                if holder.pod_uid == found.allocations.uid:
-                    records[holder.container] = reserved
-        records[found.holder.container] = record
-        return render_allocated(records)
-
-    def _release(self, holder: Holder, prior: AllocationRecord | None) -> None:
-        with self.node.mutex:
-            if prior is None:
-                self.node.reservations.pop(holder, None)
-            else:
-                self.node.reservations[holder] = prior
-        self.node.notify()
-
-    def _rollback(
-        self, found: Candidate, before: str, holder: Holder, prior: AllocationRecord | None
-    ) -> None:
-        meta = found.allocations
-        try:
-            self.node.writer.write(meta.namespace, meta.name, before)
-        except Exception as error:
-            # The kubelet will not start this container, so a record left behind would charge
-            # its card for nothing: retried until it lands or the Pod is gone (upstream).
-            where = f"{meta.namespace}/{meta.name}"
-            log.warning("giving back %s %s failed (%s); retrying", where, holder, error)
-            self._retry_give_back(meta.namespace, meta.name, holder, prior, before)
-        finally:
-            self._release(holder, prior)
-
-    def _retry_give_back(
-        self,
-        namespace: str,
-        name: str,
-        holder: Holder,
-        prior: AllocationRecord | None,
-        before: str,
-        first_delay: float = 0.5,
-        longest: float = 10.0,
-    ) -> None:
-        """Put the container's entry back as it was before the refused grant, from a thread,
-        until it lands, the Pod is gone, or a later grant holds the container (whose record then
-        stands). Only this container's entry is restored: others may have been granted since."""
-        kept = parse_allocated(before).get(holder.container) if before else None
-
-        def settled() -> str | None:
-            """The annotation to write now, or None when nothing is left to give back."""
-            with self.node.mutex:
-                if self.node.reservations.get(holder) not in (None, prior):
-                    return None
-            listed = [PodAllocations.from_pod(raw) for raw in self.node.listed(fresh=True)]
-            pod = next((p for p in listed if p.uid == holder.pod_uid), None)
-            if pod is None:
-                return None
-            records = dict(pod.records)
-            if records.get(holder.container) == kept:
-                return None
-            if kept is None:
-                records.pop(holder.container, None)
-            else:
-                records[holder.container] = kept
-            return render_allocated(records)
-
-        def retry() -> None:
-            delay = first_delay
-            while True:
-                time.sleep(delay)
-                try:
-                    value = settled()
-                    if value is None:
-                        return
-                    self.node.writer.write(namespace, name, value)
-                    log.info("gave back %s/%s %s", namespace, name, holder)
-                    self.node.notify()
-                    return
-                except Exception as error:
-                    log.warning("giving back %s/%s %s: %s", namespace, name, holder, error)
-                delay = min(longest, delay * 2)
-
-        threading.Thread(target=retry, name=f"give-back-{name}", daemon=True).start()
+        return found, record, held.reserve(found.holder, record)
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
         responder = self.responder
@@ -524,14 +550,6 @@ class Allocator:
 
 def _cards_of(device_ids: Sequence[str]) -> set[str]:
     return {token_card(text) for text in device_ids} - {""}
-
-
-def _annotations(pod: Pod) -> Mapping[str, str]:
-    meta = pod.get("metadata")
-    found = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(found, Mapping):
-        return {}
-    return {str(k): str(v) for k, v in found.items()}
 
 
 def runtime_class(pod: Pod) -> str:

@@ -626,7 +626,7 @@ def recover(journal: Journal, node: NodeState, pods: Sequence[Pod]) -> int:
         if live.get((entry.namespace, entry.name)) != entry.uid:
             journal.landed(entry)  # the Pod is gone (or is another Pod now): nothing to hold
             continue
-        for container, record in parse_allocated(entry.value).items():
-            node.reservations[Holder(entry.uid, container)] = record
+        records = parse_allocated(entry.value).items()
+        node.restore({Holder(entry.uid, container): record for container, record in records})
         restored += 1
     return restored

@@ -7,12 +7,18 @@ the decisions must see one state under one lock. The outside world is injected: 
 lists the node's Pods (raw API objects), an `AnnotationWriter` persists one Pod's
 `device.gpustack.ai/accelerator.allocated`. Both are slow I/O and are never called while a
 ListAndWatch stream waits; the Pod list is read under the mutex because the decision needs it.
+
+`NodeState` is the one owner of the mutex, the reservations and the visibility grants: an
+allocator reads and reserves in a step it hands to `decide` (Allocate: a timed wait for the
+mutex) or `read` (a hint), which gets a `Held` for the length of the step, and rolls back,
+amends or restores through `NodeState`'s methods; nothing else touches them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Protocol, TypeVar, runtime_checkable
 
 from chain.allocation import Code, Refusal
@@ -22,6 +28,15 @@ from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations, rebui
 
 Pod = Mapping[str, object]
 T = TypeVar("T")
+
+
+def pod_annotations(pod: Pod) -> Mapping[str, str]:
+    """A listed Pod's annotations (none when it has none, or they are malformed)."""
+    meta = pod.get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(found, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in found.items()}
 
 
 class PodSource(Protocol):
@@ -107,8 +122,48 @@ class Answers:
         return answered
 
 
+class Late(Exception):
+    """The internal deadline passed; kubelet gets DEADLINE_EXCEEDED and nothing is kept."""
+
+
+class Held:
+    """The node's allocation state while one step holds the mutex (`NodeState.decide`,
+    `NodeState.read`): what the step lists, reads, reserves and grants. Only `NodeState` makes
+    one, for the length of the step: `reservations` is the live mapping (read-only), not a
+    copy, so it must not be kept past the step."""
+
+    def __init__(self, owner: NodeState, fresh: bool) -> None:
+        self._owner = owner
+        self.fresh = fresh
+        """Whether `listed` reads the API server now rather than the cache."""
+        self.reservations: Mapping[Holder, AllocationRecord] = MappingProxyType(owner._reservations)
+
+    def listed(self) -> Sequence[Pod]:
+        return self._owner.listed(self.fresh)
+
+    def granted(self) -> set[Holder]:
+        """A copy of the containers already shown their Pod's cards (visibility)."""
+        return set(self._owner._grants)
+
+    def prune(self, live: set[str]) -> None:
+        self._owner._prune(live)
+
+    def reserve(self, holder: Holder, record: AllocationRecord) -> AllocationRecord | None:
+        """Hold `record` for `holder`; the reservation it replaces (None: none)."""
+        return self._owner._put(holder, record)
+
+    def grant(self, holder: Holder) -> None:
+        self._owner._grants.add(holder)
+
+    def revoke(self, holder: Holder) -> None:
+        self._owner._grants.discard(holder)
+
+
 class NodeState:
-    """The allocation state of one node, shared by all its plugin servers."""
+    """The allocation state of one node, shared by all its plugin servers, and its only owner:
+    the mutex, this process's reservations and the visibility grants are private, and the
+    methods below are the only way to read or change them (a step under the mutex gets a
+    `Held`)."""
 
     def __init__(
         self,
@@ -123,14 +178,14 @@ class NodeState:
         self.writer = writer
         self.release_terminated = release_terminated
         self.sliced_gate = sliced_gate
-        self.mutex = threading.Lock()
+        self._mutex = threading.Lock()
         """Held around identify + decide + reserve (never around a write)."""
-        self.reservations: dict[Holder, AllocationRecord] = {}
-        self.grants: set[Holder] = set()
+        self._reservations: dict[Holder, AllocationRecord] = {}
+        self._grants: set[Holder] = set()
         """Containers already shown their Pod's cards by the visibility plugin
         (docs/design/node-agent.md, "Visibility Allocate"): never identified again, so a second
         visibility container of a Pod gets its own call."""
-        self.live_listeners: list[Callable[[frozenset[str]], None]] = []
+        self._live_listeners: list[Callable[[frozenset[str]], None]] = []
         """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()
         self._version = 0
@@ -146,10 +201,10 @@ class NodeState:
         """The node's Pods and this process's reservations, for a ListAndWatch tick. Listed
         under the mutex, so a reservation made for a Pod newer than the list is never pruned;
         a Pod gone since the last Allocate must not keep its cards held."""
-        with self.mutex:
+        with self._mutex:
             pods = self.pods()
-            self.prune({pod.uid for pod in pods})
-            return pods, dict(self.reservations)
+            self._prune({pod.uid for pod in pods})
+            return pods, dict(self._reservations)
 
     def listed(self, fresh: bool = False) -> Sequence[Pod]:
         """The node's Pods: from the source's cache, or from the API server when `fresh`."""
@@ -168,17 +223,92 @@ class NodeState:
                 raise
             return decide(True)
 
+    def decide(self, step: Callable[[Held], T], timeout: float) -> T:
+        """Allocate's read-and-reserve `step` under the mutex, waited for no longer than
+        `timeout` (`Late` then), over the cached Pods and if need be a fresh list
+        (`identified`), both in one hold of the mutex."""
+        if not self._mutex.acquire(timeout=timeout):
+            raise Late("another allocation held the node past the deadline")
+        try:
+            return self.identified(lambda fresh: step(Held(self, fresh)))
+        finally:
+            self._mutex.release()
+
+    def read(self, step: Callable[[Held], T], fresh: bool) -> T:
+        """A hint's read `step` under the mutex (it reserves nothing)."""
+        with self._mutex:
+            return step(Held(self, fresh))
+
+    def reserve(self, holder: Holder, record: AllocationRecord) -> AllocationRecord | None:
+        """Hold `record` for `holder` in place of its reservation (a partition's grant once the
+        instance is made); the reservation it replaces."""
+        with self._mutex:
+            return self._put(holder, record)
+
+    def rollback(self, holder: Holder, prior: AllocationRecord | None) -> None:
+        """Put `holder`'s reservation back as it was before a grant that failed (`prior`; None:
+        none), and wake ListAndWatch."""
+        with self._mutex:
+            if prior is None:
+                self._reservations.pop(holder, None)
+            else:
+                self._reservations[holder] = prior
+        self.notify()
+
+    def restore(self, records: Mapping[Holder, AllocationRecord]) -> None:
+        """Hold again what a previous agent granted and did not see recorded (the journal's
+        replay, before any Allocate is served)."""
+        with self._mutex:
+            self._reservations.update(records)
+
+    def revoke(self, holder: Holder) -> None:
+        """A visibility grant that failed: the container can be identified again."""
+        with self._mutex:
+            self._grants.discard(holder)
+
+    def reservation(self, holder: Holder) -> AllocationRecord | None:
+        with self._mutex:
+            return self._reservations.get(holder)
+
+    def reserved_in(self, pod_uid: str) -> dict[str, AllocationRecord]:
+        """This process's reservations for the containers of one Pod, by container."""
+        with self._mutex:
+            return {h.container: r for h, r in self._reservations.items() if h.pod_uid == pod_uid}
+
+    def reserved(self) -> dict[Holder, AllocationRecord]:
+        """A copy of this process's reservations."""
+        with self._mutex:
+            return dict(self._reservations)
+
+    def granted(self) -> frozenset[Holder]:
+        """A copy of the visibility grants."""
+        with self._mutex:
+            return frozenset(self._grants)
+
+    def on_live(self, listener: Callable[[frozenset[str]], None]) -> None:
+        """Tell `listener` every live-Pod set the plugins list from now on (a reclaimer)."""
+        with self._mutex:
+            self._live_listeners.append(listener)
+
     def ledger(self, pods: Sequence[PodAllocations] | None = None) -> DevicesStatus:
         """The ledger the Pods' annotations add up to (what the reconciler would publish)."""
         listed = self.pods() if pods is None else pods
         return rebuild_status(self.spec(), listed, self.release_terminated).status
 
-    def prune(self, live: set[str]) -> None:
-        """Forget reservations and visibility grants of Pods no longer on the node."""
-        for holder in [h for h in self.reservations if h.pod_uid not in live]:
-            del self.reservations[holder]
-        self.grants = {holder for holder in self.grants if holder.pod_uid in live}
-        for listener in self.live_listeners:
+    def _put(self, holder: Holder, record: AllocationRecord) -> AllocationRecord | None:
+        """Reserve (under the mutex); the reservation replaced."""
+        prior = self._reservations.get(holder)
+        self._reservations[holder] = record
+        return prior
+
+    def _prune(self, live: set[str]) -> None:
+        """Forget reservations and visibility grants of Pods no longer on the node (under the
+        mutex)."""
+        for holder in [h for h in self._reservations if h.pod_uid not in live]:
+            del self._reservations[holder]
+        for holder in [h for h in self._grants if h.pod_uid not in live]:
+            self._grants.discard(holder)
+        for listener in self._live_listeners:
             listener(frozenset(live))
 
     # --- notifier: ListAndWatch resends on every tick -------------------------------------

@@ -18,13 +18,12 @@ deadline than the others (`PARTITION_DEADLINE_S`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from chain.allocation import Code, Refusal, token_card
 from chain.families import PARTITIONED_UNITS
 from chain.ledger import DevicesStatus, Mode
 from chain.ledger_rebuild import (
-    ALLOCATED_ANNOTATION,
     AllocationRecord,
     CardRef,
     Claim,
@@ -51,19 +50,22 @@ from nodeagent.plugin.allocator import (
     Advertised,
     Allocator,
     Attempt,
-    Late,
-    _annotations,
+    Recording,
 )
 from nodeagent.plugin.grants import DeviceNodes, GrantedCard, Responder
 from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
 from nodeagent.plugin.mig import Partitioner, PartitionError
-from nodeagent.plugin.node import NodeState, Unidentified
+from nodeagent.plugin.node import Held, Late, NodeState, Pod, Unidentified
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
 log = logging.getLogger(__name__)
 
 PARTITION_DEADLINE_S = 20.0
+Occupied = dict[CardRef, list[Placement]]
+"""The slots taken on each partitioned card."""
+Reservations = dict[Holder, AllocationRecord]
+Served = Callable[[Candidate], bool]
 
 
 def _any(_candidate: Candidate) -> bool:
@@ -139,17 +141,17 @@ class PartitionedAllocator(Allocator):
         card with a free legal slot); no hint when the Pod or a site cannot be found."""
         kubelet = self._kubelet_view(DEFAULT_DEADLINE_S)
 
-        def read(
-            fresh: bool,
-        ) -> tuple[Candidate | None, dict[CardRef, list[Placement]], Claim | None]:
-            with self.node.mutex:
-                raw = self.node.listed(fresh)
-                pods = [PodAllocations.from_pod(pod) for pod in raw]
-                holdings = node_holdings(pods, self.node.reservations, self.node.release_terminated)
-                occupied = occupied_placements(holdings, self.maker.name)
-                reservations = dict(self.node.reservations)
+        def look(held: Held) -> tuple[Sequence[Pod], Occupied, Reservations, Served]:
+            raw = held.listed()
+            pods = [PodAllocations.from_pod(pod) for pod in raw]
+            holdings = node_holdings(pods, held.reservations, self.node.release_terminated)
+            occupied = occupied_placements(holdings, self.maker.name)
+            return raw, occupied, dict(held.reservations), self._served_test(held)
+
+        def read(fresh: bool) -> tuple[Candidate | None, Occupied, Claim | None]:
+            raw, occupied, reservations, served = self.node.read(look, fresh)
             try:
-                found = identify(raw, self.resource, size, kubelet, self._served_test(), _any)
+                found = identify(raw, self.resource, size, kubelet, served, _any)
             except LookupError as error:
                 if not fresh:
                     raise Unidentified(str(error)) from None
@@ -175,7 +177,7 @@ class PartitionedAllocator(Allocator):
 
     def allocate(self, device_ids: Sequence[str], attempt: Attempt) -> ContainerResponse:
         found, grant, prior, live = self._locked(
-            device_ids, attempt, lambda fresh: self._decide_partition(device_ids, attempt, fresh)
+            device_ids, attempt, lambda held: self._decide_partition(held, device_ids, attempt)
         )
         holder = found.holder
         site = grant.site
@@ -189,7 +191,7 @@ class PartitionedAllocator(Allocator):
                 live,
             )
         except PartitionError as error:
-            self._release(holder, prior)
+            self.node.rollback(holder, prior)
             raise Refusal(Code.INTERNAL, str(error)) from error
 
         def unmake() -> None:
@@ -210,43 +212,24 @@ class PartitionedAllocator(Allocator):
             try:
                 unmake()
             finally:
-                self._release(holder, prior)
+                self.node.rollback(holder, prior)
             raise Refusal(Code.FAILED_PRECONDITION, str(error)) from error
         record = with_partition_id(grant.record, made.mig_uuid)
-        with self.node.mutex:
-            self.node.reservations[holder] = record
-        before = _annotations(found.pod).get(ALLOCATED_ANNOTATION, "")
-        meta = found.allocations
-        try:
-            if attempt.left() <= 0:
-                raise Late("the deadline passed before the grant was recorded")
-            self.node.writer.write(meta.namespace, meta.name, self._merged(found, record))
-        except Exception as error:
-            try:
-                unmake()
-            finally:
-                self._release(holder, prior)
-            if isinstance(error, Late):
-                raise
-            raise Refusal(Code.INTERNAL, f"cannot record the grant: {error}") from error
-        if not attempt.commit():
-            try:
-                self._rollback(found, before, holder, prior)
-            finally:
-                unmake()
-            raise Late("the deadline passed while the grant was answered")
-        return response
+        self.node.reserve(holder, record)
+        recording = Recording(self.node, found, prior)
+        recording.record(record, attempt, undo=unmake)
+        return recording.answer(attempt, lambda: response, undo=unmake)
 
     def _decide_partition(
-        self, device_ids: Sequence[str], attempt: Attempt, fresh: bool
+        self, held: Held, device_ids: Sequence[str], attempt: Attempt
     ) -> tuple[Candidate, PartitionGrant, AllocationRecord | None, frozenset[str]]:
         node = self.node
-        raw = node.listed(fresh)
+        raw = held.listed()
         pods = [PodAllocations.from_pod(pod) for pod in raw]
-        node.prune({pod.uid for pod in pods})
+        held.prune({pod.uid for pod in pods})
         spec = node.spec()
         status = node.ledger(pods)
-        holdings = node_holdings(pods, node.reservations, node.release_terminated)
+        holdings = node_holdings(pods, held.reservations, node.release_terminated)
         occupied = occupied_placements(holdings, self.maker.name)
 
         def feasible(candidate: Candidate) -> bool:
@@ -263,7 +246,7 @@ class PartitionedAllocator(Allocator):
                 self.resource,
                 len(device_ids),
                 lambda: self._kubelet_view(attempt.left()),
-                self._served_test(),
+                self._served_test(held),
                 feasible,
                 offered=device_ids,
             )
@@ -272,7 +255,7 @@ class PartitionedAllocator(Allocator):
         if found.allocations.problem:
             raise Refusal(Code.INTERNAL, found.allocations.problem)
         prior_claim = prior_partition(
-            found.holder, node.reservations, found.allocations.records, self.maker.name
+            found.holder, held.reservations, found.allocations.records, self.maker.name
         )
         mine = {h: r for h, r in holdings.items() if h != found.holder}
         request = PartitionRequest(
@@ -285,13 +268,12 @@ class PartitionedAllocator(Allocator):
         grant = decide_partition(
             spec,
             status,
-            node.reservations,
+            held.reservations,
             occupied_placements(mine, self.maker.name),
             prior_claim,
             request,
         )
         if attempt.left() <= 0:
             raise Late("the deadline passed while the grant was decided")
-        prior = node.reservations.get(found.holder)
-        node.reservations[found.holder] = grant.record
+        prior = held.reserve(found.holder, grant.record)
         return found, grant, prior, frozenset(pod.uid for pod in pods)

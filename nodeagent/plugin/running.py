@@ -4,10 +4,12 @@ The detect loop drives them: `publish` (the set of manufacturers detection found
 servers of each manufacturer served here the first time it appears, and `refresh` (after every
 report) wakes their ListAndWatch streams so kubelet sees the `Devices` spec the report just wrote.
 The servers read the node's Pods and `Devices` spec and write the allocation annotation through
-`KubeNode`. With `watch_pods` (what `serve` runs) the Pods come from a watch on this node's Pods,
-and every change the watch brings wakes the ListAndWatch streams (health follows the ledger) and
-calls `on_pods` (the agent writes the ledger then), so a grant or a finished Pod reaches the
-ledger within moments instead of one monitor period.
+the `NodeRecords` they are built over (`KubeNode`, the journal's writer, `NodeState`), which the
+agent builds first, so that its ledger reads the same Pods and unlanded records. With
+`watch_pods` (what `serve` runs) the Pods come from a watch on this node's Pods, and every change
+the watch brings, or a move of what the journal cannot land, wakes the ListAndWatch streams
+(health follows the ledger) and calls `on_pods` (the agent writes the ledger then), so a grant or
+a finished Pod reaches the ledger within moments instead of one monitor period.
 
 Servers stay up when a manufacturer drops out of one detection: a transient miss must not make
 kubelet forget every card; the spec (and so the advertised tokens) follows the report instead.
@@ -19,13 +21,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from chain.ledger import UnrecordedRecord
 from chain.manufacturers import Manufacturer
 from chain.settings import StartupEnv
 from kubeapi import Kube
 from kubeapi.events import EventRecorder
-from kubeapi.watch import Cache, Watcher
+from kubeapi.watch import Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
 from nodeagent.plugin.cambricon import Cambricon, CambriconReclaimer
@@ -49,7 +52,7 @@ from nodeagent.plugin.mig import (
     Partitioner,
     PartitionError,
 )
-from nodeagent.plugin.node import AnnotationWriter, NodeState
+from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
@@ -63,16 +66,55 @@ SERVED_MANUFACTURERS = frozenset(RESPONDERS)
 """Manufacturers with a container recipe (env, mounts, device nodes) in this package."""
 
 
+class Changing(Protocol):
+    """What a `Follower` waits on: a count of changes (a watch `Cache`, or `Changes`)."""
+
+    @property
+    def changes(self) -> int: ...
+
+    def wait(self, seen: int, timeout: float) -> int:
+        """The count once it moved past `seen`, or `seen` when `timeout` ran out."""
+        ...
+
+
+class Changes:
+    """A count of changes, waited on as a watch cache is (`Changing`): the journal's writer
+    bumps it whenever what it cannot land moves, and a `Follower` writes the ledger then. Built
+    before both, it is what lets the writer be built before the ledger that reads it."""
+
+    def __init__(self) -> None:
+        self._moved = threading.Condition()
+        self._count = 0
+
+    @property
+    def changes(self) -> int:
+        with self._moved:
+            return self._count
+
+    def bump(self) -> None:
+        """Something moved (called from a writer thread: it only counts and wakes)."""
+        with self._moved:
+            self._count += 1
+            self._moved.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> int:
+        with self._moved:
+            self._moved.wait_for(lambda: self._count != seen, timeout)
+            return self._count
+
+
 class Follower:
-    """Calls `react` from a thread of its own after every change of `cache`; a failed
+    """Calls `react` from a thread of its own after every change of `changing`; a failed
     reaction is logged and left to the next change (or the next report)."""
 
-    def __init__(self, cache: Cache, react: Callable[[], None]) -> None:
-        self.cache = cache
+    def __init__(
+        self, changing: Changing, react: Callable[[], None], name: str = "follow-pods"
+    ) -> None:
+        self.cache = changing
         self.react = react
         self._stopped = threading.Event()
         self._seen = 0
-        self._thread = threading.Thread(target=self._run, name="follow-pods", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._seen = self.cache.changes  # before returning: no change after start is missed
@@ -95,71 +137,141 @@ class Follower:
                 log.exception("reacting to a Pod change failed")
 
 
-class DevicePlugins:
-    """Every plugin server of this node, over one shared `NodeState`."""
+class NodeRecords:
+    """What the plugins grant through and the agent's ledger is written from, built before
+    either (`connect`): the node's Pods (`io`, over one watch), the node's allocation state
+    (`node`), and the records on their way to the Pods (`journal`, `writer`; `unrecorded`
+    lists those that cannot land, and `unlanded` counts their moves)."""
 
     def __init__(
         self,
+        io: KubeNode,
+        node: NodeState,
+        unlanded: Changes,
+        watcher: Watcher | None = None,
+        journal: Journal | None = None,
+        writer: JournaledWriter | None = None,
+        events: EventRecorder | None = None,
+    ) -> None:
+        self.io = io
+        self.node = node
+        self.unlanded = unlanded
+        self.watcher = watcher
+        self.journal = journal
+        self.writer = writer
+        self.events = events
+        self._recovered = False
+
+    @classmethod
+    def connect(
+        cls,
         kube: KubeClient,
         node_name: str,
+        watch_pods: Kube | None = None,
+        journal: Path | None = None,
+        env: StartupEnv | None = None,
+        record_events: bool = True,
+    ) -> NodeRecords:
+        """With `watch_pods` the Pods come from a watch on this node's Pods (started by the
+        plugins' first `publish`). With `journal` (a file on the host) a grant is journaled
+        before Allocate answers and its annotation written right after (`journal.py`);
+        without, the annotation is written before the answer. `env` carries the switches the
+        node state reads (release of finished Pods, the sliced gate)."""
+        watcher = (
+            Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
+            if watch_pods is not None
+            else None
+        )
+        io = KubeNode(kube, node_name, watcher.cache if watcher else None)
+        switches = env or StartupEnv()
+        events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
+        unlanded = Changes()
+        opened = Journal(journal) if journal is not None else None
+        writer = (
+            JournaledWriter(
+                opened, io, io.cached_uid, io.current_uid, events=events, on_stuck=unlanded.bump
+            )
+            if opened is not None
+            else None
+        )
+        node = NodeState(
+            io.spec,
+            io,
+            writer or io,
+            release_terminated=switches.ledger_release_terminated_pods,
+            sliced_gate=switches.device_plugin_sliced_allocate_gate,
+        )
+        return cls(io, node, unlanded, watcher, opened, writer, events)
+
+    def unrecorded(self) -> list[UnrecordedRecord]:
+        """The records the journal could not land on their Pods (refused, or failing for that
+        Pod alone), as the ledger lists them (`Devices.status.unrecorded`, the agent filling in
+        `agent`): the ledger charges their cards meanwhile, and the verdict driver reads them
+        in place of the Pods' annotations."""
+        if self.writer is None:
+            return []
+        return [
+            UnrecordedRecord(
+                entry.uid,
+                entry.namespace,
+                entry.name,
+                entry.value,
+                reason=failure.reason,
+                message=failure.message,
+            )
+            for entry, failure in self.writer.stuck()
+        ]
+
+    def recover(self) -> None:
+        """Before the first server starts: hold again what the journal granted but did not see
+        written (a previous agent died between answer and annotation), and write it."""
+        if self._recovered or self.journal is None or self.writer is None:
+            return
+        restored = recover(self.journal, self.node, self.io.fresh_pods())
+        if restored:
+            log.info("holding again the unwritten grants of %d Pods from the journal", restored)
+        self.writer.replay()
+        self._recovered = True
+
+
+class DevicePlugins:
+    """Every plugin server of this node, over the node's shared records (`NodeRecords`)."""
+
+    def __init__(
+        self,
+        records: NodeRecords,
         table: Mapping[str, Manufacturer],
         plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
         pod_resources_socket: str = protos.POD_RESOURCES_SOCKET,
         pods_dir: str = OPERATOR_PODS_DIR,
         nvml: MigNvml | None = None,
         mig_dir: str = OPERATOR_MIG_DIR,
-        watch_pods: Kube | None = None,
         env: StartupEnv | None = None,
         environ: Mapping[str, str] | None = None,
-        journal: Path | None = None,
-        record_events: bool = True,
         device_nodes: DeviceNodes | None = None,
         responders: Mapping[str, Responder] | None = None,
         partition_libraries: Mapping[str, MigNvml] | None = None,
         lib_dir: str = OPERATOR_LIB_DIR,
+        on_pods: Callable[[], None] = lambda: None,
     ) -> None:
         """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
         the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
-        `env` carries the switches (release of finished Pods, the sliced gate, identifying
-        through the kubelet); `environ` the per-manufacturer injection strategy
-        (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and where `auto` reads the host. With
-        `journal` (a file on the host) a grant is journaled before Allocate answers and its
-        annotation written right after (`journal.py`); without, the annotation is written
-        before the answer. `lib_dir`: where sliced grants mount their isolation libraries from
-        (the directory the agent's isolation check reads)."""
-        self.watcher = (
-            Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
-            if watch_pods is not None
-            else None
-        )
-        self.io = KubeNode(kube, node_name, self.watcher.cache if self.watcher else None)
+        `env` carries the switch of identifying through the kubelet; `environ` the
+        per-manufacturer injection strategy (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and
+        where `auto` reads the host. `lib_dir`: where sliced grants mount their isolation
+        libraries from (the directory the agent's isolation check reads). `on_pods` is called
+        (from a following thread) after the node's Pods changed, or what the journal cannot
+        land did: the agent writes the ledger then."""
         switches = env or StartupEnv()
-        self.events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
-        self.journal = Journal(journal) if journal is not None else None
-        self.writer: JournaledWriter | None = None
-        writer: AnnotationWriter = self.io
-        if self.journal is not None:
-            self.writer = JournaledWriter(
-                self.journal,
-                self.io,
-                self.io.cached_uid,
-                self.io.current_uid,
-                events=self.events,
-                on_stuck=self._stuck_moved,
-            )
-            writer = self.writer
-        self._recovered = False
-        self.node = NodeState(
-            self.io.spec,
-            self.io,
-            writer,
-            release_terminated=switches.ledger_release_terminated_pods,
-            sliced_gate=switches.device_plugin_sliced_allocate_gate,
-        )
+        self.records = records
+        self.node = records.node
         self.environ: Mapping[str, str] = environ or {}
-        self.on_pods: Callable[[], None] = lambda: None
-        """Called (from the watch-following thread) after the node's Pods changed."""
+        self.on_pods = on_pods
         self.follower: Follower | None = None
+        self.unlanded_follower = Follower(records.unlanded, self._pods_changed, "follow-records")
+        """The ledger follows what the journal cannot land, from a thread of its own: the
+        writer's threads must not wait for the ledger's API round trips."""
+        self.unlanded_follower.start()
         self.table = table
         self.plugin_dir = plugin_dir
         self.kubelet = (
@@ -170,9 +282,9 @@ class DevicePlugins:
         self.pods_dir = pods_dir
         self.lib_dir = lib_dir
         self.device_nodes = device_nodes
+        """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.responders = {**RESPONDERS, **(responders or {})}
         """Each manufacturer's responder (a simulated host replaces Ascend's, for its DCMI)."""
-        """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML-shaped library (no pynvml, no HGML) partitions cannot be made: no
         # partitioned server for that manufacturer.
@@ -202,63 +314,21 @@ class DevicePlugins:
         raise PartitionError(f"card {card} has no PCI address in this node's Devices spec")
 
     def start_watching(self) -> None:
-        """Follow the node's Pods (a no-op without `watch_pods`)."""
-        if self.watcher is None or self.follower is not None:
+        """Follow the node's Pods (a no-op without a Pod watch)."""
+        watcher = self.records.watcher
+        if watcher is None or self.follower is not None:
             return
-        self.watcher.start()
-        self.follower = Follower(self.watcher.cache, self._pods_changed)
+        watcher.start()
+        self.follower = Follower(watcher.cache, self._pods_changed)
         self.follower.start()
 
     def _pods_changed(self) -> None:
         self.node.notify()
         self.on_pods()
 
-    def unrecorded(self) -> list[UnrecordedRecord]:
-        """The records the journal could not land on their Pods (refused, or failing for that
-        Pod alone), as the ledger lists them (`Devices.status.unrecorded`, the agent filling in
-        `agent`): the ledger charges their cards meanwhile, and the verdict driver reads them
-        in place of the Pods' annotations."""
-        if self.writer is None:
-            return []
-        return [
-            UnrecordedRecord(
-                entry.uid,
-                entry.namespace,
-                entry.name,
-                entry.value,
-                reason=failure.reason,
-                message=failure.message,
-            )
-            for entry, failure in self.writer.stuck()
-        ]
-
-    def _stuck_moved(self) -> None:
-        """What `unrecorded` lists changed (a record failed, or one that failed landed or was
-        dropped): the ledger follows, from a thread of its own: the writer's threads must not
-        wait for the ledger's API round trips, and this happens once per such change."""
-
-        def follow() -> None:
-            try:
-                self._pods_changed()
-            except Exception:
-                log.exception("writing the ledger after a record failed or landed")
-
-        threading.Thread(target=follow, name="ledger-unrecorded", daemon=True).start()
-
-    def recover(self) -> None:
-        """Before the first server starts: hold again what the journal granted but did not see
-        written (a previous agent died between answer and annotation), and write it."""
-        if self._recovered or self.journal is None or self.writer is None:
-            return
-        restored = recover(self.journal, self.node, self.io.fresh_pods())
-        if restored:
-            log.info("holding again the unwritten grants of %d Pods from the journal", restored)
-        self.writer.replay()
-        self._recovered = True
-
     def publish(self, detected: frozenset[str]) -> None:
         """Start the servers of newly detected manufacturers; wake the running ones."""
-        self.recover()
+        self.records.recover()
         self.start_watching()
         for name in sorted(detected & SERVED_MANUFACTURERS):
             if name in self.servers or name not in self.table:
@@ -272,7 +342,7 @@ class DevicePlugins:
                 pods_dir=self.pods_dir,
                 partitioner=partitioner,
                 channel=self._channel(self.table[name]),
-                events=self.events,
+                events=self.records.events,
                 nodes=self.device_nodes,
                 responder=self.responders.get(name),
                 lib_dir=self.lib_dir,
@@ -330,21 +400,22 @@ class DevicePlugins:
 
     def _reclaim(self, reconcile: Callable[[frozenset[str]], object]) -> None:
         loop = ReclaimLoop(reconcile)
-        self.node.live_listeners.append(loop.broadcast)
+        self.node.on_live(loop.broadcast)
         loop.start()
         self.reclaims.append(loop)
 
     def refresh(self) -> None:
         """The agent just reported: read the spec again, and ListAndWatch lists again."""
-        self.io.forget_spec()
+        self.records.io.forget_spec()
         self.node.notify()
 
     def stop(self) -> None:
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
-        if self.watcher is not None:
-            self.watcher.stop()
+        self.unlanded_follower.stop()
+        if self.records.watcher is not None:
+            self.records.watcher.stop()
         for servers in self.servers.values():
             for server in servers:
                 server.stop()
@@ -352,8 +423,9 @@ class DevicePlugins:
         for loop in self.reclaims:
             loop.stop()
         self.reclaims.clear()
-        if self.writer is not None:
+        writer = self.records.writer
+        if writer is not None:
             # Let the records on their first write land before the agent goes; those that
             # failed stay in the journal for the next agent.
-            self.writer.drain(5.0, failing=False)
-            self.writer.stop()
+            writer.drain(5.0, failing=False)
+            writer.stop()

@@ -26,12 +26,12 @@ from chain.manufacturers import Manufacturer
 from kubeapi.events import WARNING, EventRecorder
 from nodeagent.metrics import ALLOCATE_REFUSALS, ALLOCATE_SECONDS
 from nodeagent.plugin import protos
-from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt, Late
+from nodeagent.plugin.allocator import DEFAULT_DEADLINE_S, Advertised, Allocator, Attempt
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import KubeletPods
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Partitioner
-from nodeagent.plugin.node import NodeState, RefusedFor
+from nodeagent.plugin.node import Late, NodeState, RefusedFor
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse

@@ -42,7 +42,6 @@ from nodeagent.plugin.allocator import (
     KUBELET_LIST_TIMEOUT_S,
     Advertised,
     Attempt,
-    Late,
     numa_nodes,
     runtime_class,
 )
@@ -56,7 +55,7 @@ from nodeagent.plugin.identify import (
 )
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.mig import Made
-from nodeagent.plugin.node import NodeState, Pod, Unidentified
+from nodeagent.plugin.node import Held, Late, NodeState, Pod, Unidentified
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 
@@ -116,11 +115,11 @@ class VisibilityAllocator:
         if self.kubelet is not None:
             kubelet = self.kubelet.devices(self.resource, KUBELET_LIST_TIMEOUT_S)
 
+        def look(held: Held) -> tuple[Sequence[Pod], dict[Holder, AllocationRecord], set[Holder]]:
+            return held.listed(), dict(held.reservations), held.granted()
+
         def read(fresh: bool) -> AllocationRecord | None:
-            with self.node.mutex:
-                raw = self.node.listed(fresh)
-                reservations = dict(self.node.reservations)
-                granted = set(self.node.grants)
+            raw, reservations, granted = self.node.read(look, fresh)
             try:
                 found = self._identify(raw, size, kubelet, granted)
             except LookupError as error:
@@ -158,50 +157,44 @@ class VisibilityAllocator:
         grant is revoked)."""
         if not device_ids:
             raise Refusal(Code.INVALID_ARGUMENT, "no device IDs")
-        if not self.node.mutex.acquire(timeout=max(attempt.left(), 0.0)):
-            raise Late("another allocation held the node past the deadline")
-        try:
-            found, owner = self.node.identified(
-                lambda fresh: self._decide(len(device_ids), attempt, fresh)
-            )
-        finally:
-            self.node.mutex.release()
+        found, owner = self.node.decide(
+            lambda held: self._decide(held, len(device_ids), attempt), max(attempt.left(), 0.0)
+        )
         try:
             response = self._render(found, owner)
             if not attempt.commit():
                 raise Late("the deadline passed while the grant was answered")
         except Exception as error:
-            self._revoke(found.holder)
+            self.node.revoke(found.holder)
             if isinstance(error, (Late, Refusal)):
                 raise
             raise Refusal(Code.INTERNAL, str(error)) from error
         return response
 
     def _decide(
-        self, requested: int, attempt: Attempt, fresh: bool
+        self, held: Held, requested: int, attempt: Attempt
     ) -> tuple[Candidate, tuple[Holder, AllocationRecord]]:
         """Identify, grant and pick the owner; called under the node mutex."""
-        node = self.node
-        raw = node.listed(fresh)
-        node.prune({PodAllocations.from_pod(pod).uid for pod in raw})
+        raw = held.listed()
+        held.prune({PodAllocations.from_pod(pod).uid for pod in raw})
         try:
-            found = self._identify(raw, requested, self._ask_kubelet(attempt), set(node.grants))
+            found = self._identify(raw, requested, self._ask_kubelet(attempt), held.granted())
         except LookupError as error:
             raise Unidentified(str(error)) from None
-        node.grants.add(found.holder)
+        held.grant(found.holder)
         try:
             owner = visibility_owner(
                 found.holder,
                 found.allocations,
-                node.reservations,
-                node.spec(),
+                held.reservations,
+                self.node.spec(),
                 self.maker.name,
                 requested,
             )
             if attempt.left() <= 0:
                 raise Late("the deadline passed while the owner was looked up")
         except BaseException:
-            node.grants.discard(found.holder)
+            held.revoke(found.holder)
             raise
         return found, owner
 
@@ -234,10 +227,6 @@ class VisibilityAllocator:
             return self.kubelet.devices(self.resource, wait)
 
         return ask
-
-    def _revoke(self, holder: Holder) -> None:
-        with self.node.mutex:
-            self.node.grants.discard(holder)
 
     def _render(
         self, found: Candidate, owner: tuple[Holder, AllocationRecord]

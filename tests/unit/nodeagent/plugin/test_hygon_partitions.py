@@ -181,7 +181,7 @@ def test_a_partition_without_its_registry_file_fails_closed_and_is_unmade(node: 
     assert refused.value.code == Code.FAILED_PRECONDITION
     assert "no registry file" in refused.value.message
     assert node.dmi.instances() == []
-    assert node.state.reservations == {} and node.cluster.annotation("p1") == ""
+    assert node.state.reserved() == {} and node.cluster.annotation("p1") == ""
 
 
 def test_a_sidecar_is_shown_the_owner_partition_not_the_card(node: Node) -> None:

@@ -256,7 +256,7 @@ def test_an_agent_killed_between_answer_and_annotation_loses_and_double_charges_
         node = NodeState(lambda: spec, cluster, writer)
         assert recover(journal, node, cluster.pods()) == 1
         writer.replay()
-        [(holder, record)] = node.reservations.items()
+        [(holder, record)] = node.reserved().items()
         assert holder == Holder("uid-first", "main")
         assert sorted(record.device_ids) == sorted(granted)
 
@@ -303,7 +303,7 @@ def test_an_agent_killed_between_answer_and_annotation_loses_and_double_charges_
 def test_the_agent_recovers_the_journal_before_its_servers_start(tmp_path: Path) -> None:
     """`nodeagent serve`'s wiring: an entry a previous agent left unwritten is held again and
     written when the plugins are first published; one for a Pod that is gone is dropped."""
-    from nodeagent.plugin.running import DevicePlugins
+    from nodeagent.plugin.running import DevicePlugins, NodeRecords
     from tests.unit.nodeagent.plugin.fakes import FakeKube
 
     cluster = FakeCluster()
@@ -318,17 +318,16 @@ def test_the_agent_recovers_the_journal_before_its_servers_start(tmp_path: Path)
     left.append("default", "gone", "uid-gone", record)
     left.close()
 
-    plugins = DevicePlugins(
+    records = NodeRecords.connect(
         FakeKube(cluster, spec),  # type: ignore[arg-type]
         "node-a",
-        {},
-        plugin_dir=str(tmp_path / "plugins"),
         journal=tmp_path / "journal",
     )
+    plugins = DevicePlugins(records, {}, plugin_dir=str(tmp_path / "plugins"))
     try:
         plugins.publish(frozenset())
-        assert set(plugins.node.reservations) == {Holder("uid-kept", "main")}
-        assert plugins.writer is not None and plugins.writer.drain(5.0)
+        assert set(plugins.node.reserved()) == {Holder("uid-kept", "main")}
+        assert records.writer is not None and records.writer.drain(5.0)
         assert parse_allocated(cluster.annotation("kept"))["main"].device_ids == (token,)
         assert (tmp_path / "journal").read_text() == ""
     finally:

@@ -32,13 +32,13 @@ from chain.manufacturers import manufacturers
 from chain.partitions import Placement
 from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
-from nodeagent.plugin.allocator import Attempt, Late
+from nodeagent.plugin.allocator import Attempt
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.mig import Markers, Partitioner
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import Late, NodeState
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
 from nodeagent.plugin.reclaim import MigReclaimer
-from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.simulate import SimulatedNvml, load_profile
 from testbed.kubelet import KubeletEmulator
@@ -99,7 +99,7 @@ def node(tmp_path: Path) -> Node:
 
 def nothing_left(node: Node) -> None:
     assert node.nvml.instances() == []
-    assert node.state.reservations == {}
+    assert node.state.reserved() == {}
     assert list(node.partitioner.markers.all()) == []
 
 
@@ -212,7 +212,7 @@ def test_healthy_set_follows_the_room(node: Node) -> None:
 
 def test_listing_broadcasts_the_live_pods(node: Node) -> None:
     heard: list[frozenset[str]] = []
-    node.state.live_listeners.append(heard.append)
+    node.state.on_live(heard.append)
     node.cluster.add("p1", ("main", limits("1g.5gb")))
     node.allocator.advertised()
     assert heard == [frozenset({"uid-p1"})]
@@ -259,7 +259,8 @@ def test_a_sidecar_is_shown_the_owner_partition_while_it_lives(node: Node) -> No
     mig = node.allocator.allocate([TOKEN], Attempt(10.0)).envs["NVIDIA_VISIBLE_DEVICES"]
     shown = visibility.allocate([TOKEN], Attempt(10.0))
     assert dict(shown.envs) == {"NVIDIA_VISIBLE_DEVICES": mig}
-    node.state.grants.clear()  # kubelet asks again, as after its own restart
+    for shown in node.state.granted():  # kubelet asks again, as after its own restart
+        node.state.revoke(shown)
     assert node.partitioner.destroy(CARDS[0], node.row("p1").allocated_physical_placements[0])
     with pytest.raises(Refusal) as caught:
         visibility.allocate([TOKEN], Attempt(10.0))
@@ -322,8 +323,7 @@ def test_serve_starts_the_partitioned_plugin_and_its_reclaimer() -> None:
     cluster = FakeCluster()
     nvml = SimulatedNvml(load_profile("a100-40gb-mig"))
     plugins = DevicePlugins(
-        FakeKube(cluster, SPEC),
-        "node-a",
+        NodeRecords.connect(FakeKube(cluster, SPEC), "node-a"),
         manufacturers({}),
         str(kubelet.plugin_dir),
         str(kubelet.pod_resources_socket),
@@ -367,7 +367,7 @@ def test_a_partition_that_cannot_be_unmade_is_left_to_the_reclaimer(node: Node) 
     node.nvml.fail_next("nvmlComputeInstanceDestroy", "IN_USE")
     refusal = node.refused("p1", "1g.5gb")
     assert refusal.code == Code.INTERNAL and "cannot record the grant" in refusal.message
-    assert node.state.reservations == {}
+    assert node.state.reserved() == {}
     (marker,) = node.partitioner.markers.all()
     assert marker.pod_uid == "uid-p1"
     node.cluster.remove("p1")

@@ -72,7 +72,7 @@ def reconnected(kubelet: KubeletEmulator, before: dict[str, Endpoint]) -> None:
 
 def holdings(cluster: FakeCluster, node: NodeState) -> dict[Any, Any]:
     pods = [PodAllocations.from_pod(pod) for pod in cluster.pods()]
-    return node_holdings(pods, node.reservations, node.release_terminated)
+    return node_holdings(pods, node.reserved(), node.release_terminated)
 
 
 def admit_mix(kubelet: KubeletEmulator, cluster: FakeCluster) -> dict[tuple[str, str], Any]:
@@ -109,7 +109,7 @@ def test_a_restarted_agent_sees_what_the_old_one_granted() -> None:
             assert shown[("dev", "ssh")] == CARDS[3]
             old_ledger = old.ledger()
             old_holdings = holdings(cluster, old)
-            old_reservations = dict(old.reservations)
+            old_reservations = dict(old.reserved())
             old_health = listed(kubelet)
             endpoints = dict(kubelet.endpoints)
         annotations = {name: cluster.annotation(name) for name in ("pending", "dev")}
@@ -119,7 +119,7 @@ def test_a_restarted_agent_sees_what_the_old_one_granted() -> None:
             reconnected(kubelet, endpoints)
             for resource in RESOURCES:  # the same holds, so the same health per token
                 kubelet.wait_devices(resource, lambda d, r=resource: d == old_health[r])
-            assert new.reservations == {}
+            assert new.reserved() == {}
             assert new.ledger() == old_ledger
             assert holdings(cluster, new) == old_holdings
             for holder, record in old_reservations.items():

@@ -229,9 +229,9 @@ def test_slow_writer_gets_deadline_exceeded_and_rolls_back() -> None:
         assert time.monotonic() - started < 0.55
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and (r.node.reservations or len(r.cluster.writes) < 2):
+        while time.monotonic() < deadline and (r.node.reserved() or len(r.cluster.writes) < 2):
             time.sleep(0.05)
-        assert r.node.reservations == {}
+        assert r.node.reserved() == {}
         assert r.cluster.annotation("slow") == ""  # the late write was undone
 
 
@@ -244,7 +244,7 @@ def test_failed_write_releases_the_reservation() -> None:
             allocate(r, Mode.EXCLUSIVE, [f"tesla-t4:{CARDS[0]}:0000"])
         assert caught.value.code() == grpc.StatusCode.INTERNAL
         assert "apiserver said no" in caught.value.details()
-        assert r.node.reservations == {}
+        assert r.node.reserved() == {}
 
 
 def test_no_pending_pod_is_an_error_not_a_grant() -> None:
@@ -253,7 +253,7 @@ def test_no_pending_pod_is_an_error_not_a_grant() -> None:
         with pytest.raises(grpc.RpcError) as caught:
             allocate(r, Mode.EXCLUSIVE, [f"tesla-t4:{CARDS[0]}:0000"])
         assert caught.value.code() == grpc.StatusCode.INTERNAL
-        assert json.dumps(r.node.reservations) == "{}"
+        assert json.dumps(r.node.reserved()) == "{}"
 
 
 def test_pod_resources_names_the_pod_kubelet_is_admitting() -> None:
@@ -297,7 +297,7 @@ def test_health_returns_when_the_holding_pod_is_gone() -> None:
         r.kubelet.forget(pod)
         r.node.notify()  # the Pod watch's tick
         r.kubelet.wait_devices(SHARED, lambda d: len(healthy(d)) == 40)
-        assert r.node.reservations == {}
+        assert r.node.reserved() == {}
 
 
 def test_malformed_device_ids_are_invalid_arguments() -> None:

@@ -56,7 +56,7 @@ def check(r: Rig, spec: DevicesSpec) -> int:
         assert row.remaining == RESOURCE_MAX_UNITS - units[card.id]
         assert row.mode == next(iter(modes[card.id]), Mode.NONE)
     live = {pod.uid: pod for pod in pods}
-    for holder, reserved in dict(r.node.reservations).items():
+    for holder, reserved in dict(r.node.reserved()).items():
         pod = live.get(holder.pod_uid)  # a vanished Pod's reservation waits for the next prune
         assert pod is None or pod.records.get(holder.container) in (reserved, None)
     return claims

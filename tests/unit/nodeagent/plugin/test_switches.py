@@ -13,7 +13,7 @@ from pathlib import Path
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
 from nodeagent.plugin.injection import CDI_ANNOTATION_PREFIX, Strategy
-from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.plugin.fakes import FakeCluster, FakeKube, t4_spec
 
@@ -28,8 +28,7 @@ def served(
     kubelet = KubeletEmulator(root)
     cluster = FakeCluster()
     plugins = DevicePlugins(
-        FakeKube(cluster, t4_spec()),
-        "node-a",
+        NodeRecords.connect(FakeKube(cluster, t4_spec()), "node-a", env=env),
         manufacturers({}),
         str(kubelet.plugin_dir),
         str(kubelet.pod_resources_socket),

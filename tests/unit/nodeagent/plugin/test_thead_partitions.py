@@ -147,7 +147,7 @@ def test_a_capability_node_the_host_lacks_fails_closed_and_unmakes_the_partition
     assert refused.value.code == Code.FAILED_PRECONDITION
     assert "/dev/alixpu_ctl" in refused.value.message
     assert node.hgml.instances() == []
-    assert node.state.reservations == {}
+    assert node.state.reserved() == {}
     assert list(node.partitioner.markers.all()) == []
     assert node.cluster.annotation("p1") == ""
 

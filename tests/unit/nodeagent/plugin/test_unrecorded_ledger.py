@@ -16,7 +16,7 @@ from chain.ledger import DevicesStatus, Mode, UnrecordedRecord
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, Holder, render_allocated
 from kubeapi import KubeError
 from nodeagent.plugin.journal import RECORD_REFUSED
-from nodeagent.plugin.running import DevicePlugins
+from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from tests.unit.nodeagent.plugin.fakes import GPU, NVIDIA, FakeCluster, FakeKube, t4_spec
 from tests.unit.nodeagent.test_slicing_gate import Events, FakeApi, reporter_for
 
@@ -106,23 +106,26 @@ def test_the_plugins_tell_the_pod_and_write_the_ledger_when_a_record_is_refused(
     cluster.add("b", ("main", {GPU: "1"}))
     kube = RefusingKube(cluster, spec)
     kube.refused["a"] = KubeError(403, "denied by a tenant policy: metadata too large")
-    plugins = DevicePlugins(
+    records = NodeRecords.connect(
         kube,  # type: ignore[arg-type]
         "node-a",
-        {},
-        plugin_dir=str(tmp_path / "plugins"),
         journal=tmp_path / "journal",
     )
     ledgers: list[int] = []
-    plugins.on_pods = lambda: ledgers.append(len(plugins.unrecorded()))
-    assert plugins.writer is not None
-    plugins.writer.refused_backoff = 0.05  # tried again often while the test looks
+    plugins = DevicePlugins(
+        records,
+        {},
+        plugin_dir=str(tmp_path / "plugins"),
+        on_pods=lambda: ledgers.append(len(records.unrecorded())),
+    )
+    assert records.writer is not None
+    records.writer.refused_backoff = 0.05  # tried again often while the test looks
     try:
         plugins.node.writer.write("default", "a", _record(spec, "uid-a", 0))
         plugins.node.writer.write("default", "b", _record(spec, "uid-b", 1))
         assert _until(lambda: cluster.annotation("b") != "")
         assert _until(lambda: ledgers == [1])  # the ledger was written once a's listing began
-        [listed] = plugins.unrecorded()
+        [listed] = records.unrecorded()
         assert (listed.uid, listed.reason) == ("uid-a", "Forbidden")
         assert "metadata too large" in listed.message
         assert _until(lambda: len(cluster.events) >= 1)
@@ -138,7 +141,7 @@ def test_the_plugins_tell_the_pod_and_write_the_ledger_when_a_record_is_refused(
         }
         assert "metadata too large" in event["note"]
         del kube.refused["a"]
-        assert plugins.writer.drain(5.0)
+        assert records.writer.drain(5.0)
         assert cluster.annotation("a") != ""
         assert _until(lambda: ledgers[-1:] == [0])  # and once more when it landed
         assert ALLOCATED_ANNOTATION in cluster.pods()[0]["metadata"]["annotations"]

@@ -21,9 +21,9 @@ from chain.devices import DevicesSpec
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger_rebuild import AllocationRecord, Holder, render_allocated
 from nodeagent.plugin import protos
-from nodeagent.plugin.allocator import Attempt, Late
+from nodeagent.plugin.allocator import Attempt
 from nodeagent.plugin.mig import Made
-from nodeagent.plugin.node import NodeState
+from nodeagent.plugin.node import Late, NodeState
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import VisibilityAllocator
 from tests.unit.nodeagent.plugin.fakes import (
@@ -114,7 +114,7 @@ def test_every_card_advertises_512_tokens_healthy_unless_the_card_is_not() -> No
         ),
     )
     n = node(DevicesSpec((broken,)))
-    n.state.reservations[Holder("uid-x", "main")] = held(0)  # holds never matter here
+    n.state.restore({Holder("uid-x", "main"): held(0)})  # holds never matter here
     n.cluster.add("x", ("main", {GPU: "1"}))
     n.annotate("x", {"main": held(1)})
     devices = n.plugin.advertised()
@@ -148,18 +148,18 @@ def test_shows_the_owner_cards_and_writes_nothing() -> None:
     n = node()
     n.cluster.add("p", ("main", {GPU: "2"}), ("ssh", {VISIBILITY: "2"}))
     n.annotate("p", {"main": held(1, 2)})
-    before = (list(n.cluster.writes), n.state.ledger(), dict(n.state.reservations))
+    before = (list(n.cluster.writes), n.state.ledger(), dict(n.state.reserved()))
     response = n.show(2)
     assert response.envs == {VISIBLE: f"{CARDS[1]},{CARDS[2]}"}
-    assert (list(n.cluster.writes), n.state.ledger(), dict(n.state.reservations)) == before
-    assert n.state.grants == {Holder("uid-p", "ssh")}
+    assert (list(n.cluster.writes), n.state.ledger(), dict(n.state.reserved())) == before
+    assert n.state.granted() == {Holder("uid-p", "ssh")}
 
 
 def test_a_reservation_is_the_owner_before_the_annotation() -> None:
     n = node()
     uid = sidecar_pod(n, "p", "a", "b")
     n.annotate("p", {"a": held(1)})
-    n.state.reservations[Holder(uid, "b")] = held(2)
+    n.state.restore({Holder(uid, "b"): held(2)})
     assert n.show().envs[VISIBLE] == CARDS[2]
 
 
@@ -169,8 +169,8 @@ def test_the_lowest_container_name_owns() -> None:
     n.annotate("annotated", {"z": held(0), "b": held(3)})
     assert n.show().envs[VISIBLE] == CARDS[3]
     uid = sidecar_pod(n, "reserved", "m", "c")
-    n.state.reservations[Holder(uid, "m")] = held(0)
-    n.state.reservations[Holder(uid, "c")] = held(1)
+    n.state.restore({Holder(uid, "m"): held(0)})
+    n.state.restore({Holder(uid, "c"): held(1)})
     assert n.show().envs[VISIBLE] == CARDS[1]
 
 
@@ -183,7 +183,7 @@ def test_no_owner_fails_closed_with_a_message_a_user_can_act_on() -> None:
         "container ssh asks to see its Pod's nvidia cards, but no other container of the Pod "
         "holds any; give another container a card resource"
     )
-    assert n.state.grants == set()
+    assert n.state.granted() == set()
 
 
 def test_an_unreadable_annotation_fails_closed() -> None:
@@ -237,7 +237,7 @@ def test_a_partition_owner_fails_closed_until_partitions_can_be_shown() -> None:
     refusal = n.refused()
     assert refusal.code == Code.FAILED_PRECONDITION
     assert "holds a partition of card" in refusal.message
-    assert n.state.grants == set()
+    assert n.state.granted() == set()
     asked: list[Holder] = []
 
     def live(owner: Holder) -> Made | None:
@@ -251,7 +251,7 @@ def test_a_partition_owner_fails_closed_until_partitions_can_be_shown() -> None:
         f"container main holds a partition of card {card.id} that this node cannot vouch for "
         "(no live MIG instance is recorded for it); restart the Pod so its partition is made again"
     )
-    assert n.state.grants == set()
+    assert n.state.granted() == set()
     assert n.show().envs == {VISIBLE: "MIG-0"}  # the partition, never the parent card
     assert asked == [Holder("uid-p", "main"), Holder("uid-p", "main")]
 
@@ -267,25 +267,25 @@ def test_a_grant_is_not_handed_twice_to_the_same_container() -> None:
     n.annotate("p", {"main": held(2)})
     for _ in range(2):
         assert n.show().envs[VISIBLE] == CARDS[2]
-    assert n.state.grants == {Holder("uid-p", "ssh-a"), Holder("uid-p", "ssh-b")}
+    assert n.state.granted() == {Holder("uid-p", "ssh-a"), Holder("uid-p", "ssh-b")}
     with pytest.raises(Refusal) as caught:  # both are served: nobody is left to identify
         n.show()
     assert caught.value.code == Code.INTERNAL
     n.cluster.remove("p")
     with pytest.raises(Refusal):
         n.show()
-    assert n.state.grants == set()  # the Pod is gone, so are its grants
+    assert n.state.granted() == set()  # the Pod is gone, so are its grants
 
 
 def test_a_failure_revokes_the_grant() -> None:
     n = node()
     uid = sidecar_pod(n, "p", "main")
     assert n.refused().code == Code.FAILED_PRECONDITION  # the owner is not granted yet
-    assert n.state.grants == set()
-    n.state.reservations[Holder(uid, "main")] = held(0)
+    assert n.state.granted() == set()
+    n.state.restore({Holder(uid, "main"): held(0)})
     with pytest.raises(Late):  # the answer comes too late for kubelet
         n.show(seconds=0.0)
-    assert n.state.grants == set()
+    assert n.state.granted() == set()
     assert n.show().envs[VISIBLE] == CARDS[0]  # kubelet's retry finds the same container
 
 
