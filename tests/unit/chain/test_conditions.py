@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from chain.conditions import MESSAGE_LIMIT, Condition, find, generation_of, merge, timestamp
+from chain.devices_conditions import devices_conditions
 from chain.instance_conditions import instance_conditions
 from chain.pool_conditions import PoolState, pool_conditions
 from chain.views import AcceleratorViews, View
@@ -224,3 +225,36 @@ def test_pool_reasons() -> None:
         active, available, ready = pool_conditions(_state(**kw))
         assert (active.status, active.reason, ready.reason) == ("False", reason, reason), kw
         assert (available.status, available.reason) == ("False", "Inactive")
+
+
+# --- Devices --------------------------------------------------------------------------------
+
+
+def test_a_failed_detection_is_its_manufacturers_and_the_nodes() -> None:
+    found = devices_conditions({"nvidia": (0, "NVML: driver not loaded")}, (), None)
+    assert _reasons(found) == [
+        ("nvidia.gpustack.ai/Detected", "False", "DetectionFailed"),
+        ("SlicingAvailable", "True", "SlicingAvailable"),
+        ("Ready", "False", "DetectionFailed"),
+    ]
+    assert "NVML: driver not loaded" in found[0].message
+    assert found[2].message == "the detection of nvidia failed (see their Detected)"
+    assert devices_conditions({"amd": (2, None)}, (), None)[0].message == (
+        "the last detection measured 2 cards"
+    )
+
+
+def test_each_agent_counts_the_others_detected_in_the_nodes_ready() -> None:
+    """Two agents on one node: the AMD agent's Ready reads the NVIDIA agent's failure, and
+    its own Detected replaces what the list held for amd."""
+    held = [
+        _held("nvidia.gpustack.ai/Detected", "False"),
+        _held("amd.gpustack.ai/Detected", "False"),
+    ]
+    *_, ready = devices_conditions({"amd": (1, None)}, (), held)
+    assert (ready.status, ready.message) == (
+        "False",
+        "the detection of nvidia failed (see their Detected)",
+    )
+    held[0]["status"] = "True"
+    assert devices_conditions({"amd": (1, None)}, (), held)[-1].holds
