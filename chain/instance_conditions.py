@@ -1,8 +1,9 @@
 """An Instance's conditions (docs/instances.md, "Conditions"), from what its hook reads: the
 Instance, its Pod, and its InstanceType (whose own conditions say why a queue holds a Pod).
 
-- `Admitted`: Kueue admitted its Pod's Workload: Kueue's webhook gives every queued Pod the
-  scheduling gate `kueue.x-k8s.io/admission` and takes it away on admission.
+- `Admitted`: no admission gate of Kueue holds its Pod: Kueue's Pod webhook gives every queued
+  Pod the scheduling gate `kueue.x-k8s.io/admission` and takes it away when it admits the Pod's
+  Workload (a cluster whose Kueue does not manage Pods never gates it).
 - `Scheduled`: its Pod is bound to a node.
 - `Ready`: its Pod runs and is ready (the Pod's own `Ready` condition).
 
@@ -55,10 +56,10 @@ def _held(instance_type: Mapping[str, Any] | None) -> tuple[str, str]:
     active = find(held, pool_conditions.ACTIVE) or {}
     ready = find(held, pool_conditions.READY) or {}
     available = find(held, pool_conditions.AVAILABLE) or {}
-    if active.get("status") == "False":
-        return POOL_INACTIVE, f"its pool's queue admits nothing now: {active.get('message', '')}"
     if ready.get("reason") == pool_conditions.NO_CAPACITY:
         return NO_CAPACITY, f"no card or core of its pool can host it: {ready.get('message', '')}"
+    if active.get("status") == "False":
+        return POOL_INACTIVE, f"its pool's queue admits nothing now: {active.get('message', '')}"
     why = f": {available.get('message', '')}" if available.get("status") == "False" else ""
     return WAITING_FOR_QUOTA, f"its Pod waits in its pool's queue until the quota fits it{why}"
 
@@ -91,7 +92,8 @@ def instance_conditions(
     if _gated(pod):
         admitted = Condition.of(ADMITTED, False, *_held(instance_type))
     else:
-        admitted = Condition.of(ADMITTED, True, ADMITTED, "Kueue admitted its Pod")
+        message = "no admission gate of Kueue holds its Pod"
+        admitted = Condition.of(ADMITTED, True, ADMITTED, message)
     node = str((pod.get("spec") or {}).get("nodeName") or "")
     if node:
         scheduled = Condition.of(SCHEDULED, True, SCHEDULED, f"its Pod is bound to {node}")

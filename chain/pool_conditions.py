@@ -1,6 +1,7 @@
 """An InstanceType's conditions (docs/queues.md, "Conditions"), from what its status hook reads.
 
-- `Active`: its pool's ClusterQueue admits (Kueue's own `Active` condition on it).
+- `Active`: its pool's ClusterQueue admits (Kueue's own `Active` condition on it, with Kueue's
+  reason; `NoCapacity` when the pool counts nothing, whose queue the queue hook holds).
 - `Available`: a new Instance fits now: some view's `onceMaxRequest` is above zero.
 - `Ready`: the pool is usable: Active, and it has counted capacity (cards, or cores for a CPU
   pool); a full pool is still Ready (it is only not Available).
@@ -46,7 +47,8 @@ class PoolState:
     """The reason of Kueue's `Active` condition on the ClusterQueue, when it has one."""
 
 
-def _active(state: PoolState) -> Condition:
+def _active(state: PoolState, empty: str) -> Condition:
+    """`empty`: why the pool counts nothing, "" when it counts some capacity."""
     if state.terminating:
         return Condition.of(ACTIVE, False, TERMINATING, "the InstanceType is being deleted")
     if state.draining:
@@ -56,8 +58,12 @@ def _active(state: PoolState) -> Condition:
         return Condition.of(ACTIVE, False, QUEUE_PENDING, state.message)
     if state.phase == "Active":
         return Condition.of(ACTIVE, True, QUEUE_ACTIVE, state.message or "its ClusterQueue admits")
+    said = state.message or "its ClusterQueue is not active"
+    if empty:
+        # The queue hook holds the queue of a pool without flavors: say what it lacks.
+        return Condition.of(ACTIVE, False, NO_CAPACITY, f"{said}: {empty}")
     reason = state.queue_reason if _is_reason(state.queue_reason) else QUEUE_INACTIVE
-    return Condition.of(ACTIVE, False, reason, state.message or "its ClusterQueue is not active")
+    return Condition.of(ACTIVE, False, reason, said)
 
 
 def _is_reason(word: str) -> bool:
@@ -83,11 +89,11 @@ def _shown(state: PoolState) -> str:
 
 def pool_conditions(state: PoolState) -> tuple[Condition, Condition, Condition]:
     """(Active, Available, Ready) for the InstanceType's status."""
-    active = _active(state)
     counted = any(view.capacity > 0 for view in _views(state))
     what = "cards" if state.acceleratable else "CPU cores"
     empty = f"the pool has no {what} counted: no node of it reported any, or every node of it left"
-    if not active.holds:
+    active = _active(state, "" if counted else empty)
+    if not active.holds and active.reason != NO_CAPACITY:
         available = Condition.of(AVAILABLE, False, INACTIVE, f"not Active: {active.message}")
     elif not counted:
         available = Condition.of(AVAILABLE, False, NO_CAPACITY, empty)

@@ -258,3 +258,11 @@ def test_each_agent_counts_the_others_detected_in_the_nodes_ready() -> None:
     )
     held[0]["status"] = "True"
     assert devices_conditions({"amd": (1, None)}, (), held)[-1].holds
+
+
+def test_a_pool_that_counts_nothing_says_so_rather_than_kueues_stopped() -> None:
+    """The queue hook holds the queue of a pool without flavors; Kueue calls that Stopped."""
+    empty = _state(phase="Inactive", queue_reason="Stopped", views=AcceleratorViews())
+    active, available, ready = pool_conditions(empty)
+    assert (active.reason, available.reason, ready.reason) == ("NoCapacity",) * 3
+    assert active.message.startswith("Can admit new workloads: the pool has no cards counted")

@@ -186,7 +186,7 @@ RUNNING_STATUS: Obj = {
     "node": "node-a",
     "accelerators": ["GPU-a1"],
     "conditions": [
-        condition("Admitted", True, "Admitted", "Kueue admitted its Pod"),
+        condition("Admitted", True, "Admitted", "no admission gate of Kueue holds its Pod"),
         condition("Scheduled", True, "Scheduled", "its Pod is bound to node-a"),
         condition("Ready", False, "ContainersNotReady", "its Pod's containers are not ready yet"),
     ],
@@ -215,6 +215,10 @@ def gated_answer(conditions: list[Obj]) -> Obj:
     status = {"accelerator": "1", "phase": "Pending", "pod": "notebook", "conditions": conditions}
     return {"status": status, "children": [pod("notebook", {GPU: "1"})]}
 
+
+ADMITTED_EARLIER = condition(
+    "Admitted", True, "Admitted", "no admission gate of Kueue holds its Pod", EARLIER
+)
 
 CPU_POOL_CARDS = (
     f'spec.resources: the InstanceType "{CPU}" serves no accelerator; ask for CPU '
@@ -491,7 +495,7 @@ CASES: dict[str, Obj] = {
             instance(
                 status={
                     "conditions": [
-                        condition("Admitted", True, "Admitted", "Kueue admitted its Pod", EARLIER),
+                        ADMITTED_EARLIER,
                         condition("Ready", False, "ContainersNotReady", "not yet", EARLIER),
                     ]
                 },
@@ -503,7 +507,7 @@ CASES: dict[str, Obj] = {
             "status": {
                 **RUNNING_STATUS,
                 "conditions": [
-                    condition("Admitted", True, "Admitted", "Kueue admitted its Pod", EARLIER),
+                    ADMITTED_EARLIER,
                     condition("Scheduled", True, "Scheduled", "its Pod is bound to node-a"),
                     condition("Ready", True, "Running", "its Pod runs and is ready"),
                 ],

@@ -143,6 +143,7 @@ def _sliced(count: int) -> Obj:
 
 
 _NO_PHYSICAL: Obj = {"physical": {"count": 0, "profiles": []}}
+NO_SLICES: Obj = {"count": 0, "coresPercentageOvercommit": False}
 
 
 def _card_detail(notes: dict[str, str], capability: str, sliced: Obj, runtimes: list[str]) -> Obj:
@@ -482,6 +483,19 @@ def _phases() -> dict[str, Case]:
             "transition time; one that flips (Available, the pool was full) takes the clock's",
             request(held_conditions, [node], [T4_2D], [T4_QUEUE]),
             status(HASH[T4], summary, detail=detail, since=(EARLIER, NOW, EARLIER), **views),
+        ),
+        "no-nodes-held": _sync(
+            "no node of the pool reported: no flavor, the queue hook holds the queue (Kueue: "
+            "stopped), and the conditions say what the pool lacks rather than Kueue's Stopped",
+            request(T4_TYPE, [], [], [held]),
+            status(
+                HASH[T4],
+                "0/0 0/0 0/0 0/0",
+                # No card reported: no descriptor, no slice (no card to overcommit).
+                detail={"slicedDetail": {"logical": NO_SLICES, **_NO_PHYSICAL}},
+                phase=("Inactive", STOPPED),
+                reasons=("NoCapacity", "NoCapacity", "NoCapacity"),
+            ),
         ),
         "terminating": _sync(
             "the InstanceType is being deleted: Inactive, as upstream's teardown says",

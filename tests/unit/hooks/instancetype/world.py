@@ -500,20 +500,24 @@ def conditions(
     flips in this answer)."""
     active_reason, available_reason, ready_reason = reasons
     what = "CPU cores" if cpu_pool else "cards"
+    empty = f"the pool has no {what} counted: no node of it reported any, or every node of it left"
     active = {
         "Terminating": "the InstanceType is being deleted",
         "Draining": "its ClusterQueue is HoldAndDrain: it admits nothing and evicts what it holds",
+        "NoCapacity": f"{message}: {empty}",
     }.get(active_reason, message)
-    empty = f"the pool has no {what} counted: no node of it reported any, or every node of it left"
     available = {
         "CapacityFree": f"a new Instance fits now ({shown})",
         "NoCapacity": empty,
         "Full": f"every {what[:-1]} is taken; new Instances wait ({shown})",
         "Inactive": f"not Active: {active}",
     }[available_reason]
+    # Ready says what Active does while that is False, else why the pool counts nothing.
     ready = {"Ready": "the pool is active and has counted capacity", "NoCapacity": empty}.get(
         ready_reason, active
     )
+    if active_reason != "QueueActive":
+        ready = active
     words = (
         ("Active", active_reason, active, "QueueActive"),
         ("Available", available_reason, available, "CapacityFree"),
