@@ -34,6 +34,7 @@ POD_PENDING = "PodPending"
 POOL_INACTIVE = "PoolInactive"
 NO_CAPACITY = "NoCapacity"
 WAITING_FOR_QUOTA = "WaitingForQuota"
+WAITING_FOR_ADMISSION = "WaitingForAdmission"
 UNSCHEDULABLE = "Unschedulable"
 WAITING_FOR_NODE = "WaitingForNode"
 CONTAINERS_NOT_READY = "ContainersNotReady"
@@ -60,8 +61,12 @@ def _held(instance_type: Mapping[str, Any] | None) -> tuple[str, str]:
         return NO_CAPACITY, f"no card or core of its pool can host it: {ready.get('message', '')}"
     if active.get("status") == "False":
         return POOL_INACTIVE, f"its pool's queue admits nothing now: {active.get('message', '')}"
-    why = f": {available.get('message', '')}" if available.get("status") == "False" else ""
-    return WAITING_FOR_QUOTA, f"its Pod waits in its pool's queue until the quota fits it{why}"
+    if available.get("status") == "False":
+        message = "its Pod waits in its pool's queue until the quota fits it: "
+        return WAITING_FOR_QUOTA, message + str(available.get("message", ""))
+    # The pool has room for some request: this one is larger, or the per-card check is pending.
+    message = "its Pod waits in its pool's queue for Kueue to admit it (quota, admission checks)"
+    return WAITING_FOR_ADMISSION, message
 
 
 def instance_conditions(

@@ -135,13 +135,15 @@ def test_a_gated_pod_reads_its_pools_word() -> None:
         (inactive, "PoolInactive"),
         (empty, "NoCapacity"),
         (full, "WaitingForQuota"),
-        (None, "WaitingForQuota"),
+        (None, "WaitingForAdmission"),
     ):
         admitted, scheduled, ready = instance_conditions(_gated(), pool)
         assert (admitted.status, admitted.reason) == ("False", reason)
         assert scheduled.reason == ready.reason == reason
     admitted, _, _ = instance_conditions(_gated(), full)
     assert admitted.message.endswith(": all")
+    admitted, _, _ = instance_conditions(_gated(), None)
+    assert admitted.message.endswith("for Kueue to admit it (quota, admission checks)")
 
 
 def test_an_admitted_pod_goes_through_scheduling_to_ready() -> None:
