@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
 from chain import cli
+from chain.conditions import timestamp
 from chain.manufacturers import default_manufacturers
 from chain.settings import StartupEnv
 from hooks.plan import parse_setting, plan, table
@@ -74,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(items, list):
             raise ValueError(f"{args.cluster}: expected a Kubernetes List with items")
         overrides = dict(parse_setting(s) for s in args.setting)
-        objects = plan(items, overrides, StartupEnv.from_env(os.environ))
+        now = timestamp(time.time())
+        objects = plan(items, overrides, StartupEnv.from_env(os.environ), now)
         results = admission(items, objects, default_manufacturers())
     except (OSError, ValueError, yaml.YAMLError) as err:
         print(f"{label}: {err}", file=sys.stderr)

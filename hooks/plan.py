@@ -157,10 +157,10 @@ def _queue_step(
     return annotated, planned
 
 
-def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]]) -> Obj:
+def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]], now: str) -> Obj:
     """An InstanceType with the status the status hook writes."""
     answer = status_hook.sync(
-        parse_shallow({"object": instance_type, "attachments": {}, "related": related})
+        parse_shallow({"object": instance_type, "attachments": {}, "related": related}), now
     )
     return {**instance_type, "status": answer["status"]}
 
@@ -177,7 +177,8 @@ def _pool_cards_step(types: list[Obj], devices: list[Obj], settings: Obj) -> lis
     return out
 
 
-def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> list[Obj]:
+def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv, now: str) -> list[Obj]:
+    """The planned objects; `now` is the transition time of the conditions the plan sets."""
     settings = settings_object(objects, overrides)
     related_settings = _object_map((f"{SETTINGS}.{CHAIN_API}",), [settings])
 
@@ -214,7 +215,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
         STATUS_RELATED,
         [*cards, *flavors, *cluster_queues, settings],
     )
-    types = [_status_step(instance_type, related) for instance_type in types]
+    types = [_status_step(instance_type, related, now) for instance_type in types]
 
     local_queues: list[Obj] = []
     for namespace in of_kind(objects, "Namespace"):
@@ -232,7 +233,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
             env,
         )
         local_queues += answer.get("attachments") or []
-    instances, instance_pods = _instance_step(objects, types, cluster_queues)
+    instances, instance_pods = _instance_step(objects, types, cluster_queues, now)
     others = [obj for obj in pools if obj["kind"] != INSTANCE_TYPE]
     return [
         settings,
@@ -249,7 +250,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv) -> l
 
 
 def _instance_step(
-    snapshot: list[Obj], types: list[Obj], cluster_queues: list[Obj]
+    snapshot: list[Obj], types: list[Obj], cluster_queues: list[Obj], now: str
 ) -> tuple[list[Obj], list[Obj]]:
     """Every Instance with the status its controller writes, and the Pods it would run as."""
     instances: list[Obj] = []
@@ -276,6 +277,7 @@ def _instance_step(
             ),
             default_manufacturers(),
             CHAIN_IMAGE,
+            now,
         )
         instances.append({**instance, "status": answer["status"]})
         pods += answer["children"]

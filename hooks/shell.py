@@ -31,6 +31,7 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
+from chain.conditions import timestamp
 from chain.pools import PoolIdentity
 from chain.settings import Settings
 from hooks import metrics
@@ -335,6 +336,13 @@ def composite_route(sync: Callable[[CompositeRequest], Obj]) -> Handler:
 
 def customize_route(customize: Callable[[Obj], Obj]) -> Handler:
     return lambda body: customize(customize_parent(body))
+
+
+def now() -> str:
+    """The shell's clock for the pure hooks: the transition time of a condition an answer flips
+    (`chain.conditions`). Tests that compare whole answers stop it (tests/unit/hooks/conftest.py).
+    """
+    return timestamp(time.time())
 
 
 def _error(status: int, message: str, field: str | None = None) -> tuple[Response, int]:

@@ -42,7 +42,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chain.capacity import node_capacity_patch
+from chain.conditions import find, generation_of, merge, timestamp
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
+from chain.devices_conditions import devices_conditions
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
 from chain.ledger import UnrecordedRecord
@@ -134,6 +136,10 @@ class Reporter:
     _detected: tuple[DevicesGroup, ...] = field(default=(), init=False)
     _verdicts: dict[str, Slicing] = field(default_factory=dict, init=False)
     """The last report's groups and their slicing verdicts (what a monitor round compares)."""
+    clock: Callable[[], float] = time.time
+    """The transition time of a condition that flips (`chain.conditions`)."""
+    _measured: dict[str, tuple[int, str | None]] = field(default_factory=dict, init=False)
+    """The last round's passes of this agent's manufacturers: (cards, error or None)."""
     _reported: str = field(default="", init=False)
     reported_labels: dict[str, str] | None = field(default=None, init=False)
     """The Node's labels as the last report left them (what the loop's sleep compares with)."""
@@ -160,6 +166,8 @@ class Reporter:
             devices = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
             if self.ledger and devices is not None:
                 devices = self._write_ledger(devices)
+            if devices is not None and self._measured:
+                devices = self._write_conditions(devices)
         except Exception as error:  # the next round reports the failure properly
             log.warning("reading Node %s failed: %s", self.node, error)
             return False
@@ -177,6 +185,18 @@ class Reporter:
             LEDGER.observe(devices)  # no ledger to keep: the cards alone
         if self.ledger and devices is not None:
             devices = Devices.parse(self._write_ledger(devices.render()))
+        self._measured = {
+            entry.manufacturer: (
+                sum(len(group.accelerators) for group in entry.groups),
+                None if entry.measured else entry.error,
+            )
+            for entry in current.passes
+            if entry.manufacturer in self.owned
+        }
+        if devices is not None:
+            raw = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+            if raw is not None:
+                self._write_conditions(raw)
         node = self._capacity(node, devices)
         node = self._fit_labels(node, devices)
         self.reported_labels = dict(node["metadata"].get("labels") or {})
@@ -298,6 +318,31 @@ class Reporter:
         }
         written = self.kube.apply(body, LEDGER_MANAGER, subresource="status")
         log.info("Devices %s ledger written", self.node)
+        return written
+
+    def _write_conditions(self, devices: Obj) -> Obj:
+        """Apply this agent's conditions (its manufacturers' Detected, and the node's
+        SlicingAvailable and Ready, `chain.devices_conditions`) when they differ from those the
+        Devices object holds; the Devices object. Under a field manager of the agent's own, so
+        agents of other manufacturers keep their Detected conditions beside these."""
+        held = (devices.get("status") or {}).get("conditions")
+        try:
+            groups = Devices.parse(devices).spec.groups
+        except ValueError as err:
+            log.warning("Devices %s unreadable, conditions not written: %s", self.node, err)
+            return devices
+        wanted = devices_conditions(self._measured, groups, held)
+        conditions = merge(held, wanted, generation_of(devices), timestamp(self.clock()))
+        if all(find(held, entry["type"]) == entry for entry in conditions):
+            return devices
+        body: dict[str, Any] = {
+            "apiVersion": DEVICES_API,
+            "kind": DEVICES_KIND,
+            "metadata": {"name": self.node},
+            "status": {"conditions": conditions},
+        }
+        written = self.kube.apply(body, f"{_manager(self.owned)}-conditions", "status")
+        log.info("Devices %s conditions written", self.node)
         return written
 
     def _unrecorded(

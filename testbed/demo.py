@@ -24,6 +24,7 @@ from pathlib import Path
 
 from chain import units
 from chain.allocation import DeviceToken
+from chain.conditions import timestamp
 from chain.devices import Devices
 from chain.ledger import AcceleratorAllocation, Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
@@ -127,7 +128,7 @@ def _converged(bed: Testbed) -> bool:
     )
     if accelerated < len(GPU_NODES):
         return False
-    planned = _signature(plan(nodes, {}, StartupEnv.from_env(os.environ)))
+    planned = _signature(plan(nodes, {}, StartupEnv.from_env(os.environ), timestamp(time.time())))
     if not planned or _signature(live) != planned:
         return False
     # Every pool has its queue with quota, and the demo namespace an entrance to each.

@@ -11,6 +11,7 @@ import os
 
 from chain.manufacturers import default_manufacturers
 from chain.release import CHAIN_IMAGE
+from hooks import shell
 from hooks.instance.sync import customize, sync
 from hooks.shell import CompositeRequest, Obj, composite_route, customize_route, make_app
 
@@ -20,7 +21,7 @@ SIDECAR_IMAGE = os.environ.get(SIDECAR_IMAGE_ENV, CHAIN_IMAGE)
 
 
 def _sync(request: CompositeRequest) -> Obj:
-    return sync(request, TABLE, SIDECAR_IMAGE)
+    return sync(request, TABLE, SIDECAR_IMAGE, shell.now())
 
 
 app = make_app(

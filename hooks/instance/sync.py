@@ -12,7 +12,8 @@ ClusterQueue of the same name (the pool's queue).
   Instance takes effect at its next start).
 - a request the pool cannot serve (cards of a CPU-only pool): no Pod, status `Failed` naming it.
 
-Status: the phase, node and granted cards of the observed Pod (`observed_status`). The hook
+Status: the phase, node and granted cards of the observed Pod (`observed_status`), and the
+conditions Admitted, Scheduled and Ready (`chain.instance_conditions`). The hook
 never writes the parent's spec: it takes the Pod away the moment it sees a running-instance
 stop's cause (the queue's and the type's changes reach it through the related objects and the
 resync), and the lifecycle keeper, which has credentials, writes the seed's `spec.stop=true`
@@ -21,7 +22,11 @@ resync), and the lifecycle keeper, which has credentials, writes the seed's `spe
 
 from __future__ import annotations
 
+from typing import Any
+
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, INSTANCE_TYPE_RESOURCE, KUEUE_API, WORKER_API
+from chain.conditions import generation_of, merge
+from chain.instance_conditions import instance_conditions
 from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
 from chain.manufacturers import ManufacturerTable
 from hooks.shell import (
@@ -51,7 +56,9 @@ def customize(parent: Obj) -> Obj:
     }
 
 
-def sync(request: CompositeRequest, table: ManufacturerTable, sidecar_image: str) -> Obj:
+def sync(request: CompositeRequest, table: ManufacturerTable, sidecar_image: str, now: str) -> Obj:
+    """The Pod and the status; `now` (the shell's clock) is the transition time of a condition
+    that changes in this answer."""
     parent = request.parent
     if parent["kind"] != "Instance" or parent["apiVersion"] != WORKER_API:
         raise BadRequest("$.parent.kind", f"expected a {WORKER_API} Instance, got {parent['kind']}")
@@ -74,11 +81,20 @@ def sync(request: CompositeRequest, table: ManufacturerTable, sidecar_image: str
     cause = stop_reason(pool, queues[0] if queues else None)
     # The lifecycle keeper writes spec.stop for such a cause; say which while it lasts.
     stopped = f"stopped (spec.stop){': ' + cause if cause else ''}" if spec.stop else cause
+    instance_type = types[0] if types else None
+
+    def answer(status: Obj, children: list[Obj], **why: Any) -> Obj:
+        conditions = instance_conditions(pod, instance_type, **why)
+        held = (parent.get("status") or {}).get("conditions")
+        status["conditions"] = merge(held, conditions, generation_of(parent), now)
+        return {"status": status, "children": children}
+
     if stopped or request.finalizing:
-        return {"status": observed_status(spec, None, stopped or "deleting"), "children": []}
+        status = observed_status(spec, None, stopped or "deleting")
+        return answer(status, [], stopped=stopped, deleting=request.finalizing)
     assert pool is not None  # stop_reason answers for a missing type
     try:
         wanted = desired_pod(name, namespace, spec, pool, table, sidecar_image)
     except ValueError as err:
-        return {"status": observed_status(spec, None, "", str(err)), "children": []}
-    return {"status": observed_status(spec, pod, ""), "children": [wanted]}
+        return answer(observed_status(spec, None, "", str(err)), [], problem=str(err))
+    return answer(observed_status(spec, pod, ""), [wanted])

@@ -30,6 +30,9 @@ Status fields:
   `cpuSummary` (`CPU` column), `partitionSummary` (`-o wide` `Partitions` column:
   `<profile>=<remaining>,...`; a printer column shows only a jsonPath's first match, so the
   profile list is written out as one string).
+- `conditions`: `Active`, `Available` and `Ready` (`chain.pool_conditions`; docs/queues.md,
+  "Conditions of the InstanceType"), each keeping the `lastTransitionTime` the request's
+  InstanceType holds while its status stays; the app passes the clock for one that flips.
 
 Admission: `/mutate` and `/validate` (see `webhook`), served over TLS by their own Deployment.
 

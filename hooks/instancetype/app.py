@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from chain.settings import Settings
+from hooks import shell
 from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import Obj, customize_route, make_app, shallow_route
+from hooks.shell import DecoratorRequest, Obj, customize_route, make_app, shallow_route
 
 settings = catalog_source(catalog_settings, Settings())
 
@@ -25,13 +26,17 @@ def _mutate(body: Any) -> Obj:
     return mutate(body, settings())
 
 
+def _sync(request: DecoratorRequest) -> Obj:
+    return sync(request, shell.now())
+
+
 app = make_app(
     "instancetype",
     {
         "/mutate": _mutate,
         "/validate": validate_review,
         # Both decorators relate many objects: parsed shallow (`parse_shallow`).
-        "/sync": shallow_route(sync),
+        "/sync": shallow_route(_sync),
         "/customize": customize_route(customize),
         "/catalog/sync": shallow_route(catalog.sync),
         "/catalog/customize": customize_route(catalog.customize),

@@ -11,9 +11,11 @@ from chain.apis import (
     SETTINGS_NAME,
     SETTINGS_RESOURCE,
 )
+from chain.conditions import generation_of, merge
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
 from chain.names import local_queue_name
 from chain.pool_cards import POOL_CARDS_API, POOL_CARDS_RESOURCE
+from chain.pool_conditions import PoolState, pool_conditions
 from chain.pools import PoolIdentity, pool_flavor_selector
 from chain.queues import STOP_HOLD_AND_DRAIN
 from chain.views import AcceleratorViews, View, cpu_view
@@ -57,9 +59,10 @@ def phase(instance_type: InstanceType, queue: QueueState | None) -> tuple[str, s
     return state, str(queue.active.get("message") or "")
 
 
-def sync(request: DecoratorRequest) -> Obj:
+def sync(request: DecoratorRequest, now: str) -> Obj:
     """`/sync`: the complete status, replacing what is there (never null: a request this hook
-    cannot read is a 400, and the status stays as it was)."""
+    cannot read is a 400, and the status stays as it was). `now` (the shell's clock) is the
+    transition time of a condition that changes in this answer."""
     instance_type = read_instance_type(request.object, "$.object")
     identity = instance_type.identity
     aware = related_settings(request).instance_type_aware_cpu_manufacturer
@@ -74,6 +77,18 @@ def sync(request: DecoratorRequest) -> Obj:
     if queue is not None and not draining:
         cpu = cpu_view(queue.cpu_quota, queue.cpu_reserved, queue.node_cores)
     state, message = phase(instance_type, queue)
+    pool = PoolState(
+        phase=state,
+        message=message,
+        acceleratable=identity.acceleratable,
+        views=views,
+        cpu=cpu,
+        terminating=instance_type.deleting,
+        draining=draining,
+        queue_reason=str(((queue.active or {}) if queue else {}).get("reason") or ""),
+    )
+    held = (request.object.get("status") or {}).get("conditions")
+    generation = generation_of(request.object)
     status: Obj = {
         "detail": detail(identity, aware, flavors[0] if flavors else None, cards),
         "entrance": local_queue_name(instance_type.name),
@@ -84,6 +99,7 @@ def sync(request: DecoratorRequest) -> Obj:
         "acceleratorSummary": views.summary(),
         "cpuSummary": cpu.summary(),
         "partitionSummary": views.partition_summary(),
+        "conditions": merge(held, pool_conditions(pool), generation, now),
     }
     return {"status": status}
 

@@ -3,8 +3,9 @@ CompositeController: the Instance webhooks default what it leaves out from its I
 unit spec and refuse what its pool cannot serve (reading the instance catalog the decorator
 writes); an Instance becomes one Pod labelled for its pool's LocalQueue and asking for its cards
 in the shape the Pod webhook takes (the webhook admits it on the way); `kubectl get instances`
-shows its type, accelerator and phase; `spec.stop` deletes the Pod and clearing it makes it
-again; its pool set to HoldAndDrain stops it (running-instance stop)."""
+shows its type, accelerator and phase; its conditions say why it waits (`kubectl wait`);
+`spec.stop` deletes the Pod and clearing it makes it again; its pool set to HoldAndDrain stops
+it (running-instance stop)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from testbed.harness import Testbed
 from testbed.install import MANIFESTS, Installed
 from testbed.instances import create_instance, instance
 from testbed.kube import KubeError, wait_for
-from testbed.kubectl import kubectl
+from testbed.kubectl import condition_of, kubectl, wait_condition
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_instancetypes import instance_type
 
@@ -93,9 +94,35 @@ def test_an_instance_runs_as_one_pod_and_stops_and_starts(
     table = kubectl(testbed, "get", "instances", "-n", namespace, "--no-headers")
     assert table.split()[:4] == ["lab", type_name, "1", "Pending"]
 
+    # Its pool has no node: the InstanceType says it can host nothing (`kubectl wait`, as a
+    # user waits); the Instance's Pod is not held by Kueue here (the testbed's Kueue manages
+    # Jobs only) but no scheduler runs, so it is Admitted and not Ready, saying why.
+    wait_condition(testbed, f"instancetype/{type_name}", "Ready=false")
+
+    def pool_says(type_: str) -> str:
+        return str(condition_of(kube.get(WORKER, "InstanceType", type_name), type_).get("reason"))
+
+    # Pending until Kueue reports on the queue, then what the pool lacks.
+    wait_for(lambda: pool_says("Ready") == "NoCapacity" or None, 60, "Ready=False NoCapacity")
+    assert pool_says("Available") == "NoCapacity"
+    wait_condition(testbed, "instance/lab", "Admitted", namespace)
+    wait_condition(testbed, "instance/lab", "Ready=false", namespace)
+    found = kube.get(WORKER, "Instance", "lab", namespace)
+    ready = condition_of(found, "Ready")
+    assert (ready["reason"], ready["message"]) == (
+        "WaitingForNode",
+        "its Pod waits for the scheduler",
+    )
+    assert ready["observedGeneration"] == (found or {})["metadata"]["generation"]
+
     kube.merge_patch(WORKER, "Instance", "lab", {"spec": {"stop": True}}, namespace)
     wait_for(lambda: kube.get("v1", "Pod", "lab", namespace) is None, 60, "the Pod to go")
     wait_for(lambda: phase() == "Stopped" or None, 60, "the Instance to say Stopped")
+    stopped = condition_of(kube.get(WORKER, "Instance", "lab", namespace), "Ready")
+    assert (stopped["reason"], stopped["message"]) == ("Stopped", "stopped (spec.stop)")
+    assert stopped["lastTransitionTime"] == ready["lastTransitionTime"]  # False all along
+    table = kubectl(testbed, "get", "instances", "-n", namespace, "--no-headers")
+    assert table.split()[:5] == ["lab", type_name, "1", "Stopped", "False"]  # READY (no NODE)
     kube.merge_patch(WORKER, "Instance", "lab", {"spec": {"stop": None}}, namespace)
     wait_for(lambda: kube.get("v1", "Pod", "lab", namespace), 60, "the Pod to come back")
 

@@ -18,7 +18,7 @@ from testbed.drivers import run_agent
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.kube import Kube, Obj, wait_for
-from testbed.kubectl import kubectl
+from testbed.kubectl import condition_of, kubectl, wait_condition
 from testbed.nodes import node_object, register_node
 from tests.e2e.test_pools import forget_pool, nfd_worker_feature
 
@@ -138,6 +138,15 @@ def test_agents_report_and_pools_appear(
     )
     for pool in POOLS:
         wait_for(lambda p=pool: kube.get(WORKER, "InstanceType", p), 60, f"the {pool} type")
+
+    # Conditions, as a user waits on them: the agent measured its cards and the node is Ready;
+    # the pool over the two T4 nodes is Ready and a new Instance fits in it now.
+    wait_condition(testbed, f"devices/{t4a}", "nvidia.gpustack.ai/Detected")
+    wait_condition(testbed, f"devices/{t4a}", "Ready")
+    detected = condition_of(kube.get(WORKER, "Devices", t4a), "nvidia.gpustack.ai/Detected")
+    assert detected["message"] == "the last detection measured 4 cards", detected
+    wait_condition(testbed, f"instancetype/{POOLS[0]}", "Ready", timeout=90)
+    wait_condition(testbed, f"instancetype/{POOLS[0]}", "Available")
 
     # Once the kubelet advertises sliced tokens, the agent adds the counting keys.
     kube.merge_patch(

@@ -66,7 +66,10 @@ class FakeApi:
     def apply(self, obj: Any, manager: str = "", subresource: str | None = None) -> Any:
         held = self.objects.get(obj["kind"], {})
         if subresource == "status":
-            self.objects[obj["kind"]] = {**held, "status": obj["status"]}
+            # As server-side apply keeps what other field managers own: the ledger's fields and
+            # the conditions are written by different managers, each whole.
+            status = {**held.get("status", {}), **obj["status"]}
+            self.objects[obj["kind"]] = {**held, "status": status}
         else:
             self.objects[obj["kind"]] = {**obj, "status": held.get("status", {})}
         return copy.deepcopy(self.objects[obj["kind"]])
@@ -115,7 +118,13 @@ def reporter_for(api: FakeApi, lib: Path, events: Events) -> Reporter:
         pods=lambda: [],
         events=events,  # type: ignore[arg-type]
         slicing=IsolationCheck(lib_dir=str(lib)),
+        clock=lambda: 1_796_284_800.0,  # 2026-12-03T08:00:00Z
     )
+
+
+def conditions(api: FakeApi) -> dict[str, dict[str, Any]]:
+    held = api.objects[DEVICES_KIND]["status"]["conditions"]
+    return {entry["type"]: entry for entry in held}
 
 
 def sliced_keys(api: FakeApi) -> dict[str, str]:
@@ -148,7 +157,16 @@ def test_a_group_without_its_library_is_published_without_slices_until_it_is_sta
     assert (kind, reason) == ("Warning", "SlicingUnavailable")
     assert group.name in note and group.accelerator_key in note and library in note
     assert "missing" in note and "DaemonSet must stage" in note
+    withheld, ready = conditions(api)["SlicingAvailable"], conditions(api)["Ready"]
+    assert (withheld["status"], withheld["reason"]) == ("False", "SlicingUnavailable")
+    assert withheld["message"].startswith(f"logical slices withheld: {group.accelerator_key}: ")
+    assert f"{library}: missing" in withheld["message"]
+    assert (ready["status"], ready["lastTransitionTime"]) == ("True", "2026-12-03T08:00:00Z")
+    assert conditions(api)["nvidia.gpustack.ai/Detected"]["message"] == (
+        "the last detection measured 4 cards"
+    )
 
+    reporter.clock = lambda: 1_796_371_200.0  # a day later: only a flip takes this time
     reporter(detected)  # the same state again: no second Event, nothing moved
     assert len(events.recorded) == 1
     assert not reporter.node_changed()
@@ -163,6 +181,12 @@ def test_a_group_without_its_library_is_published_without_slices_until_it_is_sta
     assert fit(api, group) == "1600000"
     assert events.recorded[1][:2] == ("Normal", "SlicingAvailable")
     assert not reporter.node_changed()
+    available = conditions(api)["SlicingAvailable"]
+    assert (available["status"], available["lastTransitionTime"]) == (
+        "True",
+        "2026-12-04T08:00:00Z",
+    )
+    assert conditions(api)["Ready"]["lastTransitionTime"] == "2026-12-03T08:00:00Z"
 
     Path(library).unlink()  # removed: off again on the next round
     assert reporter.node_changed()

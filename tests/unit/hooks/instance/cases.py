@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 from chain.names import local_queue_name
+from tests.unit.hooks.clock import EARLIER, NOW
 
 Obj = dict[str, Any]
 WORKER = "worker.gpustack.ai/v1alpha1"
@@ -50,6 +51,7 @@ def instance(
     stop: bool = False,
     ssh: Obj | None = None,
     status: Obj | None = None,
+    generation: int = 0,
 ) -> Obj:
     spec: Obj = {
         "instanceType": type_name,
@@ -72,6 +74,8 @@ def instance(
         },
         "spec": spec,
     }
+    if generation:
+        found["metadata"]["generation"] = generation
     if status is not None:
         found["status"] = status
     return found
@@ -113,6 +117,27 @@ def pod(name: str, limits: dict[str, str], queue: str = T4, extra: list[Obj] | N
         },
         "spec": {"containers": [main, *(extra or [])], "restartPolicy": "Always"},
     }
+
+
+def condition(
+    type_: str, holds: bool, reason: str, message: str, since: str = NOW, generation: int = 0
+) -> Obj:
+    return {
+        "type": type_,
+        "status": "True" if holds else "False",
+        "observedGeneration": generation,
+        "lastTransitionTime": since,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def held_back(reason: str, message: str) -> list[Obj]:
+    """Admitted, Scheduled and Ready, all False for one reason (no Pod to speak of)."""
+    return [condition(t, False, reason, message) for t in ("Admitted", "Scheduled", "Ready")]
+
+
+CREATING = held_back("PodPending", "its Pod is being created")
 
 
 def case(description: str, request: Obj, response: Obj, path: str = "/sync") -> Obj:
@@ -160,7 +185,45 @@ RUNNING_STATUS: Obj = {
     "pod": "notebook",
     "node": "node-a",
     "accelerators": ["GPU-a1"],
+    "conditions": [
+        condition("Admitted", True, "Admitted", "no admission gate of Kueue holds its Pod"),
+        condition("Scheduled", True, "Scheduled", "its Pod is bound to node-a"),
+        condition("Ready", False, "ContainersNotReady", "its Pod's containers are not ready yet"),
+    ],
 }
+
+
+def pool_with(*conditions: Obj) -> list[Obj]:
+    """The T4 pool, its InstanceType showing `conditions` (what its status hook wrote)."""
+    return [{**instance_type(), "status": {"conditions": list(conditions)}}, cluster_queue()]
+
+
+GATED_POD = pod("notebook", {GPU: "1"})
+GATED_POD["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+NO_CARDS = "the pool has no cards counted: no node of it reported any, or every node of it left"
+FULL = "every card is taken; new Instances wait (Accelerator(EX/SH/SL/PT) 0/0 0/0 0/0 0/0)"
+WAITING = "its Pod waits in its pool's queue until the quota fits it"
+READY_POD = copy.deepcopy(RUNNING_POD)
+READY_POD["status"]["conditions"] = [
+    {"type": "PodScheduled", "status": "True"},
+    {"type": "Ready", "status": "True"},
+]
+
+
+def gated_answer(conditions: list[Obj]) -> Obj:
+    """The answer while Kueue holds the Pod: the Pod as made, its phase Pending, `conditions`."""
+    status = {"accelerator": "1", "phase": "Pending", "pod": "notebook", "conditions": conditions}
+    return {"status": status, "children": [pod("notebook", {GPU: "1"})]}
+
+
+ADMITTED_EARLIER = condition(
+    "Admitted", True, "Admitted", "no admission gate of Kueue holds its Pod", EARLIER
+)
+
+CPU_POOL_CARDS = (
+    f'spec.resources: the InstanceType "{CPU}" serves no accelerator; ask for CPU '
+    "and RAM only, or pick an accelerated InstanceType"
+)
 
 CASES: dict[str, Obj] = {
     "whole-cards": case(
@@ -171,6 +234,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "2",
                 "phase": "Pending",
                 "message": "its Pod is being created",
+                "conditions": CREATING,
             },
             "children": [pod("notebook", {GPU: "2", "cpu": "8", "memory": "32Gi"})],
         },
@@ -192,6 +256,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1x40%",
                 "phase": "Pending",
                 "message": "its Pod is being created",
+                "conditions": CREATING,
             },
             "children": [
                 pod(
@@ -216,6 +281,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1x3g.20gb",
                 "phase": "Pending",
                 "message": "its Pod is being created",
+                "conditions": CREATING,
             },
             "children": [
                 pod("notebook", {GPU + ".partitioned": "1", GPU + ".partitioned.mig-3g.20gb": "1"})
@@ -230,6 +296,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1",
                 "phase": "Pending",
                 "message": "its Pod is being created",
+                "conditions": CREATING,
             },
             "children": [SSH_POD],
         },
@@ -246,7 +313,12 @@ CASES: dict[str, Obj] = {
         "spec.stop: no Pod (Metacontroller deletes the running one), phase Stopped",
         sync_request(instance(stop=True), POOL, [RUNNING_POD]),
         {
-            "status": {"accelerator": "1", "phase": "Stopped", "message": "stopped (spec.stop)"},
+            "status": {
+                "accelerator": "1",
+                "phase": "Stopped",
+                "message": "stopped (spec.stop)",
+                "conditions": held_back("Stopped", "stopped (spec.stop)"),
+            },
             "children": [],
         },
     ),
@@ -260,6 +332,9 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1",
                 "phase": "Stopped",
                 "message": f'the pool "{T4}" is draining (its ClusterQueue is HoldAndDrain)',
+                "conditions": held_back(
+                    "Stopped", f'the pool "{T4}" is draining (its ClusterQueue is HoldAndDrain)'
+                ),
             },
             "children": [],
         },
@@ -280,6 +355,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1",
                 "phase": "Stopped",
                 "message": "its InstanceType is gone",
+                "conditions": held_back("Stopped", "its InstanceType is gone"),
             },
             "children": [],
         },
@@ -292,6 +368,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "1",
                 "phase": "Stopped",
                 "message": f'its InstanceType "{T4}" is being deleted',
+                "conditions": held_back("Stopped", f'its InstanceType "{T4}" is being deleted'),
             },
             "children": [],
         },
@@ -310,6 +387,7 @@ CASES: dict[str, Obj] = {
                 "accelerator": "-",
                 "phase": "Pending",
                 "message": "its Pod is being created",
+                "conditions": CREATING,
             },
             "children": [
                 pod(
@@ -327,12 +405,114 @@ CASES: dict[str, Obj] = {
             "status": {
                 "accelerator": "1",
                 "phase": "Failed",
-                "message": (
-                    f'spec.resources: the InstanceType "{CPU}" serves no accelerator; ask for CPU '
-                    "and RAM only, or pick an accelerated InstanceType"
-                ),
+                "message": CPU_POOL_CARDS,
+                "conditions": held_back("Unservable", CPU_POOL_CARDS),
             },
             "children": [],
+        },
+    ),
+    "waiting-no-capacity": case(
+        "Kueue holds its Pod (the admission gate) and its pool has no cards: NoCapacity, the "
+        "pool's word quoted; a condition already False keeps its time, each has the generation",
+        sync_request(
+            instance(
+                generation=3,
+                status={
+                    "conditions": [
+                        condition("Admitted", False, "NoCapacity", "older words", EARLIER, 2),
+                        condition("Scheduled", True, "Scheduled", "its Pod is bound to x", EARLIER),
+                    ]
+                },
+            ),
+            pool_with(
+                condition("Active", True, "QueueActive", "Can admit new workloads"),
+                condition("Ready", False, "NoCapacity", NO_CARDS),
+            ),
+            [GATED_POD],
+        ),
+        gated_answer(
+            [
+                condition(
+                    "Admitted",
+                    False,
+                    "NoCapacity",
+                    f"no card or core of its pool can host it: {NO_CARDS}",
+                    EARLIER,
+                    3,
+                ),
+                condition(
+                    "Scheduled",
+                    False,
+                    "NoCapacity",
+                    f"no card or core of its pool can host it: {NO_CARDS}",
+                    generation=3,
+                ),
+                condition(
+                    "Ready",
+                    False,
+                    "NoCapacity",
+                    f"no card or core of its pool can host it: {NO_CARDS}",
+                    generation=3,
+                ),
+            ]
+        ),
+    ),
+    "waiting-for-quota": case(
+        "Kueue holds its Pod while its pool is full: WaitingForQuota, with the pool's Available",
+        sync_request(
+            instance(),
+            pool_with(
+                condition("Active", True, "QueueActive", "Can admit new workloads"),
+                condition("Available", False, "Full", FULL),
+                condition("Ready", True, "Ready", "the pool is active and has counted capacity"),
+            ),
+            [GATED_POD],
+        ),
+        gated_answer(
+            [
+                condition(t, False, "WaitingForQuota", f"{WAITING}: {FULL}")
+                for t in ("Admitted", "Scheduled", "Ready")
+            ]
+        ),
+    ),
+    "pool-inactive": case(
+        "Kueue holds its Pod and its pool's queue is not active: PoolInactive, Kueue's word quoted",
+        sync_request(
+            instance(),
+            pool_with(condition("Active", False, "Stopped", "The ClusterQueue is stopped")),
+            [GATED_POD],
+        ),
+        gated_answer(
+            held_back(
+                "PoolInactive",
+                "its pool's queue admits nothing now: The ClusterQueue is stopped",
+            )
+        ),
+    ),
+    "ready": case(
+        "its Pod runs and is ready: Ready flips to True now, the conditions that stay keep time",
+        sync_request(
+            instance(
+                status={
+                    "conditions": [
+                        ADMITTED_EARLIER,
+                        condition("Ready", False, "ContainersNotReady", "not yet", EARLIER),
+                    ]
+                },
+            ),
+            POOL,
+            [READY_POD],
+        ),
+        {
+            "status": {
+                **RUNNING_STATUS,
+                "conditions": [
+                    ADMITTED_EARLIER,
+                    condition("Scheduled", True, "Scheduled", "its Pod is bound to node-a"),
+                    condition("Ready", True, "Running", "its Pod runs and is ready"),
+                ],
+            },
+            "children": [pod("notebook", {GPU: "1"})],
         },
     ),
     "customize": case(

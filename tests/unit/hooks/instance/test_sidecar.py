@@ -7,6 +7,7 @@ import copy
 from chain.manufacturers import default_manufacturers
 from hooks.instance.sync import sync
 from hooks.shell import CompositeRequest
+from tests.unit.hooks.clock import NOW
 from tests.unit.hooks.instance.cases import CASES
 
 
@@ -16,7 +17,10 @@ def _ssh_request() -> dict[str, object]:
 
 def test_the_sidecar_runs_the_configured_image_whatever_main_runs() -> None:
     answer = sync(
-        CompositeRequest.parse(_ssh_request()), default_manufacturers(), "mirror.example/chain:7"
+        CompositeRequest.parse(_ssh_request()),
+        default_manufacturers(),
+        "mirror.example/chain:7",
+        NOW,
     )
     (pod,) = answer["children"]
     main, sshd = pod["spec"]["containers"]
@@ -26,7 +30,7 @@ def test_the_sidecar_runs_the_configured_image_whatever_main_runs() -> None:
 
 
 def test_without_a_sidecar_image_an_ssh_instance_fails_with_a_reason() -> None:
-    answer = sync(CompositeRequest.parse(_ssh_request()), default_manufacturers(), "")
+    answer = sync(CompositeRequest.parse(_ssh_request()), default_manufacturers(), "", NOW)
     assert answer["children"] == []
     assert answer["status"]["phase"] == "Failed"
     assert "GPUSTACK_SSH_SIDECAR_IMAGE" in answer["status"]["message"]

@@ -13,12 +13,14 @@ from typing import Any
 
 from builders.instancetypes import type_spec
 from chain.ledger import Mode
+from tests.unit.hooks.clock import EARLIER, NOW
 from tests.unit.hooks.instancetype.world import (
     POOL_CARDS_GROUP,
     RESOURCE_MAX_UNITS,
     N,
     Obj,
     card,
+    cpu_status,
     customize_request,
     devices,
     flavor,
@@ -142,6 +144,7 @@ def _sliced(count: int) -> Obj:
 
 
 _NO_PHYSICAL: Obj = {"physical": {"count": 0, "profiles": []}}
+NO_SLICES: Obj = {"count": 0, "coresPercentageOvercommit": False}
 
 
 def _card_detail(notes: dict[str, str], capability: str, sliced: Obj, runtimes: list[str]) -> Obj:
@@ -221,7 +224,7 @@ def _vectors() -> dict[str, Case]:
                 flavors=[CPU_48C, CPU_16C, CPU_4C],
                 queues=[_cpu_queue(("4c", "8"), ("16c", "16"), ("48c", "48"))],
             ),
-            status(HASH[GENERIC], "0/0 0/0 0/0 0/0", "48/72", cpu=("48", "72", "72")),
+            cpu_status(HASH[GENERIC], "48/72", cpu=("48", "72", "72")),
         ),
         "vector-cpu-pool-4-core-node-removed": _sync(
             "vectors: removing a 4-core node (the 4c flavor's quota 8 -> 4) reads 48/68",
@@ -230,7 +233,7 @@ def _vectors() -> dict[str, Case]:
                 flavors=[CPU_48C, CPU_16C, CPU_4C],
                 queues=[_cpu_queue(("4c", "4"), ("16c", "16"), ("48c", "48"))],
             ),
-            status(HASH[GENERIC], "0/0 0/0 0/0 0/0", "48/68", cpu=("48", "68", "68")),
+            cpu_status(HASH[GENERIC], "48/68", cpu=("48", "68", "68")),
         ),
     }
 
@@ -379,6 +382,7 @@ def _partitions() -> dict[str, Case]:
                 pt=("1", "17", "28"),
                 allocated=[("1g.10gb", 2), ("2g.20gb", 1), ("7g.80gb", 1)],
                 offered=[("1g.10gb", 17), ("2g.20gb", 7), ("3g.40gb", 4), ("7g.80gb", 2)],
+                reasons=("QueuePending", "Inactive", "QueuePending"),
             ),
         ),
         "partitioned-pool-full": _sync(
@@ -392,6 +396,7 @@ def _partitions() -> dict[str, Case]:
                 pt=("0", "0", "7"),
                 allocated=[("7g.80gb", 1)],
                 offered=full,
+                reasons=("QueueActive", "Full", "Ready"),
             ),
         ),
     }
@@ -409,17 +414,46 @@ def _phases() -> dict[str, Case]:
     draining = queue(T4, CREDITS, T4_QUOTAS, stop="HoldAndDrain", active=False, message=STOPPED)
     unreported = queue(T4, CREDITS, T4_QUOTAS, active=None)
     deleting = instance_type(T4, type_spec("nvidia-tesla-t4", display="Tesla-T4"), deleting=True)
+    was = [
+        ("Active", "True", "QueueActive"),
+        ("Available", "False", "Full"),
+        ("Ready", "True", "Ready"),
+    ]
+    held_conditions = instance_type(
+        T4,
+        type_spec("nvidia-tesla-t4", display="Tesla-T4"),
+        status={
+            "phase": "Active",
+            "conditions": [
+                {"type": t, "status": v, "lastTransitionTime": EARLIER, "reason": r, "message": ""}
+                for t, v, r in was
+            ],
+        },
+    )
     return {
         "hold-and-drain-zeroes-every-view": _sync(
             "the queue is HoldAndDrain: it admits nothing and evicts what it has, so every view "
             "reads zero (capacity too); the detail stays",
             request(T4_TYPE, [node], [T4_2D], [draining]),
-            status(HASH[T4], "0/0 0/0 0/0 0/0", detail=detail, phase=("Inactive", STOPPED)),
+            status(
+                HASH[T4],
+                "0/0 0/0 0/0 0/0",
+                detail=detail,
+                phase=("Inactive", STOPPED),
+                reasons=("Draining", "Inactive", "Draining"),
+            ),
         ),
         "hold-keeps-the-views": _sync(
             "plain Hold (the inactive switch): Kueue says Inactive, the views still show the pool",
             request(T4_TYPE, [node], [T4_2D], [held]),
-            status(HASH[T4], summary, detail=detail, phase=("Inactive", STOPPED), **views),
+            status(
+                HASH[T4],
+                summary,
+                detail=detail,
+                phase=("Inactive", STOPPED),
+                **views,
+                reasons=("Stopped", "Inactive", "Stopped"),
+            ),
         ),
         "no-queue-yet": _sync(
             "no ClusterQueue yet (the queue hook has not made it): Pending",
@@ -430,6 +464,7 @@ def _phases() -> dict[str, Case]:
                 detail=detail,
                 phase=("Pending", f"waiting for the ClusterQueue {T4} to be created"),
                 **views,
+                reasons=("QueuePending", "Inactive", "QueuePending"),
             ),
         ),
         "queue-not-reported-yet": _sync(
@@ -441,6 +476,26 @@ def _phases() -> dict[str, Case]:
                 detail=detail,
                 phase=("Pending", f"waiting for Kueue to report on the ClusterQueue {T4}"),
                 **views,
+                reasons=("QueuePending", "Inactive", "QueuePending"),
+            ),
+        ),
+        "conditions-keep-their-time": _sync(
+            "the conditions the InstanceType already holds with the same status keep their "
+            "transition time; one that flips (Available, the pool was full) takes the clock's",
+            request(held_conditions, [node], [T4_2D], [T4_QUEUE]),
+            status(HASH[T4], summary, detail=detail, since=(EARLIER, NOW, EARLIER), **views),
+        ),
+        "no-nodes-held": _sync(
+            "no node of the pool reported: no flavor, the queue hook holds the queue (Kueue: "
+            "stopped), and the conditions say what the pool lacks rather than Kueue's Stopped",
+            request(T4_TYPE, [], [], [held]),
+            status(
+                HASH[T4],
+                "0/0 0/0 0/0 0/0",
+                # No card reported: no descriptor, no slice (no card to overcommit).
+                detail={"slicedDetail": {"logical": NO_SLICES, **_NO_PHYSICAL}},
+                phase=("Inactive", STOPPED),
+                reasons=("NoCapacity", "NoCapacity", "NoCapacity"),
             ),
         ),
         "terminating": _sync(
@@ -452,6 +507,7 @@ def _phases() -> dict[str, Case]:
                 detail=detail,
                 phase=("Inactive", "instance type is terminating"),
                 **views,
+                reasons=("Terminating", "Inactive", "Terminating"),
             ),
         ),
     }
@@ -499,9 +555,8 @@ def _cpu() -> dict[str, Case]:
                     )
                 ],
             ),
-            status(
+            cpu_status(
                 HASH[GENERIC],
-                "0/0 0/0 0/0 0/0",
                 "28500m/28500m",
                 cpu=("28500m", "28500m", "72"),
             ),
@@ -518,15 +573,19 @@ def _cpu() -> dict[str, Case]:
                     )
                 ],
             ),
-            status(HASH[GENERIC], "0/0 0/0 0/0 0/0", "0/0", cpu=("0", "0", "64")),
+            cpu_status(
+                HASH[GENERIC],
+                "0/0",
+                cpu=("0", "0", "64"),
+                reasons=("QueueActive", "Full", "Ready"),
+            ),
         ),
         "cpu-aware-pool-detail": _sync(
             "CPU awareness: the pool is one CPU model, described by its flavor's notes with "
             "cpuDetail inlined; the other CPU's flavor is not the pool's",
             request(epyc_type, [], [CPU_16C, epyc_128c], [epyc_queue], aware),
-            status(
+            cpu_status(
                 HASH[EPYC],
-                "0/0 0/0 0/0 0/0",
                 "128/256",
                 detail={**{k: v for k, v in EPYC_NOTES.items() if k != "cpuDetail"}, **CPU_DETAIL},
                 cpu=("128", "256", "256"),
@@ -594,6 +653,7 @@ def _selection() -> dict[str, Case]:
                 ex=("2", "2", "2"),
                 sh=("2", "20", "20"),
                 sl=("100", "200", "200"),
+                reasons=("QueuePending", "Inactive", "QueuePending"),
             ),
         ),
         "only-managed-nodes-and-the-pools-model": _sync(

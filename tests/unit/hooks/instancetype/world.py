@@ -41,6 +41,7 @@ from chain.ledger import (
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
 from chain.pools import PoolIdentity
 from chain.settings import Settings
+from tests.unit.hooks.clock import NOW
 
 Obj = dict[str, Any]
 View = tuple[str, str, str]
@@ -88,7 +89,8 @@ CONTROLLER = {
 
 def instance_type(name: str, spec: Obj, deleting: bool = False, status: Obj | None = None) -> Obj:
     """An InstanceType as served: webhook-stamped labels, the queue hook's finalizer, and the
-    status this hook wrote last time (which it never reads)."""
+    status this hook wrote last time (of which it reads only the conditions' transition times).
+    """
     finalizers = ["metacontroller.io/decoratorcontroller-gpustack-queue"]
     last = status or {"phase": "Pending", "entrance": ENTRANCE}
     return served_instance_type(name, spec, finalizers, last, deleting=deleting)
@@ -447,12 +449,17 @@ def status(
     allocated: Sequence[tuple[str, int]] = (),
     offered: Sequence[tuple[str, int]] = (),
     cpu: View = ZERO,
+    reasons: tuple[str, str, str] = ("QueueActive", "CapacityFree", "Ready"),
+    cpu_pool: bool = False,
+    since: Sequence[str] = (NOW, NOW, NOW),
 ) -> Obj:
     """The expected answer. `summary`/`cpu_summary` are the printer columns, written out in the
-    cases; they must agree with the views (checked here, so a typo fails loudly)."""
+    cases; they must agree with the views (checked here, so a typo fails loudly). `reasons` are
+    those of the conditions Active, Available and Ready (docs/queues.md, "Conditions")."""
     columns = " ".join(f"{v[0]}/{v[1]}" for v in (ex, sh, sl, pt))
     assert summary == columns, (summary, columns)
     assert cpu_summary == f"{cpu[0]}/{cpu[1]}", (cpu_summary, cpu)
+    shown = f"CPU {cpu_summary}" if cpu_pool else f"Accelerator(EX/SH/SL/PT) {summary}"
     return {
         "status": {
             "detail": detail or {},
@@ -471,5 +478,60 @@ def status(
             "acceleratorSummary": summary,
             "cpuSummary": cpu_summary,
             "partitionSummary": ",".join(f"{n}={c}" for n, c in offered),
+            "conditions": conditions(phase[1], shown, reasons, cpu_pool, since),
         }
     }
+
+
+def cpu_status(name_hash: str, cpu_summary: str, **rest: Any) -> Obj:
+    """The expected answer for a CPU pool: no card views, the CPU view's words."""
+    return status(name_hash, "0/0 0/0 0/0 0/0", cpu_summary, cpu_pool=True, **rest)
+
+
+def conditions(
+    message: str,
+    shown: str,
+    reasons: tuple[str, str, str],
+    cpu_pool: bool,
+    since: Sequence[str] = (NOW, NOW, NOW),
+) -> list[Obj]:
+    """The three conditions as docs/queues.md words them: True for the reasons that say so, each
+    with the message the reason's rule gives, and the transition time `since` gives (`NOW`: it
+    flips in this answer)."""
+    active_reason, available_reason, ready_reason = reasons
+    what = "CPU cores" if cpu_pool else "cards"
+    empty = f"the pool has no {what} counted: no node of it reported any, or every node of it left"
+    active = {
+        "Terminating": "the InstanceType is being deleted",
+        "Draining": "its ClusterQueue is HoldAndDrain: it admits nothing and evicts what it holds",
+        "NoCapacity": f"{message}: {empty}",
+    }.get(active_reason, message)
+    available = {
+        "CapacityFree": f"a new Instance fits now ({shown})",
+        "NoCapacity": empty,
+        "Full": f"every {what[:-1]} is taken; new Instances wait ({shown})",
+        "Inactive": f"not Active: {active}",
+    }[available_reason]
+    # Ready says what Active does while that is False, else why the pool counts nothing.
+    ready = {"Ready": "the pool is active and has counted capacity", "NoCapacity": empty}.get(
+        ready_reason, active
+    )
+    if active_reason != "QueueActive":
+        ready = active
+    words = (
+        ("Active", active_reason, active, "QueueActive"),
+        ("Available", available_reason, available, "CapacityFree"),
+        ("Ready", ready_reason, ready, "Ready"),
+    )
+    return [
+        {
+            "type": type_,
+            "status": "True" if reason == holds else "False",
+            # The served InstanceType's generation (builders.instancetypes).
+            "observedGeneration": 1,
+            "lastTransitionTime": time,
+            "reason": reason,
+            "message": text,
+        }
+        for (type_, reason, text, holds), time in zip(words, since, strict=True)
+    ]

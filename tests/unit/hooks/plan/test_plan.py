@@ -12,13 +12,14 @@ import pytest
 
 from chain.settings import StartupEnv
 from hooks.plan import plan
+from tests.unit.hooks.clock import NOW
 
 SAMPLE = Path(__file__).resolve().parents[4] / "examples" / "cluster.json"
 
 
 def _plan(**overrides: str) -> list[dict[str, Any]]:
     items = json.loads(SAMPLE.read_text())["items"]
-    return plan(items, overrides, StartupEnv())
+    return plan(items, overrides, StartupEnv(), NOW)
 
 
 def _names(objects: list[dict[str, Any]], kind: str) -> list[str]:
@@ -96,9 +97,8 @@ def test_sample_admission() -> None:
     from hooks.plan_admission import admission
 
     items = json.loads(SAMPLE.read_text())["items"]
-    results = {
-        r["name"]: r for r in admission(items, plan(items, {}, StartupEnv()), manufacturers({}))
-    }
+    planned = plan(items, {}, StartupEnv(), NOW)
+    results = {r["name"]: r for r in admission(items, planned, manufacturers({}))}
     assert results["slice-20-percent"]["allowed"] and results["slice-20-percent"]["folded"]
     # The 4 GiB slice folds against the planned T4 pool's card memory from the catalog.
     assert results["slice-4gib"]["allowed"] and results["slice-4gib"]["folded"]
@@ -118,7 +118,7 @@ def test_sample_instances_run_as_pods_and_meet_their_webhooks() -> None:
     from hooks.plan_admission import admission
 
     items = json.loads(SAMPLE.read_text())["items"]
-    planned = plan(items, {}, StartupEnv())
+    planned = plan(items, {}, StartupEnv(), NOW)
     instances = {i["metadata"]["name"]: i for i in planned if i["kind"] == "Instance"}
     assert instances["notebook-slice"]["status"]["accelerator"] == "1x40%"
     assert instances["notebook-ssh"]["status"]["phase"] == "Pending"

@@ -18,6 +18,7 @@ from chain.devices import (
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.settings import StartupEnv
 from hooks.plan import plan, table
+from tests.unit.hooks.clock import NOW
 
 SAMPLE = Path(__file__).resolve().parents[4] / "examples" / "cluster.json"
 A10G = "gpustack--nvidia-a10g-linux-amd64"
@@ -69,7 +70,7 @@ def _snapshot() -> list[dict[str, Any]]:
 
 
 def test_views_and_queues_are_planned() -> None:
-    objects = plan(_snapshot(), {}, StartupEnv())
+    objects = plan(_snapshot(), {}, StartupEnv(), NOW)
     types = {o["metadata"]["name"]: o for o in objects if o["kind"] == "InstanceType"}
     a10g = types[A10G]["status"]
     # vectors: one free A10G; Kueue reported the queue Active.
@@ -90,7 +91,7 @@ def test_views_and_queues_are_planned() -> None:
 
 
 def test_table_shows_views_and_queues() -> None:
-    text = table(plan(_snapshot(), {}, StartupEnv()))
+    text = table(plan(_snapshot(), {}, StartupEnv(), NOW))
     assert "ACCELERATOR(EX/SH/SL/PT)" in text
     assert "1/1 1/10 100/100 0/0" in text
     assert "ClusterQueues" in text and "credits.gpustack.ai/nvidia" in text
