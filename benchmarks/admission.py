@@ -72,12 +72,12 @@ from chain.names import local_queue_name
 from chain.quantity import parse_quantity
 from chain.queues import NODE_DEVICES_CHECK
 from chain.units import RESOURCE_MAX_UNITS, credits_to_accelerators
+from kubeapi import Kube, Obj, wait_for
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from testbed import build
 from testbed.components import http_ok
 from testbed.harness import Testbed, free_port
 from testbed.install import install
-from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import (
     T4_POOL,
     device_manager_feature,

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from chain.queues import NODE_DEVICES_CHECK
 from chain.workload_state import State, check_state
-from testbed.kube import Obj
+from kubeapi import Obj
 from testbed.workloads import condition
 
 VERDICTS = frozenset({State.READY.value, State.RETRY.value})

@@ -55,6 +55,7 @@ from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.manufacturers import manufacturers
 from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
+from kubeapi import Kube, Obj
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.running import DevicePlugins, NodeRecords
@@ -62,7 +63,6 @@ from nodeagent.plugin.server import plugin_servers
 from testbed import build
 from testbed.harness import Testbed
 from testbed.install import install
-from testbed.kube import Kube, Obj
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
 from testbed.nodes import node_object, register_node
 

@@ -27,6 +27,7 @@ import statistics
 from typing import Any
 
 from benchmarks.timing import measure, percentile, timed
+from chain.apis import KUEUE_API as KUEUE
 from chain.devices import (
     Accelerator,
     AcceleratorStatus,
@@ -56,7 +57,6 @@ from verdictdriver.pool_cards import PoolCardsKeeper
 
 Obj = dict[str, Any]
 WORKER = "worker.gpustack.ai/v1alpha1"
-KUEUE = "kueue.x-k8s.io/v1beta2"
 AKEY = "nvidia-a100-sxm4-80gb"
 POOL = f"gpustack--{AKEY}-linux-amd64"
 FLAVOR = f"gpustack--amd-epyc-7763--{AKEY}-linux-amd64-8d"

@@ -136,7 +136,7 @@ def cpu_annotations(cpu: CpuModel) -> dict[str, str]:
     }
 
 
-def node_object(
+def served_node(
     name: str,
     cpu: CpuModel,
     card: CardModel | None = None,
@@ -441,5 +441,5 @@ def random_cluster(size: int, seed: int = 7) -> list[Obj]:
         cpu = CPU_MODELS[rng.randrange(len(CPU_MODELS))]
         card = CARD_MODELS[rng.randrange(len(CARD_MODELS))] if rng.random() < 0.35 else None
         cards = rng.choice((1, 2, 4, 8)) if card else 0
-        nodes.append(node_object(f"node-{index:05d}", cpu, card, cards, heartbeat=index))
+        nodes.append(served_node(f"node-{index:05d}", cpu, card, cards, heartbeat=index))
     return nodes

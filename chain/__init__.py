@@ -24,4 +24,32 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
   pyproject.toml or the installed metadata) this release ships under.
 - `cli`: what every entry point's command line shares: exit statuses, `--version`, help with
   defaults, one-line errors.
+- `times`: the API's two time formats (`metav1.Time`, `metav1.MicroTime`) from a given clock.
+- `conditions`: `status.conditions` for every writer (transition times kept, generation
+  recorded); the rules of each kind in `instance_conditions`, `pool_conditions` and
+  `devices_conditions`.
+
+The pools, their queues and their views:
+- `queues`: ClusterQueue vocabulary, a flavor's size and quota, a pool's live flavors.
+- `kueue_config`: the part of Kueue's Configuration the chain depends on.
+- `catalog`: the pool catalog's wire form (its writer, the instancetype hook; its readers, the
+  admission webhooks).
+- `views`: the InstanceType views' arithmetic; `pool_nodes`: a pool's card group read off a
+  Devices object; `pool_cards`: a pool's nodes tallied into its PoolCards.
+- `fit`: per-card room and the node fit labels.
+- `requests`: a Pod's accelerator requests, the request rules and the fold.
+- `instances`: the Instance API's rules (its Pod, its stop).
+- `kvcache`: what the KV cache webhook makes of a Pod that asks for a pool.
+
+The per-card verdict and the ledger it reads:
+- `allocation`: device-plugin tokens, their costs and who gets a card; `partition_grant`: which
+  profile, card and slot a partitioned grant takes.
+- `ledger_rebuild`: the ledger rebuilt from the Pods' allocation records; `ledger_merge`: the
+  busier of two readings, card by card; `charged_pods`: which Pods the ledger already holds.
+- `verdicts`: the `gpustack-node-devices` verdict (`judge`, its messages); `charging`: demands
+  charged to a pool's cards; `workload_state`: a Workload's check state and shares;
+  `topology_assignment`: Kueue's assignment decoded to hostnames; `holdings`: who holds which
+  cards (a cache its caller keeps).
+
+tests/unit/chain/test_index.py keeps this list complete.
 """

@@ -10,7 +10,6 @@ settled object gets the very list it holds, and Metacontroller has nothing to wr
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,11 +41,6 @@ class Condition:
     @property
     def holds(self) -> bool:
         return self.status == TRUE
-
-
-def timestamp(seconds: float) -> str:
-    """RFC 3339 in UTC to the second, as the API server writes a `metav1.Time`."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def _previous(held: Any) -> dict[str, Mapping[str, Any]]:

@@ -1,4 +1,5 @@
-"""A Devices object's conditions (docs/nodeagent.md, "Conditions of the Devices"), from what the node agents know.
+"""A Devices object's conditions (docs/nodeagent.md, "Conditions of the Devices"), from what the
+node agents know.
 
 A node runs one agent per manufacturer of its cards, and each writes the Devices status beside
 the others (server-side apply, a field manager of its own). So a condition that one agent alone

@@ -1,4 +1,5 @@
-"""An InstanceType's conditions (docs/queues.md, "Conditions of the InstanceType"), from what its status hook reads.
+"""An InstanceType's conditions (docs/queues.md, "Conditions of the InstanceType"), from what its
+status hook reads.
 
 - `Active`: its pool's ClusterQueue admits (Kueue's own `Active` condition on it, with Kueue's
   reason; `NoCapacity` when the pool counts nothing, whose queue the queue hook holds).

@@ -12,7 +12,7 @@ has `.count`/`.capacity` siblings, so the family prefix plus `.capacity` picks e
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +24,12 @@ from chain.labels import (
     QUEUE_STOP_POLICY,
     RESOURCE_TYPE,
     RESOURCE_TYPE_INSTANCE_TYPES,
+    RESOURCE_TYPE_NODES,
     TRUE,
     capacity_key,
     count_key,
 )
+from chain.pools import selector_matches
 from chain.units import accelerators_to_credits
 
 STOP_NONE = "None"
@@ -90,6 +92,53 @@ def flavor_size(labels: Mapping[str, str], acceleratable: bool) -> FlavorSize:
     if labels.get(own) != TRUE:
         raise ValueError(f"metadata.labels['{own}']: expected {TRUE!r} beside its capacity")
     return FlavorSize(own, _whole(labels, count_key(own), 1), _whole(labels, capacity_key(own), 0))
+
+
+@dataclass(frozen=True)
+class PoolFlavor:
+    """One live ResourceFlavor of a pool: its name, its size, and the object it was read from."""
+
+    name: str
+    size: FlavorSize
+    obj: dict[str, Any]
+
+
+class FlavorError(ValueError):
+    """A ResourceFlavor the pool rule cannot read: the message is `<field>: <why>`, the field
+    under `flavor` (the object), so a hook names it in its 400."""
+
+    def __init__(self, flavor: dict[str, Any], message: str) -> None:
+        super().__init__(message)
+        self.flavor = flavor
+
+
+def pool_flavors(
+    flavors: Iterable[dict[str, Any]], selector: Mapping[str, str] | None, acceleratable: bool
+) -> list[PoolFlavor]:
+    """A pool's live flavors among `flavors`, in the queue's preference order: smallest per-node
+    count first, then by name. The one rule the queue hook (its resource group) and the status
+    hook (the first flavor describes the pool) must agree on.
+
+    Only the chain's node flavors matching `selector` count (none when the pool has no
+    selector), and a flavor with a deletionTimestamp is gone: Kueue keeps it only until no
+    queue names it, so naming it again would keep it alive."""
+    if selector is None:
+        return []
+    found = []
+    for obj in flavors:
+        meta = obj["metadata"]
+        labels = meta.get("labels") or {}
+        if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+            raise FlavorError(obj, "metadata.labels: expected a map of strings")
+        ours = labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_NODES
+        if not ours or not selector_matches(selector, labels) or meta.get("deletionTimestamp"):
+            continue
+        try:
+            size = flavor_size(labels, acceleratable)
+        except ValueError as err:
+            raise FlavorError(obj, str(err)) from None
+        found.append(PoolFlavor(meta["name"], size, obj))
+    return sorted(found, key=lambda flavor: (flavor.size.count, flavor.name))
 
 
 def quota_resource(acceleratable: bool, manufacturer: str) -> str:

@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from chain import cli
-from chain.conditions import timestamp
 from chain.manufacturers import default_manufacturers
 from chain.settings import StartupEnv
+from chain.times import timestamp
 from hooks.plan import parse_setting, plan, table
 from hooks.plan_admission import admission, admission_table
 from hooks.shell import BadRequest

@@ -31,9 +31,9 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
-from chain.conditions import timestamp
 from chain.pools import PoolIdentity
 from chain.settings import Settings
+from chain.times import timestamp
 from hooks import metrics
 
 Obj = dict[str, Any]

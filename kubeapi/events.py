@@ -9,7 +9,6 @@ is a courtesy, never a reason to fail the work it describes.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import queue
 import threading
@@ -18,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from chain.times import micro_timestamp
 from kubeapi.client import KubeError, Obj
 
 log = logging.getLogger("events")
@@ -35,7 +35,7 @@ WARNING = "Warning"
 
 
 def micro_time() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return micro_timestamp(time.time())
 
 
 class EventsClient(Protocol):

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from chain.capacity import node_capacity_patch
-from chain.conditions import find, generation_of, merge, timestamp
+from chain.conditions import find, generation_of, merge
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
 from chain.devices_conditions import devices_conditions
 from chain.fit import fit_label_patch, fit_labels
@@ -50,6 +50,7 @@ from chain.labels import is_managed
 from chain.ledger import UnrecordedRecord
 from chain.ledger_rebuild import PodAllocations, rebuild_status, with_unrecorded
 from chain.manufacturers import ManufacturerTable
+from chain.times import timestamp
 from kubeapi import Kube, Obj
 from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache

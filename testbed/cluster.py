@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from kubeapi import load_yaml_documents, wait_for
 from testbed import build, images, network, realnode, registry, system, upstream
 from testbed.harness import Testbed
-from testbed.kube import load_yaml_documents, wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import NodeSpec, RealNode
 from testbed.registry import image_name

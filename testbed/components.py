@@ -12,8 +12,8 @@ import requests
 import yaml
 
 from chain.kueue_config import merged_configuration
+from kubeapi import Obj, load_yaml_documents
 from testbed import build, certs, crds
-from testbed.kube import Obj, load_yaml_documents
 from testbed.nodes import node_object, register_node
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import re
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from kubeapi import Obj, load_yaml_documents, wait_for
 from testbed import build
-from testbed.kube import Obj, load_yaml_documents, wait_for
 
 if TYPE_CHECKING:
     from testbed.harness import Testbed

@@ -24,14 +24,17 @@ from pathlib import Path
 
 from chain import units
 from chain.allocation import DeviceToken
-from chain.conditions import timestamp
+from chain.apis import KUEUE_API as KUEUE
 from chain.devices import Devices
 from chain.ledger import AcceleratorAllocation, Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
+from chain.queues import NODE_DEVICES_CHECK as CHECK
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from chain.settings import StartupEnv
+from chain.times import timestamp
 from hooks.plan import plan, table
+from kubeapi import Obj, wait_for
 from testbed import build, images
 from testbed.cluster import REAL_NODES, install_chain, pool_views, start_nodes
 from testbed.components import CONTROL_PLANE_NODE
@@ -50,7 +53,6 @@ from testbed.instances import (
     ssh_key_secret,
     ssh_namespace,
 )
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.kubelet import AdmissionError, KubeletEmulator, delete_ended
 from testbed.nodes import T4_POOL, node_object, register_node
@@ -223,11 +225,6 @@ def main(root: Path | None = None) -> int:
     return 0
 
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
-CHECK = "gpustack-node-devices"
-RESOURCE_MAX_UNITS = 1_600_000
-
-
 def _ledger(bed: Testbed, node: str, held: int) -> None:
     """The node's ledger as its device plugin writes it: the first `held` cards taken whole by
     tenants already running, the others free."""
@@ -237,7 +234,7 @@ def _ledger(bed: Testbed, node: str, held: int) -> None:
     rows: list[Obj] = [
         {"id": c["id"], "index": c["index"], "mode": 1}
         if c["index"] < held
-        else {"id": c["id"], "index": c["index"], "mode": 0, "remaining": RESOURCE_MAX_UNITS}
+        else {"id": c["id"], "index": c["index"], "mode": 0, "remaining": units.RESOURCE_MAX_UNITS}
         for c in group["accelerators"]
     ]
     status = {

@@ -25,9 +25,9 @@ from typing import Any
 import requests
 import yaml
 
+from kubeapi import Kube, KubeError, wait_for
 from testbed import build, certs, crds, network
 from testbed import components as launchers
-from testbed.kube import Kube, KubeError, wait_for
 
 STATE_FILE = "state.json"
 COMPONENT_ORDER = (

@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from kubeapi import Obj, load_yaml_documents, wait_for
 from testbed.crds import crd_established
 from testbed.drivers import run_pool_cards_keeper
 from testbed.harness import Testbed
-from testbed.kube import Obj, load_yaml_documents, wait_for
 from testbed.projection import Projection, configmap_volumes, container_env
 from verdictdriver.seed import ensure_settings
 

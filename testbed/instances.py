@@ -10,7 +10,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from testbed.kube import Kube, KubeError, Obj, wait_for
+from kubeapi import Kube, KubeError, Obj, wait_for
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 KEY_SECRET_PRIVATE = "id_ed25519"

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kubeapi import Kube
 from nodeagent.plugin import protos
 from testbed import standin
-from testbed.kube import Kube
 
 grpc = protos.grpc_runtime()
 Pod = Mapping[str, Any]

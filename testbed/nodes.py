@@ -6,7 +6,7 @@ fills (labels, annotations) exist; a bare Node makes them fail. So every fake No
 
 from __future__ import annotations
 
-from testbed.kube import Kube, Obj
+from kubeapi import Kube, Obj
 
 
 def node_object(

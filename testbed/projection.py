@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.kube import Kube, Obj
+from kubeapi import Kube, Obj
 
 POLL_SECONDS = 0.5
 

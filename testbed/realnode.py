@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from kubeapi import wait_for
 from nodeagent.simulate.profile import Profile, load_profile
 from nodeagent.simulate.sysfs import pci_functions
 from testbed import build, certs, images, network, registry, system
-from testbed.kube import wait_for
 
 if TYPE_CHECKING:
     from testbed.harness import Testbed

@@ -13,9 +13,9 @@ import sys
 
 import yaml
 
+from kubeapi import wait_for
 from testbed import build, images
 from testbed.harness import Testbed
-from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 from testbed.registry import image_name
 

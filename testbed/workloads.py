@@ -3,19 +3,19 @@ whole cards, its conditions, and playing its owner."""
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from chain.apis import KUEUE_API as KUEUE
 from chain.names import local_queue_name
-from testbed.kube import Kube, Obj, wait_for
-
-KUEUE = "kueue.x-k8s.io/v1beta2"
+from chain.times import timestamp
+from kubeapi import Kube, Obj, wait_for
 
 
 def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamp(time.time())
 
 
 @contextmanager

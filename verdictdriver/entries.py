@@ -3,11 +3,12 @@ the AdmissionCheck's Active condition."""
 
 from __future__ import annotations
 
-import datetime as dt
+import time
 from collections.abc import Sequence
 
 from chain.apis import ADMISSION_CHECK, KUEUE_API
 from chain.apis import WORKLOAD as WORKLOAD_KIND
+from chain.times import timestamp
 from chain.verdicts import Verdict
 from chain.workload_state import State
 from kubeapi import Obj
@@ -18,7 +19,7 @@ ACTIVE_MESSAGE = "The admission check is active"
 
 
 def now_text() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamp(time.time())
 
 
 def _entry(workload: Obj, name: str) -> Obj | None:

@@ -6,13 +6,13 @@ the Lease judges; the others follow (and keep their Workload cache warm) until i
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubeapi import Kube, KubeError, Obj
+from kubeapi.events import micro_time
 
 log = logging.getLogger("admission-driver")
 
@@ -20,11 +20,6 @@ LEASE_API = "coordination.k8s.io/v1"
 LEASE_NAME = "gpustack-admission-driver"
 LEASE_NAMESPACE = "gpustack-system"
 LEASE_SECONDS = 15
-
-
-def micro_time() -> str:
-    """A Lease `MicroTime`."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # --- pure: the Lease --------------------------------------------------------------------------

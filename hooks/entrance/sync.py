@@ -20,6 +20,7 @@ from chain import fields
 from chain.apis import (
     CHAIN_API,
     CLUSTER_QUEUE,
+    CLUSTER_QUEUES_RESOURCE,
     KUEUE_API,
     LOCAL_QUEUE,
     SETTINGS_NAME,
@@ -35,8 +36,6 @@ from hooks.shell import (
     object_path,
     related_settings,
 )
-
-CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
 
 def customize(parent: Obj) -> Obj:

@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, INSTANCE_TYPE_RESOURCE, KUEUE_API, WORKER_API
+from chain.apis import (
+    CLUSTER_QUEUE,
+    CLUSTER_QUEUES_RESOURCE,
+    INSTANCE_TYPE,
+    INSTANCE_TYPE_RESOURCE,
+    KUEUE_API,
+    WORKER_API,
+)
 from chain.conditions import generation_of, merge
 from chain.instance_conditions import instance_conditions
 from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
@@ -34,8 +41,6 @@ from hooks.shell import (
     CompositeRequest,
     Obj,
 )
-
-CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
 
 def _spec(parent: Obj) -> InstanceSpec:

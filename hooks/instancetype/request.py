@@ -12,17 +12,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from chain import fields
-from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, RESOURCE_FLAVOR, WORKER_API
-from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES
+from chain import fields, queues
+from chain.apis import (
+    CLUSTER_QUEUE,
+    INSTANCE_TYPE,
+    KUEUE_ACTIVE,
+    KUEUE_API,
+    RESOURCE_FLAVOR,
+    WORKER_API,
+)
 from chain.names import flavor_count
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, PoolCards
-from chain.pools import PoolIdentity, selector_matches
+from chain.pools import PoolIdentity
 from chain.quantity import parse_quantity
-from chain.queues import CPU_RESOURCE, STOP_NONE, STOP_POLICIES, flavor_size
+from chain.queues import CPU_RESOURCE, STOP_NONE, STOP_POLICIES
 from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
-
-ACTIVE = "Active"
 
 
 @dataclass(frozen=True)
@@ -44,36 +48,17 @@ def read_instance_type(obj: Obj, where: str) -> InstanceType:
     return InstanceType(meta["name"], identity, bool(meta.get("deletionTimestamp")))
 
 
-def labels_of(obj: Obj, path: str) -> Mapping[str, str]:
-    labels = obj["metadata"].get("labels") or {}
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise BadRequest(f"{path}.metadata.labels", "expected a map of strings")
-    return labels
-
-
 def pool_flavors(
     request: DecoratorRequest, selector: Mapping[str, str] | None, acceleratable: bool
 ) -> list[Obj]:
-    """The pool's live ResourceFlavors in the queue's order: smallest per-node count first,
-    then by name. A flavor being deleted is gone for the pool (the queue lets it go too)."""
-    if selector is None:
-        return []
-    found = []
-    for obj in request.related.of(RESOURCE_FLAVOR, KUEUE_API):
-        path = object_path("related", obj)
-        labels = labels_of(obj, path)
-        ours = labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_NODES
-        if not ours or not selector_matches(selector, labels):
-            continue
-        if obj["metadata"].get("deletionTimestamp"):
-            continue
-        try:
-            count = flavor_size(labels, acceleratable).count
-        except ValueError as err:
-            where, _, message = str(err).partition(": ")
-            raise BadRequest(f"{path}.{where}", message) from None
-        found.append((count, obj["metadata"]["name"], obj))
-    return [obj for _, _, obj in sorted(found, key=lambda item: item[:2])]
+    """The pool's live ResourceFlavors in the queue's order (chain.queues.pool_flavors)."""
+    try:
+        found = queues.pool_flavors(
+            request.related.of(RESOURCE_FLAVOR, KUEUE_API), selector, acceleratable
+        )
+    except queues.FlavorError as err:
+        raise BadRequest.at(object_path("related", err.flavor), err) from None
+    return [flavor.obj for flavor in found]
 
 
 def pool_cards(request: DecoratorRequest, name: str) -> PoolCards:
@@ -155,7 +140,7 @@ def pool_queue(request: DecoratorRequest, name: str) -> QueueState | None:
         )
         conditions = _list(status.get("conditions"), f"{path}.status.conditions")
         active = next(
-            (c for c in conditions if isinstance(c, dict) and c.get("type") == ACTIVE), None
+            (c for c in conditions if isinstance(c, dict) and c.get("type") == KUEUE_ACTIVE), None
         )
         cores = (flavor_count(flavor) for flavor, amount in quota if amount > 0)
         return QueueState(

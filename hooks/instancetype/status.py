@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from chain.apis import (
     CHAIN_API,
+    CLUSTER_QUEUES_RESOURCE,
     KUEUE_API,
     RESOURCE_FLAVORS_RESOURCE,
     SETTINGS_NAME,
@@ -29,8 +30,6 @@ from hooks.instancetype.request import (
     read_instance_type,
 )
 from hooks.shell import DecoratorRequest, Obj, related_settings
-
-CLUSTER_QUEUES_RESOURCE = "clusterqueues"
 
 ACTIVE = "Active"
 INACTIVE = "Inactive"

@@ -35,6 +35,7 @@ from chain.queues import (
     STOP_HOLD,
     STOP_HOLD_AND_DRAIN,
     STOP_NONE,
+    PoolFlavor,
     foreign_stop,
     nominal_quota,
     quota_resource,
@@ -43,7 +44,6 @@ from chain.queues import (
 from chain.settings import Settings
 from chain.units import MAX_QUEUE_FLAVORS
 from hooks.queue.request import (
-    Flavor,
     ObservedQueue,
     Pool,
     check_active,
@@ -90,7 +90,7 @@ class Plan:
     wait: bool = False
 
 
-def resource_groups(resource: str, acceleratable: bool, flavors: Sequence[Flavor]) -> list[Obj]:
+def resource_groups(resource: str, acceleratable: bool, flavors: Sequence[PoolFlavor]) -> list[Obj]:
     """One group covering the pool's one resource; flavors in the given (preference) order."""
     entries = [
         {
@@ -104,7 +104,7 @@ def resource_groups(resource: str, acceleratable: bool, flavors: Sequence[Flavor
     return [{"coveredResources": [resource], "flavors": entries}]
 
 
-def refusal(pool: Pool, flavors: Sequence[Flavor], table: ManufacturerTable) -> str | None:
+def refusal(pool: Pool, flavors: Sequence[PoolFlavor], table: ManufacturerTable) -> str | None:
     """Why the pool's flavors cannot become the queue's groups, or None."""
     if len(flavors) > MAX_QUEUE_FLAVORS:
         return (
@@ -137,7 +137,7 @@ def _asked_stop(pool: Pool, live: ObservedQueue | None) -> str:
 
 def plan(
     pool: Pool,
-    flavors: Sequence[Flavor],
+    flavors: Sequence[PoolFlavor],
     observed: ObservedQueue | None,
     settings: Settings,
     table: ManufacturerTable,

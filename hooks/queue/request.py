@@ -11,20 +11,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API, RESOURCE_FLAVOR
-from chain.labels import QUEUE_STOP_POLICY, RESOURCE_TYPE, RESOURCE_TYPE_NODES
-from chain.pools import PoolIdentity, pool_flavor_selector, selector_matches
+from chain import queues
+from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_ACTIVE, KUEUE_API, RESOURCE_FLAVOR
+from chain.labels import QUEUE_STOP_POLICY
+from chain.pools import PoolIdentity, pool_flavor_selector
 from chain.quantity import parse_quantity
 from chain.queues import (
     NODE_DEVICES_CHECK,
     STOP_NONE,
     STOP_POLICIES,
-    FlavorSize,
-    flavor_size,
+    PoolFlavor,
 )
 from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
-
-ACTIVE = "Active"
 
 
 @dataclass(frozen=True)
@@ -48,38 +46,17 @@ def read_pool(obj: Obj, where: str) -> Pool:
     return Pool(name=obj["metadata"]["name"], identity=identity, inactive=bool(inactive))
 
 
-@dataclass(frozen=True)
-class Flavor:
-    """One live flavor of the pool and what the pool holds of it."""
-
-    name: str
-    size: FlavorSize
-
-
 def pool_flavors(
     request: DecoratorRequest, selector: Mapping[str, str] | None, acceleratable: bool
-) -> list[Flavor]:
-    """The pool's live flavors, smallest per-node count first, then by name.
-
-    A flavor with a deletionTimestamp is absent: Kueue keeps it only until no queue names it,
-    so naming it again would keep it alive.
-    """
-    if selector is None:
-        return []
-    found = []
-    for obj in request.related.of(RESOURCE_FLAVOR, KUEUE_API):
-        meta = obj["metadata"]
-        labels = meta.get("labels") or {}
-        ours = labels.get(RESOURCE_TYPE) == RESOURCE_TYPE_NODES
-        if not ours or not selector_matches(selector, labels) or meta.get("deletionTimestamp"):
-            continue
-        try:
-            size = flavor_size(labels, acceleratable)
-        except ValueError as err:
-            where, _, message = str(err).partition(": ")
-            raise BadRequest(f"{object_path('related', obj)}.{where}", message) from None
-        found.append(Flavor(meta["name"], size))
-    return sorted(found, key=lambda flavor: (flavor.size.count, flavor.name))
+) -> list[PoolFlavor]:
+    """The pool's live flavors, smallest per-node count first, then by name
+    (chain.queues.pool_flavors)."""
+    try:
+        return queues.pool_flavors(
+            request.related.of(RESOURCE_FLAVOR, KUEUE_API), selector, acceleratable
+        )
+    except queues.FlavorError as err:
+        raise BadRequest.at(object_path("related", err.flavor), err) from None
 
 
 def selector_of(identity: PoolIdentity, aware: bool) -> dict[str, str] | None:
@@ -116,7 +93,7 @@ def check_active(request: DecoratorRequest) -> bool:
         meta = obj["metadata"]
         if meta["name"] != NODE_DEVICES_CHECK or meta.get("deletionTimestamp"):
             continue
-        active = _condition(obj, object_path("related", obj), ACTIVE)
+        active = _condition(obj, object_path("related", obj), KUEUE_ACTIVE)
         return active is not None and active.get("status") == "True"
     return False
 
@@ -169,7 +146,7 @@ def _holds_quota(status: Mapping[str, Any], path: str) -> bool:
 def _idle(obj: Obj, path: str) -> bool:
     """Kueue's status is current (its Active condition saw this generation) and shows no
     reserving or admitted workload and no quota in use."""
-    active = _condition(obj, path, ACTIVE)
+    active = _condition(obj, path, KUEUE_ACTIVE)
     generation = obj["metadata"].get("generation", 0)
     seen = active.get("observedGeneration") if active is not None else None
     if not isinstance(seen, int) or not isinstance(generation, int) or seen < generation:

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 
 import pytest
 
+from kubeapi import wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed, install
-from testbed.kube import wait_for
 
 
 @pytest.fixture(scope="session")

@@ -19,10 +19,10 @@ import pytest
 from chain.names import local_queue_name
 from chain.queues import NODE_DEVICES_CHECK
 from chain.verdicts import NODE_RETRY, PROMISED
+from kubeapi import Kube, Obj, wait_for
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature

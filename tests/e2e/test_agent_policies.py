@@ -17,9 +17,9 @@ import pytest
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.release import AGENT_NAMESPACE
+from kubeapi import Kube, KubeError, Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.nodes import node_object, register_node
 
 AGENT_NS = AGENT_NAMESPACE

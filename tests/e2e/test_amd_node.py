@@ -21,9 +21,9 @@ from chain.devices import Devices
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.units import RESOURCE_MAX_UNITS
+from kubeapi import Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Obj, wait_for
 from tests.e2e.test_device_plugin import PluginNode, agent_node
 from tests.e2e.test_pools import forget_pool
 

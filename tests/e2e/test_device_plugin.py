@@ -29,10 +29,10 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
+from kubeapi import Obj, wait_for
 from testbed.drivers import run_agent
 from testbed.harness import Testbed, free_port, pid_alive
 from testbed.install import Installed
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.kubelet import KubeletEmulator, delete_ended
 from testbed.nodes import nfd_worker_feature, node_object, register_node

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from chain.names import local_queue_name
+from kubeapi import KubeError, wait_for
 from testbed.drivers import running_lifecycle_keeper
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS, Installed
 from testbed.instances import create_instance, instance
-from testbed.kube import KubeError, wait_for
 from testbed.kubectl import condition_of, kubectl, wait_condition
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_instancetypes import instance_type

@@ -6,9 +6,9 @@ import uuid
 
 import pytest
 
+from kubeapi import KubeError
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import KubeError
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 

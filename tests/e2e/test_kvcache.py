@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from kubeapi import KubeError, Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import KubeError, Obj, wait_for
 from tests.e2e.conftest import scratch_namespace
 
 WORKER = "worker.gpustack.ai/v1alpha1"

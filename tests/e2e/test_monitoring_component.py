@@ -11,11 +11,11 @@ from typing import Any
 
 import yaml
 
+from kubeapi import load_yaml_documents, wait_for
 from testbed import build
 from testbed.crds import crd_established
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS
-from testbed.kube import load_yaml_documents, wait_for
 from testbed.kubectl import kubectl
 
 MONITORS = ("PodMonitor", "ServiceMonitor")

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from kubeapi import Obj, wait_for
 from testbed import images, network
 from testbed.harness import Testbed
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 
 NAMESPACE = "gpustack-system"

@@ -14,10 +14,10 @@ import pytest
 
 from chain.quantity import parse_quantity
 from chain.release import AGENT_NAMESPACE
+from kubeapi import Kube, Obj, wait_for
 from testbed.drivers import run_agent
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, Obj, wait_for
 from testbed.kubectl import condition_of, kubectl, wait_condition
 from testbed.nodes import node_object, register_node
 from tests.e2e.test_pools import forget_pool, nfd_worker_feature

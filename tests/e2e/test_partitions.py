@@ -20,10 +20,10 @@ import pytest
 
 from chain.names import local_queue_name
 from chain.queues import NODE_DEVICES_CHECK
+from kubeapi import KubeError, Obj, wait_for
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import KubeError, Obj, wait_for
 from testbed.workloads import queued_job
 from tests.e2e.test_device_plugin import PluginNode, agent_node
 from tests.e2e.test_pools import forget_pool

@@ -20,9 +20,9 @@ from chain.names import local_queue_name
 from chain.requests import PoolFacts
 from hooks.admission.pool_catalog import parse_catalog
 from hooks.catalog_file import load_document
+from kubeapi import Kube, KubeError, Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_pools import (

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from hooks.shell import WRITE_RECHECK_SECONDS, parent_write_outstanding
+from kubeapi import Kube, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, wait_for
 from testbed.nodes import (
     NFD,
     NFD_NS,

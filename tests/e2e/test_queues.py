@@ -15,10 +15,10 @@ import pytest
 
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
+from kubeapi import Kube, Obj, wait_for
 from testbed.drivers import running_lifecycle_keeper
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
 from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature

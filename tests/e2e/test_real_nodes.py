@@ -13,10 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kubeapi import Obj, wait_for
 from testbed import build, images, network
 from testbed.cluster import start_nodes
 from testbed.harness import COMPONENT_ORDER, Testbed, pid_alive
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.pytest_plugin import REAL_NODES
 from testbed.realnode import NodeSpec, node_pids

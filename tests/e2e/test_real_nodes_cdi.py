@@ -20,10 +20,10 @@ from chain.apis import WORKER_API
 from chain.devices import Devices
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.release import AGENT_NAMESPACE
+from kubeapi import wait_for
 from testbed.cluster import NVIDIA_AGENT
 from testbed.harness import Testbed
 from testbed.images import PROJECT_IMAGE
-from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import node_cdi_dir
 

@@ -22,10 +22,10 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.names import local_queue_name
 from chain.release import AGENT_NAMESPACE
+from kubeapi import Obj, wait_for
 from testbed import images
 from testbed.cluster import NVIDIA_AGENT, pool_views, ready_agents
 from testbed.harness import Testbed
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.nodes import T4_POOL
 from testbed.pytest_plugin import REAL_NODES

@@ -19,10 +19,10 @@ import yaml
 
 from chain.manufacturers import manufacturers
 from chain.release import AGENT_NAMESPACE
+from kubeapi import Obj, wait_for
 from nodeagent.manifests import RULE_NAME, vendor_label
 from testbed.cluster import offers_cards, ready_agents
 from testbed.harness import Testbed
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.pytest_plugin import REAL_NODES
 from testbed.realnode import RealNode

@@ -17,11 +17,11 @@ from typing import Any
 import yaml
 
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from kubeapi import wait_for
 from testbed import build
 from testbed.cluster import OVERLAY, REAL_NODES, deployment_available, offers_cards, ready_agents
 from testbed.harness import Testbed
 from testbed.images import ISOLATION_STANDIN_IMAGE, PROJECT_IMAGE
-from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gpustack-chain"

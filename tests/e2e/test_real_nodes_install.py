@@ -23,11 +23,11 @@ import yaml
 
 from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from chain.release import AGENT_NAMESPACE
+from kubeapi import KubeError, Obj, wait_for
 from testbed import images
 from testbed.cluster import deployment_available
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS, kustomize
-from testbed.kube import KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
 from testbed.realnode import node_pids
 from tests.e2e.test_instancetypes import instance_type

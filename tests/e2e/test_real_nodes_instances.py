@@ -15,6 +15,7 @@ import pytest
 from chain.devices import Devices
 from chain.ledger import Mode
 from chain.names import local_queue_name
+from kubeapi import wait_for
 from testbed import images
 from testbed.harness import Testbed
 from testbed.instances import (
@@ -29,7 +30,6 @@ from testbed.instances import (
     ssh_key_secret,
     ssh_namespace,
 )
-from testbed.kube import wait_for
 from testbed.kubectl import kubectl
 from testbed.nodes import T4_POOL
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from kubeapi import Obj, wait_for
 from testbed import images
 from testbed.harness import Testbed
-from testbed.kube import Obj, wait_for
 from testbed.kubectl import kubectl
 from tests.e2e.test_real_nodes_chain import NAMESPACE, _env, _phase
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from chain.devices import Devices
+from kubeapi import wait_for
 from nodeagent.node_events import SLICING_AVAILABLE, SLICING_UNAVAILABLE
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR
 from testbed.cluster import REAL_NODES
 from testbed.harness import Testbed
-from testbed.kube import wait_for
 from testbed.realnode import RealNode
 
 NODE = "node-b"  # 2 x NVIDIA L4, driver CUDA 12.4

@@ -23,10 +23,10 @@ import pytest
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from chain.release import AGENT_NAMESPACE
+from kubeapi import Kube, KubeError, Obj, wait_for
 from testbed import images
 from testbed.cluster import NVIDIA_AGENT
 from testbed.harness import Testbed
-from testbed.kube import Kube, KubeError, Obj, wait_for
 from testbed.kubectl import kubectl
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_agent_policies import _denied

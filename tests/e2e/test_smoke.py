@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from kubeapi import Kube, Obj, wait_for
 from testbed.harness import Testbed
-from testbed.kube import Kube, Obj, wait_for
 from testbed.nodes import node_object, register_node
 from testbed.workloads import condition, now, release_quota
 

@@ -13,10 +13,10 @@ from functools import partial
 import pytest
 
 from chain.apis import SETTINGS_NAME
+from kubeapi import Kube, KubeError, Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
 from testbed.instances import SMALL, create_instance, instance
-from testbed.kube import Kube, KubeError, Obj, wait_for
 from tests.e2e.conftest import scratch_namespace
 from tests.e2e.test_instancetypes import instance_type
 

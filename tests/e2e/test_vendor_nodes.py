@@ -23,9 +23,9 @@ import pytest
 from chain.devices import Devices
 from chain.ledger import Mode
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
+from kubeapi import Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.kube import Obj, wait_for
 from tests.e2e.test_device_plugin import PluginNode, agent_node
 
 WORKER = "worker.gpustack.ai/v1alpha1"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from cryptography import x509
 
+from kubeapi import Kube, Obj
 from testbed.harness import Testbed
-from testbed.kube import Kube, Obj
 from webhookcerts.authority import VALIDITY
 from webhookcerts.keeper import ADMISSION_API, MUTATING, VALIDATING, Keeper, Target
 

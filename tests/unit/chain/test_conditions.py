@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from chain.conditions import MESSAGE_LIMIT, Condition, find, generation_of, merge, timestamp
+from chain.conditions import MESSAGE_LIMIT, Condition, find, generation_of, merge
 from chain.devices_conditions import devices_conditions
 from chain.instance_conditions import instance_conditions
 from chain.pool_conditions import PoolState, pool_conditions
+from chain.times import micro_timestamp, timestamp
 from chain.views import AcceleratorViews, View
 
 THEN = "2026-11-30T10:00:00Z"
@@ -268,3 +269,9 @@ def test_a_pool_that_counts_nothing_says_so_rather_than_kueues_stopped() -> None
     active, available, ready = pool_conditions(empty)
     assert (active.reason, available.reason, ready.reason) == ("NoCapacity",) * 3
     assert active.message.startswith("Can admit new workloads: the pool has no cards counted")
+
+
+def test_micro_timestamp_keeps_six_digits_and_carries_a_rounded_second() -> None:
+    assert micro_timestamp(0) == "1970-01-01T00:00:00.000000Z"
+    assert micro_timestamp(1.25) == "1970-01-01T00:00:01.250000Z"
+    assert micro_timestamp(59.9999996) == "1970-01-01T00:01:00.000000Z"

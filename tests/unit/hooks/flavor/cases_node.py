@@ -13,8 +13,8 @@ from builders.cluster import (
     CPU_MODELS,
     NODE_CONTROLLER,
     CpuModel,
-    node_object,
     node_request,
+    served_node,
     settings_object,
 )
 
@@ -113,13 +113,13 @@ T4_CPU = _cpu(EPYC_7763, "AMD EPYC 7763 64-Core Processor")
 
 
 def _t4_node(labels: dict[str, str] | None = None) -> Any:
-    return node_object("gpu-t4", EPYC_7763, T4, 2, labels=labels, cores=8)
+    return served_node("gpu-t4", EPYC_7763, T4, 2, labels=labels, cores=8)
 
 
 def _cpu_node(
     labels: dict[str, str] | None = None, cores: int | None = 16, heartbeat: int = 0
 ) -> Any:
-    return node_object("cpu-16", AMD_25_1, labels=labels, cores=cores, heartbeat=heartbeat)
+    return served_node("cpu-16", AMD_25_1, labels=labels, cores=cores, heartbeat=heartbeat)
 
 
 def _sync(description: str, request: Any, **expect: Any) -> Case:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from builders.cluster import (
     CARD_MODELS,
     CPU_MODELS,
-    node_object,
     node_request,
     pools_request,
+    served_node,
     settings_object,
 )
 from chain.pools import FlavorIdentity
@@ -108,10 +108,10 @@ def test_node_answer_ignores_heartbeats(cpu: Any, card: Any, beat: int, other: i
     """Conditions, allocatable, resourceVersion move on every heartbeat; the answer must not."""
     cards = 2 if card else 0
     first = node.sync(
-        DecoratorRequest.parse(node_request(node_object("n", cpu, card, cards, heartbeat=beat)))
+        DecoratorRequest.parse(node_request(served_node("n", cpu, card, cards, heartbeat=beat)))
     )
     second = node.sync(
-        DecoratorRequest.parse(node_request(node_object("n", cpu, card, cards, heartbeat=other)))
+        DecoratorRequest.parse(node_request(served_node("n", cpu, card, cards, heartbeat=other)))
     )
     assert first == second
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 import pytest
 
-from builders.cluster import CPU_MODELS, node_object, node_request, settings_object
+from builders.cluster import CPU_MODELS, node_request, served_node, settings_object
 from chain.keys import CpuKey
 from chain.settings import Settings
 from hooks.flavor import node
@@ -88,16 +88,16 @@ def test_acceleratable_true_is_never_touched() -> None:
 
 
 def test_node_without_os_feeds_nothing() -> None:
-    obj = node_object("n", CPU_MODELS[0])
+    obj = served_node("n", CPU_MODELS[0])
     del obj["metadata"]["labels"]["kubernetes.io/os"]
     assert node.sync(DecoratorRequest.parse(node_request(obj)))["attachments"] == []
 
 
 def test_missing_settings_object_means_defaults() -> None:
     with_defaults = node.sync(
-        DecoratorRequest.parse(node_request(node_object("n", CPU_MODELS[0]), settings_object()))
+        DecoratorRequest.parse(node_request(served_node("n", CPU_MODELS[0]), settings_object()))
     )
-    without = node.sync(DecoratorRequest.parse(node_request(node_object("n", CPU_MODELS[0]))))
+    without = node.sync(DecoratorRequest.parse(node_request(served_node("n", CPU_MODELS[0]))))
     assert with_defaults == without
 
 

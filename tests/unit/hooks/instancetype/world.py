@@ -455,7 +455,8 @@ def status(
 ) -> Obj:
     """The expected answer. `summary`/`cpu_summary` are the printer columns, written out in the
     cases; they must agree with the views (checked here, so a typo fails loudly). `reasons` are
-    those of the conditions Active, Available and Ready (docs/queues.md, "Conditions of the InstanceType")."""
+    those of the conditions Active, Available and Ready (docs/queues.md, "Conditions of the
+    InstanceType")."""
     columns = " ".join(f"{v[0]}/{v[1]}" for v in (ex, sh, sl, pt))
     assert summary == columns, (summary, columns)
     assert cpu_summary == f"{cpu[0]}/{cpu[1]}", (cpu_summary, cpu)
