@@ -52,15 +52,12 @@ from kubeapi import Kube, add_kubeconfig_flag
 from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.agent import Reporter, label_waker, node_name, stop_on_signals
-from nodeagent.detect.dcmi import open_dcmi
-from nodeagent.detect.dmi import open_dmi
 from nodeagent.detect.loop import (
     MONITOR_PERIOD_SECONDS,
     REDETECT_EVERY_MONITOR_ROUNDS,
     DetectionRound,
     DetectLoop,
 )
-from nodeagent.detect.nvml import load_nvml
 from nodeagent.detect.registry import (
     ALL,
     DetectorSetup,
@@ -72,19 +69,22 @@ from nodeagent.health import Health
 from nodeagent.health import serve as serve_health
 from nodeagent.metrics import exposition
 from nodeagent.node_events import EVENTS_CONTROLLER
-from nodeagent.plugin.ascend import ContainerShare
-from nodeagent.plugin.dmi_mig import DmiMig
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, DeviceNodes, Responder
 from nodeagent.plugin.isolation import OFFERED, IsolationCheck, Slicing
 from nodeagent.plugin.journal import JOURNAL_NAME
 from nodeagent.plugin.mig import MigNvml
 from nodeagent.plugin.responders import RESPONDERS
-from nodeagent.plugin.sgpu import SgpuDriver
-from nodeagent.plugin.smlu import SmluDriver, open_cndev_smlu
 from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
+from nodeagent.vendors.ascend.dcmi import open_dcmi
+from nodeagent.vendors.ascend.grants import ContainerShare
+from nodeagent.vendors.cambricon.smlu import SmluDriver, open_cndev_smlu
+from nodeagent.vendors.common.nvml import load_nvml
+from nodeagent.vendors.hygon.dmi import open_dmi
+from nodeagent.vendors.hygon.driver import DmiMig
+from nodeagent.vendors.metax.sgpu import SgpuDriver
 
 if TYPE_CHECKING:
     from nodeagent.plugin.running import NodeRecords
@@ -340,7 +340,7 @@ def _partition_libraries(names: Sequence[str]) -> dict[str, MigNvml]:
     if "nvidia" in names and (nvml := load_nvml()) is not None:
         found["nvidia"] = cast(MigNvml, nvml)
     if "thead" in names:
-        from nodeagent.plugin.hgml_mig import open_hgml_mig
+        from nodeagent.vendors.thead.driver import open_hgml_mig
 
         if (hgml := open_hgml_mig(os.environ)) is not None:
             found["thead"] = hgml

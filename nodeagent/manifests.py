@@ -27,10 +27,10 @@ from chain import cli
 from chain.manufacturers import Manufacturer, manufacturers
 from chain.release import AGENT_NAMESPACE, CHAIN_IMAGE
 from chain.settings import PCI_CLASS_PREFIXES_DEFAULT
-from nodeagent.plugin.dmi_mig import REGISTRY
 from nodeagent.plugin.grants import OPERATOR_STATE_DIR
-from nodeagent.plugin.hami_core import VGPU_LOCK_DIR
 from nodeagent.staging import PATCH_FILE, STAGINGS, STATE_VOLUME, component, json_patch
+from nodeagent.vendors.common.hami_core import VGPU_LOCK_DIR
+from nodeagent.vendors.hygon.driver import REGISTRY
 
 MANIFESTS = Path(__file__).resolve().parent.parent / "manifests"
 TARGET = MANIFESTS / "nodeagent" / "daemonsets.yaml"
@@ -89,9 +89,9 @@ def host_paths(maker: Manufacturer) -> tuple[tuple[str, str, bool, str], ...]:
     """The host paths one manufacturer's agent mounts: the common ones, plus for NVIDIA the
     HAMi-core lock directory its sliced grants mount into every sliced container (the agent
     creates it on the host before answering), and for the others the host's /dev (their
-    management libraries open the cards' control devices; NVIDIA's come from its toolkit), with
-    /sys writable for MetaX (`nodeagent/plugin/sgpu.py`) and DMI's registry folder writable for
-    Hygon (`nodeagent/plugin/dmi_mig.py`)."""
+    management libraries open the cards' control devices; NVIDIA's come from its toolkit),
+    with /sys writable for MetaX (`nodeagent/vendors/metax/sgpu.py`) and DMI's registry folder
+    writable for Hygon (`nodeagent/vendors/hygon/driver.py`)."""
     if maker.name == "nvidia":
         return (*HOST_PATHS, ("vgpu-lock", VGPU_LOCK_DIR, False, "DirectoryOrCreate"))
     if maker.name == "metax":  # sgpu subdevices are made by writing the card's sysfs files

@@ -49,8 +49,6 @@ from chain.devices import DevicesGroup
 from chain.ledger import Mode
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.remembered import DetectionPass
-from nodeagent.plugin.ascend import Ascend, ContainerShare
-from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (
     DeviceNodes,
     GrantedCard,
@@ -60,12 +58,14 @@ from nodeagent.plugin.grants import (
 )
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.isolation import OFFERED, IsolationCheck, Slicing
-from nodeagent.plugin.metax import Metax
-from nodeagent.plugin.mig import NAMINGS
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.response import ContainerResponse
-from nodeagent.plugin.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
-from nodeagent.plugin.smlu import DrySmlu, SmluDriver, open_cndev_smlu
+from nodeagent.vendors.ascend.grants import Ascend, ContainerShare
+from nodeagent.vendors.cambricon.grants import Cambricon
+from nodeagent.vendors.cambricon.smlu import DrySmlu, SmluDriver, open_cndev_smlu
+from nodeagent.vendors.metax.grants import Metax
+from nodeagent.vendors.metax.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
+from nodeagent.vendors.registry import PARTITION_NAMINGS
 
 NO_PROBE = (
     "no probe container was started: this preflight renders the allocation, it does not run it"
@@ -406,7 +406,7 @@ def card_checks(rehearsal: Rehearsal, card: GrantedCard, slicing: Slicing) -> li
     maker = rehearsal.responder.manufacturer
     checks: list[Check] = []
     if card.card.is_partitioned:
-        if maker in NAMINGS:  # NVIDIA's and T-Head's MIG, made at Allocate
+        if maker in PARTITION_NAMINGS:  # NVIDIA's and T-Head's MIG, made at Allocate
             profiles = len(card.card.status.physical_sliced.profiles)
             detail = f"MIG mode on: {profiles} profiles offered"
             checks.append(

@@ -25,8 +25,8 @@ from typing import Any
 import yaml
 
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_STATE_DIR, PRELOAD_LIST, staged_dir
-from nodeagent.plugin.hami_core import LIBVGPU, hami_core_kit
-from nodeagent.plugin.nvidia import build_dir
+from nodeagent.vendors.common.hami_core import LIBVGPU, hami_core_kit
+from nodeagent.vendors.nvidia.grants import build_dir
 
 STATE_VOLUME = "state"
 """The agent's host-path volume of its state dir (nodeagent/manifests.py mounts it too)."""
@@ -78,7 +78,7 @@ class Staging:
 
 NVIDIA_CUDA_MAJORS = (11, 12, 13)
 """The CUDA majors a sliced NVIDIA grant may pick a build for (`cuda-<major>`,
-nodeagent/plugin/nvidia.py). HAMi publishes one build for all of them."""
+nodeagent/vendors/nvidia/grants.py). HAMi publishes one build for all of them."""
 
 
 def _hami_core_builds(manufacturer: str, majors: tuple[int, ...]) -> tuple[str, ...]:

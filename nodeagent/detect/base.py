@@ -12,10 +12,15 @@ The contract on failure is what keeps the ledger honest:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from chain.devices import DevicesGroup
+from chain.manufacturers import ManufacturerTable
+from chain.settings import StartupEnv
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.vendors.common.nvml import Nvml
 
 
 @dataclass(frozen=True)
@@ -69,3 +74,34 @@ class Detector(Protocol):
     def monitor(self) -> tuple[CardMetrics, ...]:
         """Every card's health and load; empty when there are none or no driver."""
         ...
+
+
+@dataclass(frozen=True)
+class DetectorSetup:
+    """What every detector may need. In simulation `nvml` replaces the NVML library and
+    `injected` hands other detectors theirs (manufacturer -> constructor keywords, e.g.
+    `{"amd": {"smi": ...}}`)."""
+
+    table: ManufacturerTable
+    env: StartupEnv
+    sysfs: Sysfs
+    nvml: Nvml | None = None
+    injected: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+
+
+def library_detector(
+    name: str, kind: Callable[..., Detector], **library: Callable[[DetectorSetup], object]
+) -> Callable[[DetectorSetup], Detector]:
+    """A detector over the vendor interface of the host (opened on the first pass), or over
+    the simulated one the setup carries (`library` picks NVML; `injected` the others)."""
+
+    def build(setup: DetectorSetup) -> Detector:
+        return kind(
+            sysfs=setup.sysfs,
+            maker=setup.table[name],
+            group_id_with_memory=setup.env.devices_group_id_with_memory,
+            **{keyword: pick(setup) for keyword, pick in library.items()},
+            **setup.injected.get(name, {}),
+        )
+
+    return build

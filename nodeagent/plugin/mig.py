@@ -30,16 +30,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from chain.partitions import Placement, normalize_profile_name
-from nodeagent.detect.nvidia_mig import (
+from chain.partitions import Placement
+from nodeagent.vendors.common.nvml import Nvml
+from nodeagent.vendors.common.nvml_mig import (
     GRAPHICS_PROFILES,
     memory_slices,
     profile_info,
     profile_name,
-    text,
 )
-from nodeagent.detect.nvml import Nvml
-from nodeagent.detect.thead_mig import PROFILE_COUNT as HGML_PROFILE_COUNT
 
 log = logging.getLogger(__name__)
 
@@ -148,43 +146,6 @@ class NvidiaNaming:
             return None
         slices = memory_slices(int(info.memorySizeMB), card_mib)
         return profile_name(info, slices, card_mib)
-
-
-class TheadNaming:
-    """HGML probes its whole profile-id space (`HGML_GPU_INSTANCE_PROFILE_COUNT`, wider than
-    NVML's); media and graphics variants (a `+` in the name) are not offered; the name is the
-    driver's own, normalized exactly as the detector normalized it before publishing."""
-
-    by_bus = False
-
-    def count(self, nvml: MigNvml) -> int:
-        return HGML_PROFILE_COUNT
-
-    def name(self, index: int, info: Any, card_mib: int) -> str | None:
-        raw = text(info.name)
-        return None if "+" in raw else normalize_profile_name(raw) or None
-
-
-class HygonNaming:
-    """DMI is asked by width (1 to 4 slices, indexes 0..3) and names a profile `MIG 2g.15gb`;
-    the key's spelling is its last word, as the detector published it. It knows cards by PCI
-    address only."""
-
-    by_bus = True
-
-    def count(self, nvml: MigNvml) -> int:
-        return 4
-
-    def name(self, index: int, info: Any, card_mib: int) -> str | None:
-        return normalize_profile_name(text(info.name)) or None
-
-
-NAMINGS: dict[str, ProfileNaming] = {
-    "nvidia": NvidiaNaming(),
-    "thead": TheadNaming(),
-    "hygon": HygonNaming(),
-}
-"""The manufacturers whose partitions are made through an NVML-shaped library."""
 
 
 # --- ownership markers --------------------------------------------------------------------------

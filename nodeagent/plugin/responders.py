@@ -11,31 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nodeagent.plugin.amd import Amd
-from nodeagent.plugin.ascend import Ascend
-from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import Responder
-from nodeagent.plugin.hygon import Hygon
-from nodeagent.plugin.iluvatar import Iluvatar
-from nodeagent.plugin.metax import Metax
-from nodeagent.plugin.mthreads import MThreads
-from nodeagent.plugin.nvidia import Nvidia
-from nodeagent.plugin.thead import Thead
+from nodeagent.vendors.registry import ByManufacturer
 
-RESPONDERS: Mapping[str, Responder] = {
-    responder.manufacturer: responder
-    for responder in (
-        Amd(),
-        Ascend(),
-        Cambricon(),
-        Hygon(),
-        Iluvatar(),
-        Metax(),
-        MThreads(),
-        Nvidia(),
-        Thead(),
-    )
-}
+RESPONDERS: Mapping[str, Responder] = ByManufacturer(lambda vendor: vendor.responder)
+"""Each registered manufacturer's responder (nodeagent/vendors/registry.py)."""
 
 
 def responder_for(manufacturer: str) -> Responder | None:

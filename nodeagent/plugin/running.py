@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +32,6 @@ from kubeapi.events import EventRecorder
 from kubeapi.watch import Watcher
 from nodeagent.node_events import EVENTS_CONTROLLER
 from nodeagent.plugin import protos
-from nodeagent.plugin.cambricon import Cambricon, CambriconReclaimer
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_PODS_DIR, DeviceNodes, Responder
 from nodeagent.plugin.identify import PodResourcesClient
 from nodeagent.plugin.injection import (
@@ -43,9 +43,7 @@ from nodeagent.plugin.injection import (
 )
 from nodeagent.plugin.journal import Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
-from nodeagent.plugin.metax import Metax, MetaxReclaimer
 from nodeagent.plugin.mig import (
-    NAMINGS,
     OPERATOR_MIG_DIR,
     Markers,
     MigNvml,
@@ -56,6 +54,7 @@ from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
+from nodeagent.vendors.registry import PARTITION_NAMINGS, vendor_named
 
 log = logging.getLogger(__name__)
 
@@ -296,15 +295,15 @@ class DevicePlugins:
             name: Partitioner(
                 library,
                 Markers(mig_dir if name == "nvidia" else f"{mig_dir}-{name}"),
-                NAMINGS[name],
-                self._bus_of if NAMINGS[name].by_bus else None,
+                PARTITION_NAMINGS[name],
+                self._bus_of if PARTITION_NAMINGS[name].by_bus else None,
             )
             for name, library in libraries.items()
-            if name in NAMINGS
+            if name in PARTITION_NAMINGS
         }
         self.reclaims: list[ReclaimLoop] = []
-        """The partition reclaimers and MetaX's and Cambricon's slice reclaimers, each fed every
-        live-Pod set."""
+        """The partition reclaimers and the slice reclaimers of the manufacturers that have one
+        (`Vendor.slice_reclaimer`), each fed every live-Pod set."""
 
     def _bus_of(self, card: str) -> str:
         """A card's PCI address, for a library that finds cards by it (Hygon's DMI)."""
@@ -350,10 +349,13 @@ class DevicePlugins:
             if partitioner is not None:
                 self._start_reclaim(name, partitioner)
             responder = self.responders.get(name)
-            if isinstance(responder, Metax):
-                self._start_sgpu_reclaim(responder)
-            elif isinstance(responder, Cambricon):
-                self._reclaim(CambriconReclaimer(responder, self.pods_dir).reconcile)
+            vendor = vendor_named(name)
+            if responder is not None and vendor is not None and vendor.slice_reclaimer:
+                reconcile = vendor.slice_reclaimer(
+                    responder, self.pods_dir, partial(self._bus_ids, name)
+                )
+                if reconcile is not None:
+                    self._reclaim(reconcile)
             started: list[PluginServer] = []
             self.servers[name] = started
             for server in servers:
@@ -389,14 +391,10 @@ class DevicePlugins:
 
         self._reclaim(MigReclaimer(partitioner, cards).reconcile)
 
-    def _start_sgpu_reclaim(self, metax: Metax) -> None:
-        """MetaX's subdevices, destroyed once their Pod is gone."""
-
-        def cards() -> list[str]:
-            spec = self.node.spec()
-            return [c.topology.pci_bus_id for g, c in spec.cards() if g.manufacturer == "metax"]
-
-        self._reclaim(MetaxReclaimer(metax.sgpu, cards).reconcile)
+    def _bus_ids(self, maker: str) -> list[str]:
+        """The PCI addresses of a manufacturer's cards, as the node's Devices spec lists them."""
+        spec = self.node.spec()
+        return [c.topology.pci_bus_id for g, c in spec.cards() if g.manufacturer == maker]
 
     def _reclaim(self, reconcile: Callable[[frozenset[str]], object]) -> None:
         loop = ReclaimLoop(reconcile)

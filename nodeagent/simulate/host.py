@@ -9,22 +9,22 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.plugin.ascend import Ascend
-from nodeagent.plugin.cambricon import Cambricon
-from nodeagent.plugin.dmi_mig import DmiMig
 from nodeagent.plugin.grants import DeviceNodes, Responder
-from nodeagent.plugin.metax import Metax
 from nodeagent.plugin.mig import MigNvml
-from nodeagent.plugin.sgpu import SimulatedSgpu
-from nodeagent.plugin.smlu import SimulatedSmlu
-from nodeagent.simulate.amd import parse_amd_profile, simulated_amd_node
-from nodeagent.simulate.dmi import SimulatedDmi
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
 from nodeagent.simulate.recorded import RecordedDcmi
 from nodeagent.simulate.recorded_host import RECORDED, recording_of, simulated_recorded_node
 from nodeagent.simulate.sysfs import simulated_node
-from nodeagent.simulate.thead_mig import CapabilityNodes, partitioning
+from nodeagent.vendors.amd.simulate import parse_amd_profile, simulated_amd_node
+from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.cambricon.grants import Cambricon
+from nodeagent.vendors.cambricon.smlu import SimulatedSmlu
+from nodeagent.vendors.hygon.driver import DmiMig
+from nodeagent.vendors.hygon.simulate import SimulatedDmi
+from nodeagent.vendors.metax.grants import Metax
+from nodeagent.vendors.metax.sgpu import SimulatedSgpu
+from nodeagent.vendors.thead.simulate import CapabilityNodes, partitioning
 
 
 @dataclass(frozen=True)

@@ -14,16 +14,16 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, cast
 
-from nodeagent.detect.nvml import (
+from nodeagent.detect.sysfs import pci_address
+from nodeagent.simulate.mig import GpuState, MigHandle, MigMaterialization
+from nodeagent.simulate.profile import Card, MigProfile, Profile
+from nodeagent.vendors.common.nvml import (
     GpuInstanceProfileInfo,
     MemoryInfo,
     PciInfo,
     PlacementArray,
     Utilization,
 )
-from nodeagent.detect.sysfs import pci_address
-from nodeagent.simulate.mig import GpuState, MigHandle, MigMaterialization
-from nodeagent.simulate.profile import Card, MigProfile, Profile
 
 IDLE_TEMPERATURE_CELSIUS = 33
 IDLE_POWER_MILLIWATTS = 30_000

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from chain.partitions import Placement
-from nodeagent.detect.cndev import MluMemory
-from nodeagent.detect.dcmi import API_V2, ChipInfo, EccInfo, HbmInfo, MemoryInfo
-from nodeagent.detect.mtml import MtMemory
-from nodeagent.detect.mxsml import MxDeviceInfo, MxMemory
-from nodeagent.detect.nvmlike import InstanceProfile
 from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
+from nodeagent.vendors.ascend.dcmi import API_V2, ChipInfo, EccInfo, HbmInfo, MemoryInfo
+from nodeagent.vendors.cambricon.cndev import MluMemory
+from nodeagent.vendors.common.nvmlike import InstanceProfile
+from nodeagent.vendors.metax.mxsml import MxDeviceInfo, MxMemory
+from nodeagent.vendors.mthreads.mtml import MtMemory
 
 HANDLE_BASE = 0x5000
 REFUSED = -8005

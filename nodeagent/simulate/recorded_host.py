@@ -44,17 +44,8 @@ from typing import Any
 
 from chain import fields
 from chain.manufacturers import manufacturers
-from nodeagent.detect import hygon, metax
-from nodeagent.detect.mxsml import VIRTUALIZATION_MODE_VF
-from nodeagent.detect.rsmi import bus_id_of
 from nodeagent.detect.sysfs import Sysfs, pci_address
-from nodeagent.plugin import hygon as hygon_plugin
-from nodeagent.plugin import metax as metax_plugin
-from nodeagent.plugin import thead as thead_plugin
-from nodeagent.plugin.amd_topology import KFD_NODES, render_properties
 from nodeagent.plugin.grants import SimulatedNodes
-from nodeagent.simulate.amd import write_pci_sysfs
-from nodeagent.simulate.dmi import RegistryNodes, SimulatedDmi, simulated_dmi
 from nodeagent.simulate.recorded import (
     RecordedCndev,
     RecordedDcmi,
@@ -63,6 +54,16 @@ from nodeagent.simulate.recorded import (
     RecordedNvmlLike,
     RecordedRsmi,
 )
+from nodeagent.vendors.amd.simulate import write_pci_sysfs
+from nodeagent.vendors.common.kfd_topology import KFD_NODES, render_properties
+from nodeagent.vendors.hygon import detect as hygon
+from nodeagent.vendors.hygon import grants as hygon_plugin
+from nodeagent.vendors.hygon.rsmi import bus_id_of
+from nodeagent.vendors.hygon.simulate import RegistryNodes, SimulatedDmi, simulated_dmi
+from nodeagent.vendors.metax import detect as metax
+from nodeagent.vendors.metax import grants as metax_plugin
+from nodeagent.vendors.metax.mxsml import VIRTUALIZATION_MODE_VF
+from nodeagent.vendors.thead import grants as thead_plugin
 
 ACCELERATOR_CLASS = "0x120000"
 HYGON_COMPUTE_UNITS = 120

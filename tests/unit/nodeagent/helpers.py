@@ -17,12 +17,12 @@ import pytest
 from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
-from nodeagent.detect.nvidia import NvidiaDetector
 from nodeagent.detect.registry import DETECTORS, DetectorSetup
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate import Profile, SimulatedNvml, load_profile, simulated_node
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
+from nodeagent.vendors.nvidia.detect import NvidiaDetector
 
 
 @contextmanager

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.amd import AmdDetector, card_id, rocm_version
-from nodeagent.detect.amdsmi import AmdSmi, load_amdsmi
 from nodeagent.detect.remembered import ManufacturerDetection
+from nodeagent.vendors.amd.amdsmi import AmdSmi, load_amdsmi
+from nodeagent.vendors.amd.detect import AmdDetector, card_id, rocm_version
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

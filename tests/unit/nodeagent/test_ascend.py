@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.ascend import (
+from nodeagent.simulate.recorded import RecordedDcmi
+from nodeagent.vendors.ascend.dcmi import Dcmi, open_dcmi
+from nodeagent.vendors.ascend.detect import (
     AscendDetector,
     die_text,
     family,
@@ -18,8 +20,6 @@ from nodeagent.detect.ascend import (
     toolkit_home,
     toolkit_version,
 )
-from nodeagent.detect.dcmi import Dcmi, open_dcmi
-from nodeagent.simulate.recorded import RecordedDcmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

@@ -20,26 +20,26 @@ import pytest
 from chain.ledger import Mode
 from chain.manufacturers import ManufacturerTable
 from chain.partitions import Placement
-from nodeagent.detect.ascend import AscendDetector
-from nodeagent.detect.cambricon import CambriconDetector
-from nodeagent.detect.dcmi import API_V1, API_V2, DcmiLibrary, initialise, open_dcmi
-from nodeagent.detect.dmi import DmiProfile, absent, open_dmi
-from nodeagent.detect.hygon import HygonDetector
-from nodeagent.detect.iluvatar import IluvatarDetector
-from nodeagent.detect.metax import MetaxDetector
-from nodeagent.detect.mthreads import MthreadsDetector
-from nodeagent.detect.mtml import open_mtml
-from nodeagent.detect.nvmlike import HGML_SYMBOLS, IXML_SYMBOLS, open_nvmlike
-from nodeagent.detect.rsmi import open_rsmi
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.detect.thead import TheadDetector
 from nodeagent.detect.vendor import Library, VendorError, load_library
-from nodeagent.plugin.ascend import Ascend
-from nodeagent.plugin.dmi_mig import DmiMig, registry_uuid
 from nodeagent.plugin.grants import GrantedCard, SimulatedNodes
-from nodeagent.plugin.hgml_mig import open_hgml_mig
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.mig import HygonNaming, Markers, Partitioner, PartitionError, TheadNaming
+from nodeagent.plugin.mig import Markers, Partitioner, PartitionError
+from nodeagent.vendors.ascend.dcmi import API_V1, API_V2, DcmiLibrary, initialise, open_dcmi
+from nodeagent.vendors.ascend.detect import AscendDetector
+from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.cambricon.detect import CambriconDetector
+from nodeagent.vendors.common.nvmlike import HGML_SYMBOLS, IXML_SYMBOLS, open_nvmlike
+from nodeagent.vendors.hygon.detect import HygonDetector
+from nodeagent.vendors.hygon.dmi import DmiProfile, absent, open_dmi
+from nodeagent.vendors.hygon.driver import DmiMig, HygonNaming, registry_uuid
+from nodeagent.vendors.hygon.rsmi import open_rsmi
+from nodeagent.vendors.iluvatar.detect import IluvatarDetector
+from nodeagent.vendors.metax.detect import MetaxDetector
+from nodeagent.vendors.mthreads.detect import MthreadsDetector
+from nodeagent.vendors.mthreads.mtml import open_mtml
+from nodeagent.vendors.thead.detect import TheadDetector
+from nodeagent.vendors.thead.driver import TheadNaming, open_hgml_mig
 from tests.unit.nodeagent.vendor_data import VENDOR_DIR, recorded
 
 Build = Callable[[str, Path, tuple[str, ...]], Path]

@@ -8,10 +8,15 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.hygon import HygonDetector, dtk_version, graphics_target, rsmi_candidates
-from nodeagent.detect.rsmi import Rsmi, bus_id_of, open_rsmi
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate.recorded import RecordedRsmi
+from nodeagent.vendors.hygon.detect import (
+    HygonDetector,
+    dtk_version,
+    graphics_target,
+    rsmi_candidates,
+)
+from nodeagent.vendors.hygon.rsmi import Rsmi, bus_id_of, open_rsmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.iluvatar import IluvatarDetector
-from nodeagent.detect.nvmlike import IXML_SYMBOLS, NvmlLike, open_nvmlike
 from nodeagent.detect.sysfs import pci_address
 from nodeagent.simulate.recorded import RecordedNvmlLike
+from nodeagent.vendors.common.nvmlike import IXML_SYMBOLS, NvmlLike, open_nvmlike
+from nodeagent.vendors.iluvatar.detect import IluvatarDetector
 from tests.unit.nodeagent.vendor_data import fake_sysfs, nvmlike
 
 BI_V150 = "Iluvatar BI-V150"

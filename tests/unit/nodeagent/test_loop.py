@@ -220,7 +220,7 @@ class _NoDriver:
 
 
 def test_the_hold_back_says_why_nothing_was_found(tmp_path: Path) -> None:
-    from nodeagent.detect.nvidia import NvidiaDetector
+    from nodeagent.vendors.nvidia.detect import NvidiaDetector
 
     def held_back(detector: object, no_pci_check: bool) -> str:
         entry = ManufacturerDetection(detector, Sysfs(tmp_path), "10de", ("03",))  # type: ignore[arg-type]

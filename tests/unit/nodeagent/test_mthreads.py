@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.detect.mthreads import MthreadsDetector
-from nodeagent.detect.mtml import Mtml
 from nodeagent.simulate.recorded import RecordedMtml
+from nodeagent.vendors.mthreads.detect import MthreadsDetector
+from nodeagent.vendors.mthreads.mtml import Mtml
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 

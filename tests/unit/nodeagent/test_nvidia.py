@@ -6,18 +6,18 @@ from typing import Any
 
 import pytest
 
-from nodeagent.detect.nvidia import (
+from nodeagent.detect.sysfs import Sysfs
+from nodeagent.simulate import SimulatedNvml
+from nodeagent.simulate.profile import parse_profile
+from nodeagent.vendors.common.nvml import Nvml
+from nodeagent.vendors.common.nvml_mig import memory_slices
+from nodeagent.vendors.nvidia.detect import (
     NvidiaDetector,
     compute_capability,
     family,
     restored_memory,
     runtime_version,
 )
-from nodeagent.detect.nvidia_mig import memory_slices
-from nodeagent.detect.nvml import Nvml
-from nodeagent.detect.sysfs import Sysfs
-from nodeagent.simulate import SimulatedNvml
-from nodeagent.simulate.profile import parse_profile
 from tests.unit.nodeagent.helpers import detect, nvidia_node, small_profile
 
 

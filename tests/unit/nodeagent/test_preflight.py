@@ -17,7 +17,6 @@ from chain.devices import DevicesGroup
 from chain.manufacturers import manufacturers
 from nodeagent.detect.remembered import DetectionPass
 from nodeagent.plugin.grants import DeviceNodes
-from nodeagent.plugin.mthreads import MThreads
 from nodeagent.preflight import (
     Depth,
     ReadOnlyShare,
@@ -26,6 +25,7 @@ from nodeagent.preflight import (
     preflight,
 )
 from nodeagent.simulate import shipped_profiles
+from nodeagent.vendors.mthreads.grants import MThreads
 from tests.unit.nodeagent.helpers import detect, nodeagent_command, shared_object
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nodeagent.simulate.amd import SimulatedAmdSmi, parse_amd_profile
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.profile import read_profile_file
+from nodeagent.vendors.amd.simulate import SimulatedAmdSmi, parse_amd_profile
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.vendor_data import recorded
 

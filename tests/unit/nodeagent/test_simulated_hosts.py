@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 
 from chain.ledger import Mode
-from nodeagent.detect.ascend import die_text
 from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
-from nodeagent.plugin.ascend import Ascend
-from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import GrantedCard, VendorResponder
-from nodeagent.plugin.hygon import Hygon
-from nodeagent.plugin.metax import Metax
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.profile import read_profile_file
 from nodeagent.simulate.recorded import RecordedDcmi
 from nodeagent.simulate.recorded_host import recording_of
+from nodeagent.vendors.ascend.detect import die_text
+from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.cambricon.grants import Cambricon
+from nodeagent.vendors.hygon.grants import Hygon
+from nodeagent.vendors.metax.grants import Metax
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.vendor_data import recorded
 

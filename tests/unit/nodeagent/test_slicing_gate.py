@@ -23,7 +23,7 @@ from nodeagent.node_events import NodeEvent, slicing_events
 from nodeagent.plugin.allocator import Allocator, Attempt
 from nodeagent.plugin.isolation import NOT_SERVED, OFFERED, IsolationCheck, Slicing
 from nodeagent.plugin.node import NodeState
-from nodeagent.plugin.nvidia import build_dir, cuda_major
+from nodeagent.vendors.nvidia.grants import build_dir, cuda_major
 from tests.unit.nodeagent.helpers import detect, shared_object
 from tests.unit.nodeagent.plugin.fakes import GPU, NVIDIA, FakeCluster
 

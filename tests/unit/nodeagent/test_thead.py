@@ -10,13 +10,13 @@ import pytest
 from chain.devices import AcceleratorStatus, PartitionProfile, PhysicalSliced
 from chain.manufacturers import ManufacturerTable
 from chain.partitions import Placement
-from nodeagent.detect.nvmlike import HGML_SYMBOLS, open_nvmlike
 from nodeagent.detect.partitions import agree_within_groups, physical_sliced
 from nodeagent.detect.sysfs import pci_address
-from nodeagent.detect.thead import TheadDetector
-from nodeagent.detect.thead_mig import memory_slices
 from nodeagent.detect.vendor import CardReading
 from nodeagent.simulate.recorded import RecordedNvmlLike
+from nodeagent.vendors.common.nvmlike import HGML_SYMBOLS, open_nvmlike
+from nodeagent.vendors.thead.detect import TheadDetector
+from nodeagent.vendors.thead.partitions import memory_slices
 from tests.unit.nodeagent.vendor_data import fake_sysfs, nvmlike
 
 PPU = "PPU-ZW810E"

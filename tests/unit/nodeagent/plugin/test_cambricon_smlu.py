@@ -10,11 +10,11 @@ import pytest
 from chain.accelerators import Accelerator, DeviceTopology
 from chain.devices import DevicesGroup
 from nodeagent.detect.vendor import VendorError
-from nodeagent.plugin.cambricon import Cambricon, CambriconReclaimer, instance_name, pod_of
 from nodeagent.plugin.grants import GrantedCard, SimulatedNodes, SlicedLimits, SliceRequest
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.response import DeviceNode
-from nodeagent.plugin.smlu import DrySmlu, SimulatedSmlu, SmluUnavailable
+from nodeagent.vendors.cambricon.grants import Cambricon, CambriconReclaimer, instance_name, pod_of
+from nodeagent.vendors.cambricon.smlu import DrySmlu, SimulatedSmlu, SmluUnavailable
 
 BDF = "0000:3d:00.0"
 NODE = "/dev/cambricon-caps/cap_dev2_mi1"

@@ -9,9 +9,11 @@ import pytest
 
 from chain.accelerators import Accelerator
 from chain.devices import DevicesGroup
-from nodeagent.plugin.amd import Amd
-from nodeagent.plugin.amd_topology import KFD_NODES, card_topology, render_properties
-from nodeagent.plugin.cumask import (
+from nodeagent.plugin.grants import GrantedCard, SimulatedNodes, SlicedLimits, SliceRequest
+from nodeagent.plugin.injection import Channel
+from nodeagent.plugin.response import DeviceNode, Mount
+from nodeagent.vendors.amd.grants import Amd
+from nodeagent.vendors.common.cumask import (
     Topology,
     delivered_percentage,
     mask_entry,
@@ -19,9 +21,7 @@ from nodeagent.plugin.cumask import (
     shape,
     window_length,
 )
-from nodeagent.plugin.grants import GrantedCard, SimulatedNodes, SlicedLimits, SliceRequest
-from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.response import DeviceNode, Mount
+from nodeagent.vendors.common.kfd_topology import KFD_NODES, card_topology, render_properties
 
 MI300X = Topology("gfx942", 304, shader_engines=32, xcc=8)
 RDNA_60 = Topology("gfx1100", 60, shader_engines=3)

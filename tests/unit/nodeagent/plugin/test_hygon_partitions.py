@@ -17,22 +17,22 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
 from chain.manufacturers import Manufacturer, manufacturers
 from chain.partitions import Placement
-from nodeagent.detect.dmi import DmiProfile
-from nodeagent.detect.hygon_mig import Mode as MigMode
-from nodeagent.detect.hygon_mig import card_status, read_mode
 from nodeagent.detect.vendor import VendorError
 from nodeagent.plugin.allocator import Attempt
-from nodeagent.plugin.dmi_mig import DmiMig, registry_uuid
 from nodeagent.plugin.grants import SimulatedNodes
-from nodeagent.plugin.hygon import Hygon
-from nodeagent.plugin.mig import HygonNaming, Markers, Partitioner
+from nodeagent.plugin.mig import Markers, Partitioner
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.partitioned import PartitionedAllocator
 from nodeagent.plugin.reclaim import MigReclaimer
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 from nodeagent.plugin.visibility import VisibilityAllocator
-from nodeagent.simulate.dmi import SimulatedDmi
 from nodeagent.simulate.host import simulated_host
+from nodeagent.vendors.hygon.dmi import DmiProfile
+from nodeagent.vendors.hygon.driver import DmiMig, HygonNaming, registry_uuid
+from nodeagent.vendors.hygon.grants import Hygon
+from nodeagent.vendors.hygon.partitions import Mode as MigMode
+from nodeagent.vendors.hygon.partitions import card_status, read_mode
+from nodeagent.vendors.hygon.simulate import SimulatedDmi
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.plugin.fakes import FakeCluster, partition_limits
 

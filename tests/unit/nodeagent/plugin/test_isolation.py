@@ -15,7 +15,6 @@ import pytest
 
 from chain.accelerators import Accelerator, AcceleratorStatus, LogicalSliced
 from chain.devices import DevicesGroup
-from nodeagent.plugin.amd import Amd
 from nodeagent.plugin.grants import (
     DeviceNodes,
     GrantedCard,
@@ -23,7 +22,6 @@ from nodeagent.plugin.grants import (
     Responder,
     SliceRequest,
 )
-from nodeagent.plugin.iluvatar import Iluvatar
 from nodeagent.plugin.isolation import (
     MACHINE_NAMES,
     MACHINES,
@@ -33,10 +31,12 @@ from nodeagent.plugin.isolation import (
     elf_problem,
     load_problem,
 )
-from nodeagent.plugin.mthreads import MThreads
-from nodeagent.plugin.nvidia import Nvidia
 from nodeagent.plugin.responders import RESPONDERS
-from nodeagent.plugin.thead import Thead
+from nodeagent.vendors.amd.grants import Amd
+from nodeagent.vendors.iluvatar.grants import Iluvatar
+from nodeagent.vendors.mthreads.grants import MThreads
+from nodeagent.vendors.nvidia.grants import Nvidia
+from nodeagent.vendors.thead.grants import Thead
 from tests.unit.nodeagent.helpers import shared_object
 from tests.unit.nodeagent.plugin.test_cumask import HOST as AMD_HOST
 from tests.unit.nodeagent.plugin.test_cumask import mi300x

@@ -11,9 +11,9 @@ from chain.accelerators import Accelerator, DeviceTopology
 from chain.devices import DevicesGroup
 from nodeagent.plugin.grants import GrantedCard, SimulatedNodes, SlicedLimits, SliceRequest
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.metax import Metax, MetaxReclaimer, markers
 from nodeagent.plugin.response import DeviceNode
-from nodeagent.plugin.sgpu import DrySgpu, SimulatedSgpu, SysfsSgpu
+from nodeagent.vendors.metax.grants import Metax, MetaxReclaimer, markers
+from nodeagent.vendors.metax.sgpu import DrySgpu, SimulatedSgpu, SysfsSgpu
 
 BDF = "0000:0e:00.0"
 NODES = SimulatedNodes(

@@ -18,8 +18,13 @@ from nodeagent.plugin.grants import (
     memory_limit_mib,
 )
 from nodeagent.plugin.injection import Channel, NodeFacts, Strategy
-from nodeagent.plugin.nvidia import cuda_major, library_dir, sliced_response, visibility_response
 from nodeagent.plugin.response import ContainerResponse, Mount
+from nodeagent.vendors.nvidia.grants import (
+    cuda_major,
+    library_dir,
+    sliced_response,
+    visibility_response,
+)
 
 ENVVAR = Channel("nvidia", "nvidia")
 UUID0 = "GPU-00000000-0000-0000-0000-000000000000"

@@ -18,16 +18,17 @@ from chain.manufacturers import Manufacturer, manufacturers
 from chain.partitions import Placement
 from nodeagent.plugin.allocator import Attempt
 from nodeagent.plugin.grants import SimulatedNodes
-from nodeagent.plugin.mig import Markers, Partitioner, TheadNaming
+from nodeagent.plugin.mig import Markers, Partitioner
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.partitioned import PartitionedAllocator
 from nodeagent.plugin.reclaim import MigReclaimer
 from nodeagent.plugin.response import DeviceNode
 from nodeagent.plugin.server import plugin_servers
-from nodeagent.plugin.thead import Thead
 from nodeagent.plugin.visibility import VisibilityAllocator
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.nvml import SimulatedNvml
+from nodeagent.vendors.thead.driver import TheadNaming
+from nodeagent.vendors.thead.grants import Thead
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.plugin.fakes import FakeCluster, partition_limits
 

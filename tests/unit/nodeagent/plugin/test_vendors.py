@@ -15,12 +15,8 @@ from chain.devices import DevicesGroup, DevicesSpec
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
 from chain.manufacturers import manufacturers
-from nodeagent.detect.dcmi import API_V1, API_V2
 from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
 from nodeagent.plugin.allocator import Allocator, Attempt
-from nodeagent.plugin.amd import Amd
-from nodeagent.plugin.ascend import Ascend
-from nodeagent.plugin.cambricon import Cambricon
 from nodeagent.plugin.grants import (
     Cards,
     DeviceNodes,
@@ -30,16 +26,20 @@ from nodeagent.plugin.grants import (
     SliceRequest,
     VendorResponder,
 )
-from nodeagent.plugin.hygon import Hygon
-from nodeagent.plugin.iluvatar import Iluvatar
 from nodeagent.plugin.injection import Channel
-from nodeagent.plugin.metax import Metax
-from nodeagent.plugin.mthreads import MThreads
 from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.responders import RESPONDERS, responder_for
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
 from nodeagent.plugin.server import plugin_servers
-from nodeagent.plugin.thead import Thead
+from nodeagent.vendors.amd.grants import Amd
+from nodeagent.vendors.ascend.dcmi import API_V1, API_V2
+from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.cambricon.grants import Cambricon
+from nodeagent.vendors.hygon.grants import Hygon
+from nodeagent.vendors.iluvatar.grants import Iluvatar
+from nodeagent.vendors.metax.grants import Metax
+from nodeagent.vendors.mthreads.grants import MThreads
+from nodeagent.vendors.thead.grants import Thead
 from tests.unit.nodeagent.plugin.fakes import FakeCluster
 
 LIB = "/var/lib/gpustack/operator/lib"

@@ -1,0 +1,1 @@
+"""Amd's node-agent package: bindings, detector, grants, partitions, simulator."""

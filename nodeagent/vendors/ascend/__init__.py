@@ -1,0 +1,1 @@
+"""Ascend's node-agent package: bindings, detector, grants, partitions, simulator."""

@@ -1,0 +1,1 @@
+"""Cambricon's node-agent package: bindings, detector, grants, partitions, simulator."""

@@ -1,0 +1,1 @@
+"""What several manufacturers share; no manufacturer of its own (docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Hygon's node-agent package: bindings, detector, grants, partitions, simulator."""

@@ -1,0 +1,1 @@
+"""Iluvatar's node-agent package: bindings, detector, grants, partitions, simulator."""

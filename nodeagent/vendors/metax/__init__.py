@@ -1,0 +1,1 @@
+"""Metax's node-agent package: bindings, detector, grants, partitions, simulator."""

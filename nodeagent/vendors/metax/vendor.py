@@ -1,0 +1,28 @@
+"""Metax's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nodeagent.detect.base import library_detector
+from nodeagent.plugin.grants import Responder
+from nodeagent.vendors.interface import Reconcile, Vendor
+from nodeagent.vendors.metax.detect import METAX, MetaxDetector
+from nodeagent.vendors.metax.grants import Metax, MetaxReclaimer
+
+
+def reclaim_slices(
+    responder: Responder, pods_dir: str, bus_ids: Callable[[], list[str]]
+) -> Reconcile | None:
+    """MetaX's `sgpu` subdevices, destroyed once their Pod is gone."""
+    if not isinstance(responder, Metax):
+        return None
+    return MetaxReclaimer(responder.sgpu, bus_ids).reconcile
+
+
+VENDOR = Vendor(
+    name=METAX,
+    detector=library_detector(METAX, MetaxDetector),
+    responder=Metax(),
+    slice_reclaimer=reclaim_slices,
+)

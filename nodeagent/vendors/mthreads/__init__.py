@@ -1,0 +1,1 @@
+"""MThreads's node-agent package: bindings, detector, grants, partitions, simulator."""

@@ -1,0 +1,14 @@
+"""MThreads's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+
+from __future__ import annotations
+
+from nodeagent.detect.base import library_detector
+from nodeagent.vendors.interface import Vendor
+from nodeagent.vendors.mthreads.detect import MTHREADS, MthreadsDetector
+from nodeagent.vendors.mthreads.grants import MThreads
+
+VENDOR = Vendor(
+    name=MTHREADS,
+    detector=library_detector(MTHREADS, MthreadsDetector),
+    responder=MThreads(),
+)

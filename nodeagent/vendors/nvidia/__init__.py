@@ -1,0 +1,1 @@
+"""Nvidia's node-agent package: bindings, detector, grants, partitions, simulator."""

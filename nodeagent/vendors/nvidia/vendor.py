@@ -1,0 +1,16 @@
+"""Nvidia's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+
+from __future__ import annotations
+
+from nodeagent.detect.base import library_detector
+from nodeagent.plugin.mig import NvidiaNaming
+from nodeagent.vendors.interface import Vendor
+from nodeagent.vendors.nvidia.detect import NVIDIA, NvidiaDetector
+from nodeagent.vendors.nvidia.grants import Nvidia
+
+VENDOR = Vendor(
+    name=NVIDIA,
+    detector=library_detector(NVIDIA, NvidiaDetector, nvml=lambda setup: setup.nvml),
+    responder=Nvidia(),
+    partition_naming=NvidiaNaming(),
+)

@@ -1,0 +1,1 @@
+"""Thead's node-agent package: bindings, detector, grants, partitions, simulator."""
