@@ -275,9 +275,9 @@ def run_preflight(args: argparse.Namespace) -> int:
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             nodes = host.device_nodes or nodes
             share = partial(_simulated_share, host)
-            sgpu = host.sgpu
+            sgpu = cast(SgpuDriver | None, host.sgpu)
             if host.smlu is not None:
-                simulated = host.smlu
+                simulated = cast(SmluDriver, host.smlu)
                 smlu = partial(_simulated_smlu, simulated)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
@@ -305,7 +305,7 @@ def run_preflight(args: argparse.Namespace) -> int:
 
 def _simulated_share(host: SimulatedHost) -> ContainerShare | None:
     """A simulated host's DCMI container-share flag (None where it has no Ascend card)."""
-    return host.ascend_share
+    return cast(ContainerShare | None, host.ascend_share)
 
 
 def _simulated_smlu(smlu: SmluDriver) -> SmluDriver:

@@ -12,7 +12,7 @@ lays the same list out as a real node's `/sys/bus/pci/devices` (testbed/realnode
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -95,3 +95,23 @@ def simulated_node(profile: Profile) -> Iterator[tuple[SimulatedNvml, Sysfs]]:
     """A simulated NVML and a throwaway sysfs tree for `profile`, removed on exit."""
     with tempfile.TemporaryDirectory(prefix="gpustack-sim-") as folder:
         yield SimulatedNvml(profile), write_sysfs(profile, Path(folder))
+
+
+def write_pci_sysfs(
+    root: Path,
+    vendor: str,
+    device_class: str,
+    cards: Iterable[tuple[str, int]],
+    numa: Mapping[int, str] | None,
+) -> Sysfs:
+    """Cards `(bus id, NUMA node)` of `vendor` on the PCI bus, and the NUMA nodes' CPU lists."""
+    for bus, node in cards:
+        device = root / "sys/bus/pci/devices" / bus
+        device.mkdir(parents=True, exist_ok=True)
+        for name, value in (("vendor", vendor), ("class", device_class), ("numa_node", str(node))):
+            (device / name).write_text(value + "\n", encoding="ascii")
+    for node, cpus in (numa or {}).items():
+        folder = root / "sys/devices/system/node" / f"node{node}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cpulist").write_text(cpus + "\n", encoding="ascii")
+    return Sysfs(root)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from nodeagent.detect.base import Detector, DetectorSetup
 from nodeagent.plugin.grants import Responder
 from nodeagent.plugin.mig import ProfileNaming
+from nodeagent.simulate.base import HostSimulator
 
 Reconcile = Callable[[frozenset[str]], object]
 """A reclaimer's pass, fed the node's live Pod UIDs."""
@@ -28,10 +29,12 @@ class Vendor:
     `name` is its key in `chain.manufacturers`; `detector` builds its detector from the
     setup; `responder` answers its Allocate calls; `partition_naming` is set when its hardware
     partitions are made through an NVML-shaped library (`nodeagent.plugin.mig`); and
-    `slice_reclaimer` when its logical slices are objects on the card that outlive a Pod."""
+    `slice_reclaimer` when its logical slices are objects on the card that outlive a Pod;
+    `simulator` opens a simulated host from one of its profiles (`--simulate`)."""
 
     name: str
     detector: Callable[[DetectorSetup], Detector]
     responder: Responder
     partition_naming: ProfileNaming | None = None
     slice_reclaimer: SliceReclaimer | None = None
+    simulator: HostSimulator | None = None

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TypeVar
 
 from nodeagent.plugin.mig import ProfileNaming
+from nodeagent.simulate.base import HostSimulator
 from nodeagent.vendors.amd.vendor import VENDOR as AMD
 from nodeagent.vendors.ascend.vendor import VENDOR as ASCEND
 from nodeagent.vendors.cambricon.vendor import VENDOR as CAMBRICON
@@ -67,3 +68,6 @@ PARTITION_NAMINGS: Mapping[str, ProfileNaming] = ByManufacturer(
 )
 """The manufacturers whose partitions are made through an NVML-shaped library, and how each
 names its profiles."""
+
+SIMULATORS: Mapping[str, HostSimulator] = ByManufacturer(lambda vendor: vendor.simulator)
+"""The manufacturers whose hosts `--simulate` builds from a profile."""

@@ -82,6 +82,11 @@ WRONG_IMPORTS = {
     "client": ("kubeapi/client.py", "import hooks\n"),
     "builders": ("builders/cluster.py", "import testbed\n"),
     "no-tests": ("benchmarks/pools_hook.py", "import tests\n"),
+    "vendors-independent": (
+        "nodeagent/vendors/thead/grants.py",
+        "import nodeagent.vendors.nvidia\n",
+    ),
+    "engine-vendor-blind": ("nodeagent/plugin/server.py", "import nodeagent.vendors.amd.grants\n"),
 }
 
 
@@ -92,6 +97,15 @@ def _tree(tmp: Path, wrong: tuple[str, str] | None) -> None:
     for hook in ("admission", "entrance", "flavor", "instance", "instancetype", "queue"):
         (tmp / "hooks" / hook).mkdir()
         (tmp / "hooks" / hook / "__init__.py").write_text("")
+    # The node agent's engine rooms and each manufacturer's package, as the contracts name them.
+    subpackages = _listed("importlinter:contract:vendors-independent", "modules") + _listed(
+        "importlinter:contract:engine-vendor-blind", "source_modules"
+    )
+    for module in subpackages:
+        relative = Path(*module.split("."))
+        for package in (relative, *relative.parents[:-1]):
+            (tmp / package).mkdir(parents=True, exist_ok=True)
+            (tmp / package / "__init__.py").touch()
     if wrong:
         path, line = wrong
         (tmp / path).write_text(line)

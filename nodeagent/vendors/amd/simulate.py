@@ -21,7 +21,7 @@ cards:
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +30,9 @@ from typing import Any
 from chain import fields
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.plugin.grants import SimulatedNodes
+from nodeagent.simulate.base import SimulatedHost, Simulator
+from nodeagent.simulate.sysfs import write_pci_sysfs
+from nodeagent.vendors.amd.detect import AMD
 from nodeagent.vendors.common.kfd_topology import KFD_NODES, render_properties
 
 AMD_VENDOR = "0x1002"
@@ -198,26 +201,6 @@ class SimulatedAmdSmi:
         return (True, self.profile.rocm_version)
 
 
-def write_pci_sysfs(
-    root: Path,
-    vendor: str,
-    device_class: str,
-    cards: Iterable[tuple[str, int]],
-    numa: Mapping[int, str] | None,
-) -> Sysfs:
-    """Cards `(bus id, NUMA node)` of `vendor` on the PCI bus, and the NUMA nodes' CPU lists."""
-    for bus, node in cards:
-        device = root / "sys/bus/pci/devices" / bus
-        device.mkdir(parents=True, exist_ok=True)
-        for name, value in (("vendor", vendor), ("class", device_class), ("numa_node", str(node))):
-            (device / name).write_text(value + "\n", encoding="ascii")
-    for node, cpus in (numa or {}).items():
-        folder = root / "sys/devices/system/node" / f"node{node}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "cpulist").write_text(cpus + "\n", encoding="ascii")
-    return Sysfs(root)
-
-
 def write_amd_sysfs(profile: AmdProfile, root: Path) -> Sysfs:
     """The cards on the PCI bus with their NUMA node and their DRM nodes under the driver's
     binding directory."""
@@ -233,3 +216,14 @@ def write_amd_sysfs(profile: AmdProfile, root: Path) -> Sysfs:
 def simulated_amd_node(profile: AmdProfile) -> Iterator[tuple[SimulatedAmdSmi, Sysfs]]:
     with tempfile.TemporaryDirectory(prefix="gpustack-sim-amd-") as folder:
         yield SimulatedAmdSmi(profile), write_amd_sysfs(profile, Path(folder))
+
+
+@contextmanager
+def _host(profile: AmdProfile) -> Iterator[SimulatedHost]:
+    with simulated_amd_node(profile) as (smi, sysfs):
+        yield SimulatedHost(
+            sysfs, injected={AMD: {"smi": smi}}, device_nodes=profile.device_nodes()
+        )
+
+
+SIMULATOR = Simulator(parse_amd_profile, _host)

@@ -17,15 +17,35 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from chain import fields
+from chain.manufacturers import manufacturers
 from chain.partitions import Placement
 from nodeagent.detect.vendor import VendorError
 from nodeagent.plugin.grants import SimulatedNodes
+from nodeagent.plugin.mig import MigNvml
+from nodeagent.simulate.base import SimulatedHost
+from nodeagent.simulate.recorded_host import (
+    Placed,
+    Recorded,
+    RecordedHost,
+    RecordedSimulator,
+    drm_nodes,
+    entries,
+    entry_drm,
+    entry_numa,
+    numbered_drm,
+)
+from nodeagent.vendors.common.kfd_topology import KFD_NODES, render_properties
+from nodeagent.vendors.hygon.detect import DRIVER_DIRS, DRIVER_VERSION_FILES, HYGON
 from nodeagent.vendors.hygon.dmi import IN_USE, MAX_WIDTH, MIG_ENABLE, DmiInstance, DmiProfile
-from nodeagent.vendors.hygon.driver import REGISTRY, registry_file
+from nodeagent.vendors.hygon.driver import REGISTRY, DmiMig, registry_file
+from nodeagent.vendors.hygon.grants import CONTROL_NODES
+from nodeagent.vendors.hygon.recorded import RecordedRsmi
+from nodeagent.vendors.hygon.rsmi import bus_id_of
 
 INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
@@ -254,3 +274,85 @@ class RegistryNodes(SimulatedNodes):
             return sorted(entry.name for entry in local.iterdir())
         except OSError:
             return []
+
+
+HYGON_COMPUTE_UNITS = 120
+"""A K100's compute units, for a simulated Hygon card whose recording names none."""
+
+
+def hygon_cards(recording: dict[str, Any]) -> list[Placed]:
+    """The Hygon devices: one whose vendor id names another manufacturer (an AMD card ROCm SMI
+    also lists) is not Hygon's to place."""
+    vendor = int(manufacturers({})["hygon"].pci_vendor, 16)
+    placed: list[Placed] = []
+    for position, device, where in entries(recording, "devices"):
+        address = bus_id_of(fields.integer(device, "pci_id", where, required=True))
+        if device.get("vendor_id", vendor) in (vendor, "refused"):
+            units = fields.integer(device, "computeUnits", where)
+            found = Placed(position, address, entry_numa(device, where), entry_drm(device, where))
+            placed.append(replace(found, compute_units=units))
+    return numbered_drm(placed)
+
+
+def hygon_nodes(cards: Sequence[Placed]) -> SimulatedNodes:
+    """Hygon's control and DRM nodes, and each card's KFD topology node (the CU count its
+    slices are cut from: `computeUnits` of the recorded device, as a K100's 120 by default)."""
+    found = drm_nodes(CONTROL_NODES)(cards)
+    for number, card in enumerate(cards, start=1):
+        if card.drm is None:
+            continue
+        found.files[f"{KFD_NODES}/{number}/properties"] = render_properties(
+            {
+                "simd_count": 4 * (card.compute_units or HYGON_COMPUTE_UNITS),
+                "simd_per_cu": 4,
+                "drm_render_minor": card.drm[1],
+            }
+        )
+    return found
+
+
+def _multi_instance(
+    recording: Mapping[str, Any],
+    placed: Sequence[Placed],
+    root: Path,
+    nodes: SimulatedNodes | None,
+) -> tuple[SimulatedDmi | None, SimulatedNodes | None]:
+    """A Hygon recording's `dmi:` block as the host's DMI, its registry under `root`, shown to
+    the responder through the host's nodes; (None, nodes) without one."""
+    block = recording.get("dmi")
+    if not isinstance(block, Mapping):
+        return None, nodes
+    registry = root / "dmi_mig_config"
+    (registry / "ci").mkdir(parents=True)
+    dmi = simulated_dmi([card.bus for card in placed], block, registry)
+    return dmi, RegistryNodes(nodes or SimulatedNodes({}), registry)
+
+
+def _host(recorded: RecordedHost) -> SimulatedHost:
+    """The recorded host, with its Multi-Instance library when the recording has a `dmi:`
+    block (never the host's own)."""
+    dmi, nodes = _multi_instance(recorded.recording, recorded.placed, recorded.root, recorded.nodes)
+    keywords = {**recorded.keywords, "dmi_opener": lambda: dmi}
+    mig = cast(MigNvml, DmiMig(dmi, str(dmi.registry))) if dmi is not None else None
+    return SimulatedHost(
+        recorded.sysfs,
+        injected={HYGON: keywords},
+        device_nodes=nodes,
+        dmi=mig,
+        partitions={HYGON: mig} if mig is not None else {},
+    )
+
+
+SIMULATOR = RecordedSimulator(
+    Recorded(
+        HYGON,
+        "rsmi",
+        RecordedRsmi,
+        hygon_cards,
+        hygon_nodes,
+        drm_dir=DRIVER_DIRS[0],
+        runtime=True,
+        driver_version_file=DRIVER_VERSION_FILES[0],
+    ),
+    _host,
+)

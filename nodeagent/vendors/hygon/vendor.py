@@ -6,6 +6,7 @@ from nodeagent.detect.base import library_detector
 from nodeagent.vendors.hygon.detect import HYGON, HygonDetector
 from nodeagent.vendors.hygon.driver import HygonNaming
 from nodeagent.vendors.hygon.grants import Hygon
+from nodeagent.vendors.hygon.simulate import SIMULATOR
 from nodeagent.vendors.interface import Vendor
 
 VENDOR = Vendor(
@@ -13,4 +14,5 @@ VENDOR = Vendor(
     detector=library_detector(HYGON, HygonDetector),
     responder=Hygon(),
     partition_naming=HygonNaming(),
+    simulator=SIMULATOR,
 )

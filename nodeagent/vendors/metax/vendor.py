@@ -9,6 +9,7 @@ from nodeagent.plugin.grants import Responder
 from nodeagent.vendors.interface import Reconcile, Vendor
 from nodeagent.vendors.metax.detect import METAX, MetaxDetector
 from nodeagent.vendors.metax.grants import Metax, MetaxReclaimer
+from nodeagent.vendors.metax.simulate import SIMULATOR
 
 
 def reclaim_slices(
@@ -25,4 +26,5 @@ VENDOR = Vendor(
     detector=library_detector(METAX, MetaxDetector),
     responder=Metax(),
     slice_reclaimer=reclaim_slices,
+    simulator=SIMULATOR,
 )

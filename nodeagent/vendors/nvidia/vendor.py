@@ -7,10 +7,12 @@ from nodeagent.plugin.mig import NvidiaNaming
 from nodeagent.vendors.interface import Vendor
 from nodeagent.vendors.nvidia.detect import NVIDIA, NvidiaDetector
 from nodeagent.vendors.nvidia.grants import Nvidia
+from nodeagent.vendors.nvidia.simulate import SIMULATOR
 
 VENDOR = Vendor(
     name=NVIDIA,
     detector=library_detector(NVIDIA, NvidiaDetector, nvml=lambda setup: setup.nvml),
     responder=Nvidia(),
     partition_naming=NvidiaNaming(),
+    simulator=SIMULATOR,
 )

@@ -18,12 +18,24 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from nodeagent.plugin.grants import SimulatedNodes
+from nodeagent.plugin.mig import MigNvml
+from nodeagent.simulate.base import SimulatedHost
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import Card, MigProfile, Model, Profile
+from nodeagent.simulate.recorded import RecordedNvmlLike
+from nodeagent.simulate.recorded_host import (
+    Placed,
+    Recorded,
+    RecordedHost,
+    RecordedSimulator,
+    control_minors,
+    nvmlike_cards,
+)
 from nodeagent.vendors.thead import grants as thead_plugin
+from nodeagent.vendors.thead.detect import THEAD
 
 FIRST_CAPABILITY_MINOR = 256
 _ACCESS = re.compile(
@@ -120,3 +132,31 @@ class CapabilityNodes(SimulatedNodes):
 
     def exists(self, path: str) -> bool:
         return self.char_minor(path) is not None
+
+
+def thead_nodes(cards: Sequence[Placed]) -> SimulatedNodes:
+    minors = control_minors(thead_plugin.CONTROL_NODES)
+    for card in cards:
+        if card.minor is not None:
+            minors[thead_plugin.card_node(card.position)] = card.minor
+    return SimulatedNodes(minors)
+
+
+def _host(recorded: RecordedHost) -> SimulatedHost:
+    hgml = partitioning(recorded.recording)
+    nodes = recorded.nodes
+    if hgml is not None and nodes is not None:
+        nodes = CapabilityNodes(nodes, hgml)
+    mig = cast(MigNvml, hgml) if hgml is not None else None
+    return SimulatedHost(
+        recorded.sysfs,
+        injected={THEAD: recorded.keywords},
+        device_nodes=nodes,
+        hgml=mig,
+        partitions={THEAD: mig} if mig is not None else {},
+    )
+
+
+SIMULATOR = RecordedSimulator(
+    Recorded(THEAD, "interface", RecordedNvmlLike, nvmlike_cards, thead_nodes), _host
+)

@@ -7,10 +7,12 @@ from nodeagent.vendors.interface import Vendor
 from nodeagent.vendors.thead.detect import THEAD, TheadDetector
 from nodeagent.vendors.thead.driver import TheadNaming
 from nodeagent.vendors.thead.grants import Thead
+from nodeagent.vendors.thead.simulate import SIMULATOR
 
 VENDOR = Vendor(
     name=THEAD,
     detector=library_detector(THEAD, TheadDetector),
     responder=Thead(),
     partition_naming=TheadNaming(),
+    simulator=SIMULATOR,
 )

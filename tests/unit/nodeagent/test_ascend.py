@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.simulate.recorded import RecordedDcmi
 from nodeagent.vendors.ascend.dcmi import Dcmi, open_dcmi
 from nodeagent.vendors.ascend.detect import (
     AscendDetector,
@@ -20,6 +19,7 @@ from nodeagent.vendors.ascend.detect import (
     toolkit_home,
     toolkit_version,
 )
+from nodeagent.vendors.ascend.recorded import RecordedDcmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

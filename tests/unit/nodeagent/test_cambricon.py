@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.simulate.recorded import RecordedCndev
 from nodeagent.vendors.cambricon.cndev import Cndev, open_cndev
 from nodeagent.vendors.cambricon.detect import CambriconDetector, neuware_version
+from nodeagent.vendors.cambricon.recorded import RecordedCndev
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 

@@ -9,13 +9,13 @@ import pytest
 
 from chain.manufacturers import ManufacturerTable
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.simulate.recorded import RecordedRsmi
 from nodeagent.vendors.hygon.detect import (
     HygonDetector,
     dtk_version,
     graphics_target,
     rsmi_candidates,
 )
+from nodeagent.vendors.hygon.recorded import RecordedRsmi
 from nodeagent.vendors.hygon.rsmi import Rsmi, bus_id_of, open_rsmi
 from tests.unit.nodeagent.helpers import write
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded

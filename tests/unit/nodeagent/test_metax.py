@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.simulate.recorded import RecordedMxsml
 from nodeagent.vendors.metax.detect import MetaxDetector, product_line
 from nodeagent.vendors.metax.mxsml import Mxsml, open_mxsml
+from nodeagent.vendors.metax.recorded import RecordedMxsml
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 DRM_DIR = "sys/module/metax/drivers/pci:metax"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from chain.manufacturers import ManufacturerTable
-from nodeagent.simulate.recorded import RecordedMtml
 from nodeagent.vendors.mthreads.detect import MthreadsDetector
 from nodeagent.vendors.mthreads.mtml import Mtml
+from nodeagent.vendors.mthreads.recorded import RecordedMtml
 from tests.unit.nodeagent.vendor_data import fake_sysfs, recorded
 
 

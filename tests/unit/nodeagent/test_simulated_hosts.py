@@ -16,10 +16,10 @@ from nodeagent.detect.vendor import FUNCTION_NOT_FOUND, VendorError
 from nodeagent.plugin.grants import GrantedCard, VendorResponder
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.profile import read_profile_file
-from nodeagent.simulate.recorded import RecordedDcmi
 from nodeagent.simulate.recorded_host import recording_of
 from nodeagent.vendors.ascend.detect import die_text
 from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.ascend.recorded import RecordedDcmi
 from nodeagent.vendors.cambricon.grants import Cambricon
 from nodeagent.vendors.hygon.grants import Hygon
 from nodeagent.vendors.metax.grants import Metax
