@@ -10,9 +10,10 @@ union rather than reconcile, so a live variable would be a second grant channel.
 Sliced grants split the two dimensions across two enforcers, alone among the manufacturers:
 memory through the preloaded `libvrocm.so` (`VROCM_DEVICE_MEMORY_LIMIT_<i>` in bare MiB, its
 accounting region in `VROCM_LEDGER_PATH`), compute through a hardware CU mask (`HSA_CU_MASK`,
-`cumask.py`) derived from the card's KFD topology (`amd_topology.py`) and placed beside the
-windows the card's other slices hold. `ROCR_VISIBLE_DEVICES` names exactly the injected cards,
-and its order is the index space of the other two. The library is one flat artifact for every
+`vendors/common/cumask.py`) derived from the card's KFD topology
+(`vendors/common/kfd_topology.py`) and placed beside the windows the card's other slices hold.
+`ROCR_VISIBLE_DEVICES` names exactly the injected cards, and its order is the index space of the
+other two. The library is one flat artifact for every
 ROCm version; `rocm-monitor` and `rocm-cumask-check` are mounted beside it, because a mask ROCr
 rejects fails open.
 

@@ -14,7 +14,7 @@
   `npu_info.config` with `aicore-quota` and `memory-quota` (MiB), whose `virtual-npu-id` is the
   lowest one no other live container of the same card holds, reused on a retry.
 - Every grant of an A5 card (any mode) also names the node's HCCL fabric topology file in
-  `HCCL_TOPO_FILE_PATH`, chosen by the product the driver reports (`ascend_product.py`).
+  `HCCL_TOPO_FILE_PATH`, chosen by the product the driver reports (`product.py`).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ class CndevLibrary:
 
     @property
     def library(self) -> Library:
-        """The loaded library, for the sMLU calls the allocator makes (`plugin/smlu.py`)."""
+        """The loaded library, for the sMLU calls the allocator makes (`smlu.py`)."""
         return self._lib
 
     def device_count(self) -> int:

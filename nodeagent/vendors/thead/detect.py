@@ -9,7 +9,7 @@ Facts kept from upstream:
   cores HGML's GPU core count;
 - `physicalIndexes` = `[minor number]`, and absent when the driver cannot tell it: the allocator
   proves a device node by that minor, so a substitute would make a wrong node look proven;
-- a card in MIG mode offers its partition profiles (see `thead_mig`); any other card (MIG off,
+- a card in MIG mode offers its partition profiles (see `partitions.py`); any other card (MIG off,
   unsupported or unreadable) 128 logical slices with cores overcommit.
 """
 
