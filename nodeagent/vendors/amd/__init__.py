@@ -1,1 +1,2 @@
-"""Amd's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""AMD's GPUs: the `amdsmi` binding, the detector, the responder (CU-masked slices) and the
+`amdsmi` profile simulator."""

@@ -1,4 +1,4 @@
-"""Amd's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""AMD's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Ascend's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""Huawei Ascend NPUs: the DCMI binding, the detector, the responder (vcann-rt slices; the A5's
+product in `product.py`) and the recorded DCMI simulator."""

@@ -1,4 +1,4 @@
-"""Ascend's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""Ascend's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Cambricon's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""Cambricon MLUs: the CNDev binding, the detector, the responder and its sMLU driver, and the
+recorded CNDev simulator."""

@@ -1,4 +1,4 @@
-"""Cambricon's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""Cambricon's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

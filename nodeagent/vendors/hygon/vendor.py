@@ -1,4 +1,4 @@
-"""Hygon's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""Hygon's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Iluvatar's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""Iluvatar GPUs: the detector over IXML (the NVML-like family in `vendors/common/`), the
+responder (HAMi-core slices) and the recorded simulator."""

@@ -1,4 +1,4 @@
-"""Iluvatar's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""Iluvatar's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Metax's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""MetaX GPUs: the MXSML binding, the detector, the responder and its `sgpu` driver, and the
+recorded MXSML simulator."""

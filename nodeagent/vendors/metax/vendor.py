@@ -1,4 +1,4 @@
-"""Metax's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""MetaX's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

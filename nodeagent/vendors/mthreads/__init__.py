@@ -1,1 +1,2 @@
-"""MThreads's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""Moore Threads GPUs: the MTML binding, the detector, the responder and the recorded MTML
+simulator."""

@@ -1,4 +1,4 @@
-"""MThreads's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""MThreads' registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,3 @@
-"""Nvidia's node-agent package: bindings, detector, grants, partitions, simulator."""
+"""NVIDIA GPUs: the detector over NVML (the binding in `vendors/common/`, shared with the
+MIG partitioner), the responder (HAMi-core slices, CDI or variable) and the NVML profile
+simulator."""

@@ -1,4 +1,4 @@
-"""Nvidia's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""NVIDIA's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Thead's registration: how the engine reaches this package (nodeagent/vendors/registry.py)."""
+"""T-Head's registration: how the engine reaches this package (`registry.py`)."""
 
 from __future__ import annotations
 
