@@ -36,7 +36,7 @@ from chain.kvcache import (
 )
 from hooks.admissionreview import allow, deny, parse_review
 from hooks.catalog_file import catalog_source
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 KVCACHE_CATALOG_ENV = "GPUSTACK_KVCACHE_CATALOG"
 Pools = Mapping[str, PoolFacts]

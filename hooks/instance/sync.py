@@ -36,11 +36,7 @@ from chain.conditions import generation_of, merge
 from chain.instance_conditions import instance_conditions
 from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
 from chain.manufacturers import ManufacturerTable
-from hooks.shell import (
-    BadRequest,
-    CompositeRequest,
-    Obj,
-)
+from hooks.request import BadRequest, CompositeRequest, Obj
 
 
 def _spec(parent: Obj) -> InstanceSpec:

@@ -12,12 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from chain.settings import Settings
-from hooks import shell
+from hooks import transport
 from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import DecoratorRequest, Obj, customize_route, make_app, shallow_route
+from hooks.request import DecoratorRequest, Obj
+from hooks.transport import customize_route, make_app, shallow_route
 
 settings = catalog_source(catalog_settings, Settings())
 
@@ -27,7 +28,7 @@ def _mutate(body: Any) -> Obj:
 
 
 def _sync(request: DecoratorRequest) -> Obj:
-    return sync(request, shell.now())
+    return sync(request, transport.now())
 
 
 app = make_app(

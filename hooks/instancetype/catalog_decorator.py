@@ -17,7 +17,7 @@ webhook skips such an item with a warning, and one bad pool must not stop every 
 facts from updating. The instance catalog is different: the hook reads each InstanceType into
 its row itself, so a field the CRD's schema types that has another type (a `spec` or `status`
 that is not an object, a count that is not an integer) is a 400 naming it under the related
-object's path, as every hook answers a related object it cannot read (`hooks.shell`); the API
+object's path, as every hook answers a related object it cannot read (`hooks.request`); the API
 server never holds such an object, and Metacontroller keeps the last ConfigMaps meanwhile.
 A Settings spec the chain cannot read is a 400 naming the field, as in every other hook.
 
@@ -55,13 +55,8 @@ from chain.kvcache import (
     KVCACHE_POOL_RESOURCE,
     kvcache_catalog,
 )
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    object_path,
-    parent_settings,
-)
+from hooks.readers import parent_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 CATALOG_BUDGET = ANNOTATIONS_LIMIT - ANNOTATIONS_HEADROOM
 

@@ -25,7 +25,7 @@ from hooks.catalog_file import load_document
 from hooks.instancetype.app import app
 from hooks.instancetype.catalog_decorator import CATALOG_BUDGET
 from hooks.instancetype.catalog_decorator import sync as sync_parsed
-from hooks.shell import parse_shallow
+from hooks.request import parse_shallow
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.catalog_cases import (
     A100_TYPE,
