@@ -31,7 +31,7 @@ from chain.labels import (
     note_key,
 )
 from chain.names import HOSTNAME_PROFILE, topology_name
-from chain.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
+from hooks.flavor.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
 from hooks.flavor.summary import FlavorEntry
 from hooks.request import BadRequest, Obj, object_path
 
