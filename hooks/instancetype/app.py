@@ -9,20 +9,27 @@ The settings `/mutate` follows are read from the catalog file `GPUSTACK_ADMISSIO
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from chain.settings import Settings
+from chain.settings import Settings, StartupEnv
 from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import Obj, customize_route, make_app, shallow_route
+from hooks.shell import DecoratorRequest, Obj, customize_route, make_app, shallow_route
 
 settings = catalog_source(catalog_settings, Settings())
+# Read once at start: the catalogs go to the chain's own namespace (the Pod's).
+ENV = StartupEnv.from_env(os.environ)
 
 
 def _mutate(body: Any) -> Obj:
     return mutate(body, settings())
+
+
+def _catalog_sync(request: DecoratorRequest) -> Obj:
+    return catalog.sync(request, ENV.system_namespace)
 
 
 app = make_app(
@@ -33,7 +40,7 @@ app = make_app(
         # Both decorators relate many objects: parsed shallow (`parse_shallow`).
         "/sync": shallow_route(sync),
         "/customize": customize_route(customize),
-        "/catalog/sync": shallow_route(catalog.sync),
+        "/catalog/sync": shallow_route(_catalog_sync),
         "/catalog/customize": customize_route(catalog.customize),
     },
     webhooks=frozenset({"/mutate", "/validate"}),
