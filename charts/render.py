@@ -192,6 +192,14 @@ def _mark_object(obj: Obj) -> Obj:
         meta["annotations"] = _mark("inject-ca")
         for hook in marked["webhooks"]:
             hook["clientConfig"]["caBundle"] = _mark("ca-bundle")
+    if marked["kind"] == "AdmissionCheck":
+        meta = marked["metadata"]
+        if "annotations" in meta:
+            raise ValueError(f"{meta['name']}: the chart sets this AdmissionCheck's annotations")
+        # The chain's ClusterQueues name it, and they stay with the InstanceTypes that own them:
+        # Kueue holds its deletion (finalizer kueue.x-k8s.io/resource-in-use) for as long, so
+        # `helm uninstall` leaves it, whole, rather than Terminating under a queue that uses it.
+        meta["annotations"] = dict(KEPT)
     if marked["kind"] == "Role":
         for rule in marked.get("rules", ()):
             names = rule.get("resourceNames")
@@ -613,6 +621,11 @@ namespace included (when the chart made it). What stays, by Helm's rules and the
   ClusterQueues, LocalQueues (one per tenant namespace) and Topology, and the catalog ConfigMaps
   in the release namespace (`gpustack-admission-catalog`, `gpustack-instance-catalog`,
   `gpustack-kvcache-catalog`);
+- the AdmissionCheck `gpustack-node-devices` (`helm.sh/resource-policy: keep`): the chain's
+  ClusterQueues name it and stay, and Kueue would hold its deletion
+  (`kueue.x-k8s.io/resource-in-use`) for as long, leaving it Terminating under queues that use
+  it. A release in another namespace takes it over (`helm install --take-ownership`); the same
+  release in the same namespace adopts it as it is;
 - in the release namespace, what the verdict driver made for itself: its Lease
   (`gpustack-admission-driver`) and, with `webhookCertificates.mode: driver`, the Secret
   `gpustack-webhook-tls`;
@@ -662,8 +675,9 @@ the Deployments in {{ .Release.Namespace }}, the node agents in {{ .Values.agent
    {{ .Release.Namespace }} (docs/metrics.md).
 {{- end }}
 
-`helm uninstall` leaves the CRDs and their objects, what those own, the verdict driver's Lease
-and Secret, and the release namespace (the chart's README, "Uninstall").
+`helm uninstall` leaves the CRDs and their objects, what those own, the AdmissionCheck
+gpustack-node-devices, the verdict driver's Lease and Secret, and the release namespace (the
+chart's README, "Uninstall").
 """
 
 
@@ -683,6 +697,9 @@ app.kubernetes.io/managed-by: {{{{ .Release.Service }}}}
 app.kubernetes.io/version: {{{{ .Chart.AppVersion | quote }}}}
 {{{{- end }}}}
 """
+
+KEPT = {"helm.sh/resource-policy": "keep"}
+"""The annotation that keeps an object past `helm uninstall` (the AdmissionCheck)."""
 
 HELM_LABELS = (
     "helm.sh/chart",

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
-from charts.render import HELM_LABELS, NAME_LABEL
+from charts.render import HELM_LABELS, KEPT, NAME_LABEL
 from testbed import build
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS
@@ -69,9 +69,14 @@ def rendered(helm: Helm, values: str = "", namespace: str = SYSTEM_NAMESPACE) ->
 
 def as_kustomize(objects: dict[Key, Obj]) -> dict[Key, Obj]:
     """The chart's objects without what Helm adds to each (its labels; the chart's name label
-    where the manifests give an object none), to compare with what kustomize builds."""
+    where the manifests give an object none; `helm.sh/resource-policy: keep` on the
+    AdmissionCheck, which Kueue holds while the chain's queues use it), to compare with what
+    kustomize builds."""
     stripped = copy.deepcopy(objects)
     for obj in stripped.values():
+        annotations = obj["metadata"].get("annotations") or {}
+        if annotations == KEPT:
+            del obj["metadata"]["annotations"]
         labels = obj["metadata"].get("labels") or {}
         for label in HELM_LABELS:
             labels.pop(label, None)
