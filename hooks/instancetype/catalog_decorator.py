@@ -2,7 +2,7 @@
 
 DecoratorController `gpustack-admission-catalog` on the Settings singleton (hooks
 `/catalog/sync` and `/catalog/customize`, Service `gpustack-hook-instancetype`). Related: every
-InstanceType. Answer `attachments`: the ConfigMap `gpustack-system/gpustack-admission-catalog`
+InstanceType. Answer `attachments`: the ConfigMap `<chain ns>/gpustack-admission-catalog`
 whose key `catalog.yaml` is the List of every InstanceType in catalog form plus the Settings
 (`chain.catalog`: trimmed to what the Pod fold reads, sorted, compact), so the ConfigMap changes
 only when a pool's facts do, not with every allocation that moves an InstanceType's views; and
@@ -37,6 +37,7 @@ from chain.apis import (
 from chain.catalog import (
     ANNOTATIONS_HEADROOM,
     ANNOTATIONS_LIMIT,
+    CATALOG_NAMESPACE,
     annotation_bytes,
     catalog_configmap,
     catalog_document,
@@ -98,22 +99,26 @@ def instance_facts(types: Iterable[Obj]) -> list[InstanceFacts]:
     return found
 
 
-def sync(request: DecoratorRequest) -> Obj:
+def sync(request: DecoratorRequest, namespace: str = CATALOG_NAMESPACE) -> Obj:
+    """The three catalog ConfigMaps, in `namespace`: the chain's own, where the webhook Pods
+    that mount them run (`KUBERNETES_POD_NAMESPACE` of the hook, a Helm release's namespace)."""
     if parent_settings(request) is None:
         return {"attachments": []}
     related = request.related.of(INSTANCE_TYPE, WORKER_API)
     document = catalog_document([request.object, *related])
-    pools = catalog_configmap(render_catalog(document))
+    pools = catalog_configmap(render_catalog(document), namespace=namespace)
     instances = catalog_configmap(
         render_catalog(facts_catalog(instance_facts(related))),
         name=INSTANCE_CATALOG_CONFIGMAP,
         key=INSTANCE_CATALOG_KEY,
+        namespace=namespace,
     )
     kv_pools = request.related.of(KVCACHE_POOL, WORKER_API)
     kvcache = catalog_configmap(
         render_catalog(kvcache_catalog(kv_pools)),
         name=KVCACHE_CATALOG_CONFIGMAP,
         key=KVCACHE_CATALOG_KEY,
+        namespace=namespace,
     )
     return {
         "attachments": [

@@ -86,6 +86,15 @@ def test_the_webhook_reads_the_same_pools_from_the_catalog_as_from_the_types() -
     )
 
 
+def test_the_catalogs_go_to_the_namespace_the_hook_runs_in() -> None:
+    """Installed by Helm into another namespace, the webhook Pods mount the catalogs there."""
+    assert {c["metadata"]["namespace"] for c in sync(request(SINGLETON, []))["attachments"]} == {
+        "gpustack-system"
+    }
+    answer = sync_parsed(parse_shallow(request(SINGLETON, [A100_TYPE])), "infra")
+    assert {c["metadata"]["namespace"] for c in answer["attachments"]} == {"infra"}
+
+
 def test_a_malformed_type_is_left_to_the_reader_and_does_not_block_the_others() -> None:
     broken = copy.deepcopy(T4_TYPE)
     broken["status"]["detail"]["memory"] = "lots"
