@@ -52,7 +52,8 @@ from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_
 from chain.pools import PoolIdentity
 from chain.units import RESOURCE_MAX_UNITS, SHARE_UNITS
 from hooks.instancetype import status
-from hooks.shell import parse_shallow, shallow_route
+from hooks.request import parse_shallow
+from hooks.transport import shallow_route
 from verdictdriver.pool_cards import PoolCardsKeeper
 
 Obj = dict[str, Any]

@@ -27,7 +27,8 @@ from builders.cluster import (
     settings_object,
 )
 from hooks.flavor import node, pools
-from hooks.shell import DecoratorRequest, parse_shallow, shallow_route
+from hooks.request import DecoratorRequest, parse_shallow
+from hooks.transport import shallow_route
 
 
 def _labelled(obj: Obj, labels: dict[str, str | None]) -> Obj:

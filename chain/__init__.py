@@ -12,13 +12,11 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
 - `names`: FNV-1a 64 and the names of flavors, pools, LocalQueues, Topologies.
 - `pools`: flavor and pool identities, schedule labels, the pool flavor selector.
 - `memory`, `quantity`: memory spellings and exact quantity parsing.
-- `presets`: unit resources of derived InstanceTypes.
 - `settings`: the online settings object and the startup environment.
 - `validation`: Kubernetes' syntax rules for names, keys and values.
 - `apis`: API groups, kinds and the settings singleton's name.
 - `devices`, `accelerators`, `ledger`: the `Devices` object (groups, cards, the allocation
   ledger) as frozen views with exact parse and render.
-- `capacity`: the Node `status.capacity` counting keys.
 - `fields`: reading decoded JSON with errors that name the field.
 - `release`: the image, namespaces and version (`version()`, the one place that reads
   pyproject.toml or the installed metadata) this release ships under.
@@ -26,12 +24,10 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
   defaults, one-line errors.
 - `times`: the API's two time formats (`metav1.Time`, `metav1.MicroTime`) from a given clock.
 - `conditions`: `status.conditions` for every writer (transition times kept, generation
-  recorded); the rules of each kind in `instance_conditions`, `pool_conditions` and
-  `devices_conditions`.
+  recorded); `pool_conditions`: an InstanceType's, which an Instance's conditions quote.
 
 The pools, their queues and their views:
 - `queues`: ClusterQueue vocabulary, a flavor's size and quota, a pool's live flavors.
-- `kueue_config`: the part of Kueue's Configuration the chain depends on.
 - `catalog`: the pool catalog's wire form (its writer, the instancetype hook; its readers, the
   admission webhooks).
 - `views`: the InstanceType views' arithmetic; `pool_nodes`: a pool's card group read off a
@@ -44,12 +40,15 @@ The pools, their queues and their views:
 The per-card verdict and the ledger it reads:
 - `allocation`: device-plugin tokens, their costs and who gets a card; `partition_grant`: which
   profile, card and slot a partitioned grant takes.
-- `ledger_rebuild`: the ledger rebuilt from the Pods' allocation records; `ledger_merge`: the
-  busier of two readings, card by card; `charged_pods`: which Pods the ledger already holds.
+- `ledger_rebuild`: the ledger rebuilt from the Pods' allocation records; `charged_pods`: which
+  Pods the ledger already holds.
 - `verdicts`: the `gpustack-node-devices` verdict (`judge`, its messages); `charging`: demands
   charged to a pool's cards; `workload_state`: a Workload's check state and shares;
   `topology_assignment`: Kueue's assignment decoded to hostnames; `holdings`: who holds which
   cards (a cache its caller keeps).
 
-tests/unit/chain/test_index.py keeps this list complete.
+A module only one room uses lives in that room (the verdict driver's `ledger_merge`, the
+Instance hook's `conditions`, the node agent's `capacity` and `devices_conditions`, the queue
+hook's `kueue_config`, the flavor hook's `presets`). tests/unit/chain/test_index.py keeps this
+list complete.
 """

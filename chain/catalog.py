@@ -125,15 +125,20 @@ def render_catalog(document: Obj) -> str:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def catalog_configmap(text: str, name: str = CATALOG_CONFIGMAP, key: str = CATALOG_KEY) -> Obj:
+def catalog_configmap(
+    text: str,
+    name: str = CATALOG_CONFIGMAP,
+    key: str = CATALOG_KEY,
+    namespace: str = CATALOG_NAMESPACE,
+) -> Obj:
     """A ConfigMap the webhook Pod mounts, holding a catalog's `text` (the pool catalog's by
-    default)."""
+    default), in the chain's own `namespace` (where the webhook Pod runs)."""
     return {
         "apiVersion": CORE_V1,
         "kind": "ConfigMap",
         "metadata": {
             "name": name,
-            "namespace": CATALOG_NAMESPACE,
+            "namespace": namespace,
             "labels": {PART_OF: "gpustack-chain"},
         },
         "data": {key: text},

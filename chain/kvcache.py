@@ -226,7 +226,7 @@ def transport(engine: str, offers: Sequence[str]) -> str:
 
 
 @dataclass(frozen=True)
-class PoolFacts:
+class KvCachePoolFacts:
     """What the webhook reads of a KVCachePool (from its catalog)."""
 
     name: str
@@ -239,7 +239,7 @@ def _has_flag(argv: Sequence[str], flag: str) -> bool:
 
 
 def render(
-    container: Mapping[str, Any], engine: str, role: str, pool: PoolFacts, protocol: str
+    container: Mapping[str, Any], engine: str, role: str, pool: KvCachePoolFacts, protocol: str
 ) -> tuple[list[str], list[Obj], Obj | None, Obj | None, Obj]:
     """(args to append, env to add, volume, mount, annotations) for the engine container."""
     argv = [str(t) for t in (container.get("command") or []) + (container.get("args") or [])]
@@ -321,12 +321,12 @@ def record(pool: str, engine: str, launched: Launch) -> str:
     )
 
 
-def pool_facts(obj: Mapping[str, Any]) -> PoolFacts:
+def pool_facts(obj: Mapping[str, Any]) -> KvCachePoolFacts:
     """A KVCachePool's name, client endpoint and member groups' transports."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     groups = spec.get("groups") or []
-    return PoolFacts(
+    return KvCachePoolFacts(
         name=str(meta.get("name", "")),
         endpoint=str(spec.get("endpoint") or ""),
         transports=tuple(
@@ -341,12 +341,12 @@ def kvcache_catalog(pools: Sequence[Mapping[str, Any]]) -> Obj:
     return {"pools": dict(sorted(rows.items()))}
 
 
-def parse_kvcache_catalog(document: object) -> dict[str, PoolFacts]:
+def parse_kvcache_catalog(document: object) -> dict[str, KvCachePoolFacts]:
     pools = document.get("pools") if isinstance(document, Mapping) else None
     if not isinstance(pools, Mapping):
         raise ValueError("the KV cache catalog must be an object with a map of pools")
-    found: dict[str, PoolFacts] = {}
+    found: dict[str, KvCachePoolFacts] = {}
     for name, row in pools.items():
         if isinstance(row, list) and len(row) == 2 and isinstance(row[1], list):
-            found[str(name)] = PoolFacts(str(name), str(row[0]), tuple(map(str, row[1])))
+            found[str(name)] = KvCachePoolFacts(str(name), str(row[0]), tuple(map(str, row[1])))
     return found

@@ -173,18 +173,22 @@ class StartupEnv:
     device_plugin_sliced_allocate_gate: bool = True
     """`GPUSTACK_DEVICE_PLUGIN_SLICED_ALLOCATE_GATE`: Allocate refuses a slice without room."""
     system_namespace: str = SYSTEM_NAMESPACE_DEFAULT
-    """`KUBERNETES_POD_NAMESPACE`."""
+    """`KUBERNETES_POD_NAMESPACE`: the chain's own namespace (the manifests set it from the Pod's
+    `metadata.namespace`, so a Helm release namespace is followed)."""
     pci_class_prefixes: tuple[str, ...] = PCI_CLASS_PREFIXES_DEFAULT
     """`GPUSTACK_PCI_CLASS_PREFIXES`, comma separated."""
     device_plugin_identify_by_kubelet: bool = True
     """`GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KUBELET`: ask the kubelet's pod-resources which
     container is allocating before the heuristic (`false`: the heuristic alone)."""
+    agent_namespace: str = AGENT_NAMESPACE
+    """`GPUSTACK_AGENT_NAMESPACE`: the node agents' namespace (the chart's
+    `agentNamespace.name`)."""
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
         """Namespaces that get no LocalQueue: the chain's own two (the agents run apart, where
         Pod Security allows privileged Pods; no tenant works there) and kube-system."""
-        return frozenset((self.system_namespace, AGENT_NAMESPACE, "kube-system"))
+        return frozenset((self.system_namespace, self.agent_namespace, "kube-system"))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> StartupEnv:
@@ -207,5 +211,6 @@ class StartupEnv:
                 "GPUSTACK_DEVICE_PLUGIN_IDENTIFY_BY_KUBELET", True
             ),
             system_namespace=env.get("KUBERNETES_POD_NAMESPACE", "") or SYSTEM_NAMESPACE_DEFAULT,
+            agent_namespace=env.get("GPUSTACK_AGENT_NAMESPACE", "") or AGENT_NAMESPACE,
             pci_class_prefixes=prefixes or PCI_CLASS_PREFIXES_DEFAULT,
         )

@@ -3,26 +3,39 @@
 
 `manifests/` stays the one source (what `kubectl apply -k manifests/` installs). This turns each
 file its kustomization lists into a template of the same objects, with the values a Helm user
-expects wired in at the places below; on default values the chart renders exactly the
-kustomize output (tests/e2e/test_helm_chart.py checks it with a real `helm`):
+expects wired in at the places below; with the release namespace gpustack-system and default
+values the chart renders exactly the kustomize output, less the release Namespace object and
+plus the standard Helm labels (tests/e2e/test_helm_chart.py checks it with a real `helm`):
 
-- `image`: every container of the project's image, and every variable naming it;
+- the namespaces: `gpustack-system` is the release namespace everywhere (Service DNS names in
+  the webhook configurations and Metacontroller hook URLs, RBAC subjects, the admission
+  policies' service accounts, NetworkPolicies, the PodMonitor); `gpustack-agents` is
+  `agentNamespace.name`, whose Namespace the chart makes when `agentNamespace.create`. Helm
+  cannot own the release namespace, so the chart renders no Namespace for it (NOTES.txt says
+  what to label);
+- the labels `HELM_LABELS` (and `app.kubernetes.io/name: gpustack-chain` where the manifests
+  give none) on every object the templates render; never on a Pod template or in a selector;
+- `image`, `imagePullSecrets`, `priorityClassName`: every Pod of the chain;
 - `manufacturers`: which device-manager DaemonSets exist;
 - `deviceManager.extraArgs|extraVolumes|extraVolumeMounts.<manufacturer>`: appended to that
   manufacturer's agent;
 - `deviceManager.isolationLibrary.<manufacturer>`: `image` (and `source`, a path pattern in it)
   of the slice isolation library that manufacturer's agent stages with an init container, the
   same one the kustomize component `manifests/isolation/<manufacturer>` adds (nodeagent/staging.py);
-- `resources.<workload>`: each Deployment's and DaemonSet's container resources (the defaults
-  are the manifests', written into values.yaml);
-- `tolerations`: added to every Deployment (the agents already tolerate every taint);
+- `components.<workload>`: each Deployment's and DaemonSet's `replicas`, container
+  `resources`, `nodeSelector`, `affinity`, `tolerations`, `priorityClassName` and
+  `podAnnotations` (the defaults are the manifests', written into values.yaml);
+- `monitoring`: the kustomize component `manifests/monitoring` (a PodMonitor, a ServiceMonitor,
+  NetworkPolicies), off by default;
 - `webhookCertificates`: `driver` (the verdict driver issues and rotates the Secret and the
   caBundles, as the manifests do), `cert-manager` (a self-signed Certificate; cert-manager's CA
   injector fills the caBundles; the driver keeps no certificate), or `secret` (a Secret you
   provide, `caBundle` the CA that signed it);
 - `settings`: the Settings singleton's spec (empty: the driver creates it with the defaults).
 
-The project's CRDs go to `crds/` (Helm installs them before anything that needs them).
+values.yaml carries each value's comment (`VALUE_DOCS`), the chart's README its table, and
+values.schema.json what each may be. The project's CRDs go to `crds/` (Helm installs them
+before anything that needs them, and never upgrades or deletes them).
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ import yaml
 
 from chain import cli
 from chain.apis import CHAIN_API, SETTINGS_NAME
-from chain.release import version
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE, version
 from nodeagent.manifests import IMAGE, ManifestDumper
 from nodeagent.staging import STAGINGS, init_container
 
@@ -60,6 +73,7 @@ DRIVER_CERT_ARGS = (
 WEBHOOK_CONFIGURATIONS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 AGENT_PREFIX = "gpustack-device-manager-"
 MODES = ("driver", "cert-manager", "secret")
+NAME_LABEL = "app.kubernetes.io/name"
 _MARK = "__chart_"
 
 Obj = dict[str, Any]
@@ -87,18 +101,6 @@ def _pod_spec(obj: Obj) -> Obj | None:
     return None
 
 
-def default_resources() -> dict[str, Obj]:
-    """Each workload's container resources, as the manifests set them."""
-    found: dict[str, Obj] = {}
-    for _, docs in sources():
-        for obj in docs:
-            spec = _pod_spec(obj)
-            if spec is not None:
-                (container,) = spec["containers"]
-                found[obj["metadata"]["name"]] = container.get("resources") or {}
-    return found
-
-
 def webhook_services() -> list[str]:
     """The Services the serving certificate must name (the driver's `--webhook-service`s)."""
     found = []
@@ -117,12 +119,22 @@ def webhook_services() -> list[str]:
 # --- marking the places values reach ------------------------------------------------------------
 
 
+SCHEDULING = ("priorityClassName", "nodeSelector", "affinity", "tolerations")
+"""The Pod spec fields each component's values set whole (their defaults: the manifests')."""
+
+
 def _mark_workload(obj: Obj) -> None:
     spec = _pod_spec(obj)
     if spec is None:
         return
     name = obj["metadata"]["name"]
     agent = name.removeprefix(AGENT_PREFIX) if name.startswith(AGENT_PREFIX) else ""
+    if obj["kind"] == "Deployment":
+        obj["spec"]["replicas"] = _mark("replicas", name)
+    template_meta = obj["spec"]["template"]["metadata"]
+    if "annotations" in template_meta:
+        raise ValueError(f"{name}: the chart sets the Pod template's annotations")
+    template_meta["annotations"] = _mark("pod-annotations", name)
     for container in spec["containers"]:
         if container.get("image") == IMAGE:
             container["image"] = _mark("image")
@@ -148,19 +160,31 @@ def _mark_workload(obj: Obj) -> None:
         if "initContainers" in spec:
             raise ValueError(f"{name}: the chart adds the staging init container to none")
         spec["initContainers"] = _mark("isolation", agent)
-    if obj["kind"] == "Deployment":
-        if "tolerations" in spec:
-            raise ValueError(f"{name}: the chart adds tolerations to a Deployment without any")
-        spec["tolerations"] = _mark("tolerations")
+    for field in SCHEDULING:
+        spec.pop(field, None)  # values.yaml holds the manifests' own (`components`)
+    if "imagePullSecrets" in spec:
+        raise ValueError(f"{name}: the chart sets the Pod's imagePullSecrets")
+    spec[_mark("scheduling")] = _mark("scheduling", name)
     for volume in spec.get("volumes", ()):
         secret = volume.get("secret") if isinstance(volume, dict) else None
         if secret and secret.get("secretName") == DEFAULT_SECRET:
             secret["secretName"] = _mark("secret-name")
 
 
+def _mark_labels(meta: Obj) -> None:
+    """The chart's standard labels on the object itself (never on a Pod template or a selector:
+    a chart version in either would restart or orphan Pods on each upgrade)."""
+    # A copy: a YAML alias may share this mapping with a Pod template's or a selector's.
+    labels = meta["labels"] = dict(meta.get("labels") or {})
+    if NAME_LABEL not in labels:
+        labels[NAME_LABEL] = NAME
+    labels[_mark("labels")] = _mark("labels")
+
+
 def _mark_object(obj: Obj) -> Obj:
     marked = copy.deepcopy(obj)
     _mark_workload(marked)
+    _mark_labels(marked["metadata"])
     if marked["kind"] in WEBHOOK_CONFIGURATIONS:
         meta = marked["metadata"]
         if "annotations" in meta:
@@ -168,6 +192,14 @@ def _mark_object(obj: Obj) -> Obj:
         meta["annotations"] = _mark("inject-ca")
         for hook in marked["webhooks"]:
             hook["clientConfig"]["caBundle"] = _mark("ca-bundle")
+    if marked["kind"] == "AdmissionCheck":
+        meta = marked["metadata"]
+        if "annotations" in meta:
+            raise ValueError(f"{meta['name']}: the chart sets this AdmissionCheck's annotations")
+        # The chain's ClusterQueues name it, and they stay with the InstanceTypes that own them:
+        # Kueue holds its deletion (finalizer kueue.x-k8s.io/resource-in-use) for as long, so
+        # `helm uninstall` leaves it, whole, rather than Terminating under a queue that uses it.
+        meta["annotations"] = dict(KEPT)
     if marked["kind"] == "Role":
         for rule in marked.get("rules", ()):
             names = rule.get("resourceNames")
@@ -205,14 +237,17 @@ def _expand(indent: str, item: str, key: str, what: str, detail: str) -> list[st
         ],
         "resources": lambda: [
             f"{indent}resources:",
-            f'{{{{- toYaml (index .Values.resources "{detail}") | nindent {pad + 2} }}}}',
+            f"{{{{- toYaml {_component(detail)}.resources | nindent {pad + 2} }}}}",
         ],
-        "tolerations": lambda: [
-            "{{- with .Values.tolerations }}",
-            f"{indent}tolerations:",
-            f"{{{{- toYaml . | nindent {pad} }}}}",
+        "replicas": lambda: [f"{indent}replicas: {{{{ {_component(detail)}.replicas }}}}"],
+        "pod-annotations": lambda: [
+            f"{{{{- with {_component(detail)}.podAnnotations }}}}",
+            f"{indent}annotations:",
+            f"{{{{- toYaml . | nindent {pad + 2} }}}}",
             "{{- end }}",
         ],
+        "scheduling": lambda: _scheduling(indent, detail),
+        "labels": lambda: [f'{{{{- include "{NAME}.labels" $ | nindent {pad} }}}}'],
         "extra-args": lambda: [
             f'{{{{- range (index .Values.deviceManager.extraArgs "{detail}" | default list) }}}}',
             f"{indent}- {{{{ . | quote }}}}",
@@ -239,6 +274,31 @@ def _expand(indent: str, item: str, key: str, what: str, detail: str) -> list[st
         ),
     }
     return rules[what]()
+
+
+def _component(name: str) -> str:
+    return f'(index $.Values.components "{name}")'
+
+
+def _scheduling(indent: str, name: str) -> list[str]:
+    """A Pod's scheduling fields from its component's values, each only when set; the release's
+    `priorityClassName` where the component names none; the release's `imagePullSecrets`."""
+    pad = len(indent)
+    component = _component(name)
+    lines = [
+        f"{{{{- with ({component}.priorityClassName | default $.Values.priorityClassName) }}}}",
+        f"{indent}priorityClassName: {{{{ . | quote }}}}",
+        "{{- end }}",
+    ]
+    for field in (*SCHEDULING[1:], "imagePullSecrets"):
+        source = "$.Values" if field == "imagePullSecrets" else component
+        lines += [
+            f"{{{{- with {source}.{field} }}}}",
+            f"{indent}{field}:",
+            f"{{{{- toYaml . | nindent {pad + 2} }}}}",
+            "{{- end }}",
+        ]
+    return lines
 
 
 ISOLATION_IMAGE = "__chart_isolation_image__"
@@ -273,6 +333,16 @@ def _list_value(field: str, manufacturer: str, pad: int) -> list[str]:
     ]
 
 
+RELEASE_NAMESPACE = "{{ $.Release.Namespace }}"
+AGENTS = "{{ $.Values.agentNamespace.name }}"
+
+
+def namespaced(text: str) -> str:
+    """The manifests' two namespaces as the release's: every Service DNS name, RBAC subject,
+    policy's service account, NetworkPolicy and PodMonitor selector follows."""
+    return text.replace(SYSTEM_NAMESPACE, RELEASE_NAMESPACE).replace(AGENT_NAMESPACE, AGENTS)
+
+
 def template_text(obj: Obj) -> str:
     dumped = yaml.dump(_mark_object(obj), Dumper=ManifestDumper, sort_keys=False, width=10_000)
     lines: list[str] = []
@@ -287,7 +357,7 @@ def template_text(obj: Obj) -> str:
         lines += _expand(
             parts["indent"], parts["item"] or "", parts["key"] or "", parts["what"], parts["detail"]
         )
-    text = "\n".join(lines) + "\n"
+    text = namespaced("\n".join(lines) + "\n")
     name = obj["metadata"]["name"]
     if obj["kind"] == "DaemonSet" and name.startswith(AGENT_PREFIX):
         maker = name.removeprefix(AGENT_PREFIX)
@@ -295,7 +365,51 @@ def template_text(obj: Obj) -> str:
     return text
 
 
+def namespace_template(docs: list[Obj]) -> str:
+    """The agents' Namespace, when `agentNamespace.create`; never the release namespace, which
+    Helm does not own (`--create-namespace` makes it unlabelled: NOTES.txt says what to label)."""
+    by_name = {obj["metadata"]["name"]: obj for obj in docs}
+    if set(by_name) != {SYSTEM_NAMESPACE, AGENT_NAMESPACE}:
+        raise ValueError(f"namespace.yaml: expected {SYSTEM_NAMESPACE} and {AGENT_NAMESPACE}")
+    return (
+        "{{- if eq .Values.agentNamespace.name .Release.Namespace }}\n"
+        '{{- fail (printf "agentNamespace.name: %q is the release namespace; the node agents need'
+        " a namespace of their own (Pod Security privileged), the rest of the chain runs"
+        ' restricted" .Values.agentNamespace.name) }}\n'
+        "{{- end }}\n"
+        "{{- if .Values.agentNamespace.create }}\n"
+        + template_text(by_name[AGENT_NAMESPACE])
+        + "{{- end }}\n"
+    )
+
+
+MONITORING = MANIFESTS / "monitoring"
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_SELECTOR = f"kubernetes.io/metadata.name: {PROMETHEUS_NAMESPACE}"
+
+
+def monitoring_sources() -> Iterator[tuple[str, list[Obj]]]:
+    """The kustomize component manifests/monitoring's files, with their objects."""
+    listed = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())["resources"]
+    for name in listed:
+        docs = [doc for doc in yaml.safe_load_all((MONITORING / name).read_text()) if doc]
+        yield f"monitoring/{name}", docs
+
+
+def monitoring_template(docs: list[Obj]) -> str:
+    text = "---\n".join(template_text(obj) for obj in docs)
+    text = text.replace(
+        PROMETHEUS_SELECTOR,
+        "kubernetes.io/metadata.name: {{ .Values.monitoring.prometheusNamespace | quote }}",
+    )
+    return "{{- if .Values.monitoring.enabled }}\n" + text + "{{- end }}\n"
+
+
 # --- the chart's own files ----------------------------------------------------------------------
+
+CHART_VERSION = "0.2.0"
+"""The chart's own version (its appVersion is the project's, `chain.release.version`): 0.2.0
+installs into the release namespace, a change of values from 0.1.0 (docs in the README)."""
 
 
 def chart_yaml() -> str:
@@ -305,7 +419,7 @@ def chart_yaml() -> str:
             "name": NAME,
             "description": "GPU discovery, pools, queues and per-card admission for Kueue",
             "type": "application",
-            "version": version(),
+            "version": CHART_VERSION,
             "appVersion": version(),
             "kubeVersion": ">=1.30.0-0",
         },
@@ -313,16 +427,45 @@ def chart_yaml() -> str:
     )
 
 
+def workloads() -> dict[str, Obj]:
+    """Each Deployment and DaemonSet of the manifests, by name."""
+    return {
+        obj["metadata"]["name"]: obj
+        for _, docs in sources()
+        for obj in docs
+        if obj["kind"] in ("Deployment", "DaemonSet")
+    }
+
+
+def components() -> dict[str, Obj]:
+    """Each workload's values, their defaults the manifests' own."""
+    found: dict[str, Obj] = {}
+    for name, obj in workloads().items():
+        spec = obj["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        entry: Obj = {}
+        if obj["kind"] == "Deployment":
+            entry["replicas"] = obj["spec"]["replicas"]
+        entry["resources"] = container.get("resources") or {}
+        entry["nodeSelector"] = spec.get("nodeSelector") or {}
+        entry["affinity"] = spec.get("affinity") or {}
+        entry["tolerations"] = spec.get("tolerations") or []
+        entry["priorityClassName"] = spec.get("priorityClassName") or ""
+        entry["podAnnotations"] = {}
+        found[name] = entry
+    return found
+
+
 def values() -> Obj:
     repository, _, tag = IMAGE.rpartition(":")
     makers = sorted(
-        obj["metadata"]["name"].removeprefix(AGENT_PREFIX)
-        for _, docs in sources()
-        for obj in docs
-        if obj["kind"] == "DaemonSet"
+        name.removeprefix(AGENT_PREFIX) for name in workloads() if name.startswith(AGENT_PREFIX)
     )
     return {
+        "agentNamespace": {"name": AGENT_NAMESPACE, "create": True},
         "image": {"repository": repository, "tag": tag, "pullPolicy": ""},
+        "imagePullSecrets": [],
+        "priorityClassName": "",
         "manufacturers": makers,
         "deviceManager": {
             "extraArgs": {},
@@ -330,63 +473,266 @@ def values() -> Obj:
             "extraVolumeMounts": {},
             "isolationLibrary": {},
         },
-        "resources": default_resources(),
-        "tolerations": [],
+        "components": components(),
+        "monitoring": {"enabled": False, "prometheusNamespace": PROMETHEUS_NAMESPACE},
         "webhookCertificates": {"mode": "driver", "secretName": DEFAULT_SECRET, "caBundle": ""},
         "settings": {},
     }
 
 
-VALUES_HEADER = """\
-# Values of the gpustack-chain chart (generated by `python -m charts.render`; the defaults render
-# exactly what `kubectl apply -k manifests/` installs).
-#
-# image: the project's image for every component.
-# manufacturers: the device-manager DaemonSets to install (one per accelerator manufacturer).
-# deviceManager.extraArgs|extraVolumes|extraVolumeMounts: per manufacturer, appended to its agent
-#   (e.g. extraArgs: {nvidia: [--period=30]}).
-# deviceManager.isolationLibrary: per manufacturer, the image (and `source`, the library's path
-#   pattern in it) an init container stages the slice isolation library from (e.g. nvidia:
-#   {image: docker.io/projecthami/hami:<release>}: HAMi keeps HAMi-core in /k8s-vgpu/lib/nvidia/).
-#   Without it that manufacturer's cards offer no slices (docs/operations.md, "Slicing").
-# resources: each workload's container resources, by Deployment or DaemonSet name.
-# tolerations: added to every Deployment (the device managers tolerate every taint already).
-# webhookCertificates.mode: driver (the verdict driver issues and rotates the serving certificate
-#   and the webhooks' caBundles), cert-manager (a self-signed Certificate; cert-manager's CA
-#   injector fills the caBundles), or secret (a Secret `secretName` you provide; `caBundle`: the
-#   base64 PEM of the CA that signed it).
-# settings: the Settings singleton's spec (docs/settings.md); empty: the driver creates it with
-#   the defaults on its first start.
+VALUE_DOCS: dict[str, str] = {
+    "agentNamespace.name": "The node agents' namespace. Their DaemonSets mount host paths and "
+    "reach devices, so it is the one namespace of the chain for Pod Security `privileged`; it "
+    "must differ from the release namespace (where everything else runs, `restricted`).",
+    "agentNamespace.create": "Create that namespace, labelled `privileged`, as part of the "
+    "release (`helm uninstall` deletes it). false: one you made and labelled yourself.",
+    "image.repository": "The project's image, which every component runs.",
+    "image.tag": "Its tag; empty: the chart's appVersion.",
+    "image.pullPolicy": "Every container's imagePullPolicy; empty: Kubernetes' default.",
+    "imagePullSecrets": "Secrets (`[{name: regcred}]`) every Pod pulls with; each must exist in "
+    "the release namespace and in the agents' namespace.",
+    "priorityClassName": "The PriorityClass of each component whose own "
+    "`components.<name>.priorityClassName` is empty (every Deployment by default; the agents' "
+    "is `system-node-critical`).",
+    "manufacturers": "The device-manager DaemonSets to install, one per accelerator manufacturer.",
+    "deviceManager.extraArgs": "Per manufacturer, arguments appended to its agent "
+    "(`{nvidia: [--period=30]}`).",
+    "deviceManager.extraVolumes": "Per manufacturer, volumes added to its agent's Pod.",
+    "deviceManager.extraVolumeMounts": "Per manufacturer, volume mounts added to its agent.",
+    "deviceManager.isolationLibrary": "Per manufacturer, the `image` (and `source`, the "
+    "library's path pattern in it) an init container stages the slice isolation library from "
+    "(`{nvidia: {image: docker.io/projecthami/hami:<release>}}`: HAMi keeps HAMi-core in "
+    "/k8s-vgpu/lib/nvidia/). Without it that manufacturer's cards offer no slices "
+    '(docs/operations.md, "Slicing"). Only NVIDIA\'s is staged from an image today.',
+    "components": "Per workload (the Deployment or DaemonSet name): `replicas` (Deployments "
+    "only), container `resources`, `nodeSelector`, `affinity`, `tolerations`, "
+    "`priorityClassName`, `podAnnotations`. The defaults are the manifests'. Helm merges a map "
+    "you give into the default (null removes a key) and replaces a list; keep each agent's "
+    "PCI `nodeSelector`, which puts it on the nodes with its manufacturer's cards.",
+    "monitoring.enabled": "Prometheus Operator objects (manifests/monitoring): a PodMonitor "
+    "(the agents and the verdict driver), a ServiceMonitor (the hooks and webhooks) and "
+    "NetworkPolicies letting Prometheus in. Needs the monitoring.coreos.com CRDs.",
+    "monitoring.prometheusNamespace": "Where Prometheus runs: its Pods are let in.",
+    "webhookCertificates.mode": "`driver`: the verdict driver issues and rotates the serving "
+    "certificate and the webhooks' caBundles; `cert-manager`: a self-signed Certificate, "
+    "cert-manager's CA injector fills the caBundles; `secret`: a Secret `secretName` you "
+    "provide.",
+    "webhookCertificates.secretName": "The Secret holding the webhooks' serving certificate.",
+    "webhookCertificates.caBundle": "With `secret`: the base64 PEM of the CA that signed it.",
+    "settings": "The Settings singleton's spec (docs/settings.md); empty: the verdict driver "
+    "creates it with the defaults on its first start.",
+}
+
+
+def _wrapped(text: str, prefix: str = "# ", width: int = 100) -> list[str]:
+    lines, line = [], prefix.rstrip()
+    for word in text.split():
+        if len(line) + 1 + len(word) > width and line != prefix.rstrip():
+            lines.append(line)
+            line = prefix.rstrip()
+        line += " " + word
+    return [*lines, line]
+
+
+def values_text() -> str:
+    """values.yaml: each key after the comments saying what it does (VALUE_DOCS)."""
+    out = [
+        "# Values of the gpustack-chain chart, generated by `python -m charts.render` (as is the",
+        "# README beside it, from these comments). With the release namespace gpustack-system and",
+        "# these defaults, the chart renders what `kubectl apply -k manifests/` installs.",
+    ]
+    for key, value in values().items():
+        out.append("")
+        for path, text in VALUE_DOCS.items():
+            if path == key or path.startswith(key + "."):
+                out += _wrapped(f"{path}: {text}")
+        out += yaml.safe_dump({key: value}, sort_keys=False).splitlines()
+    return "\n".join(out) + "\n"
+
+
+def _default(path: str) -> str:
+    node: Any = values()
+    for part in path.split("."):
+        node = node[part]
+    if path == "components":
+        return "the manifests' (values.yaml)"
+    return f"`{json.dumps(node)}`"
+
+
+def readme() -> str:
+    rows = "\n".join(
+        f"| `{path}` | {_default(path)} | {text.replace('|', '/')} |"
+        for path, text in VALUE_DOCS.items()
+    )
+    return README.format(version=CHART_VERSION, app=version(), rows=rows, system=SYSTEM_NAMESPACE)
+
+
+README = """\
+<!-- Generated by `python -m charts.render` from the comments of values.yaml: edit those (in
+charts/render.py), then rerun. -->
+# gpustack-chain
+
+GPU discovery, pools, queues and per-card admission for Kueue, as a Helm chart (chart
+{version}, app {app}). It is generated from the project's `manifests/`: with the release
+namespace `{system}` and the default values it installs exactly what `kubectl apply -k
+manifests/` does, less that namespace's own object.
+
+## Install
+
+Kueue (the `kueue.x-k8s.io/v1beta2` API), Metacontroller and Node Feature Discovery first; then
+
+```sh
+helm install gpustack charts/gpustack-chain -n {system} --create-namespace
+kubectl label namespace {system} pod-security.kubernetes.io/enforce=restricted \\
+  pod-security.kubernetes.io/audit=restricted pod-security.kubernetes.io/warn=restricted
+```
+
+Any namespace will do. The chain's Deployments (hooks, webhooks, the verdict driver) run in the
+release namespace, which Helm does not own and so cannot label: the label above holds them to Pod
+Security `restricted`, as the manifests' Namespace does. The node agents run in a namespace of
+their own, `agentNamespace.name` (`gpustack-agents`), which the chart creates labelled
+`privileged` (their DaemonSets mount host paths and reach devices); `agentNamespace.create:
+false` uses one you made and labelled yourself. `helm install` prints what to check next.
+
+## Upgrade
+
+From 0.1.0 (which made the `gpustack-system` Namespace itself and could install nowhere else),
+keep that namespace, or the upgrade deletes it with everything in it:
+
+```sh
+kubectl annotate namespace {system} helm.sh/resource-policy=keep
+helm upgrade gpustack charts/gpustack-chain -n {system}
+```
+
+0.2.0 changes values: `resources.<workload>` is now `components.<workload>.resources`, and
+`tolerations` (every Deployment's) is each component's `components.<workload>.tolerations`; the
+schema refuses the old keys by name. An install made with `kubectl apply -k manifests/` moves
+under Helm with `helm upgrade --install gpustack charts/gpustack-chain -n {system}
+--take-ownership`: nothing restarts.
+
+## Uninstall
+
+`helm uninstall gpustack -n <namespace>` deletes every object the chart made, the agents'
+namespace included (when the chart made it). What stays, by Helm's rules and the chain's:
+
+- the CustomResourceDefinitions (Helm never deletes `crds/`), with every object of theirs: the
+  Settings singleton, InstanceTypes, Instances, Devices, PoolCards, NodeFlavors, KVCachePools;
+- what those objects own and Metacontroller or the verdict driver made: Kueue's ResourceFlavors,
+  ClusterQueues, LocalQueues (one per tenant namespace) and Topology, and the catalog ConfigMaps
+  in the release namespace (`gpustack-admission-catalog`, `gpustack-instance-catalog`,
+  `gpustack-kvcache-catalog`);
+- the AdmissionCheck `gpustack-node-devices` (`helm.sh/resource-policy: keep`): the chain's
+  ClusterQueues name it and stay, and Kueue would hold its deletion
+  (`kueue.x-k8s.io/resource-in-use`) for as long, leaving it Terminating under queues that use
+  it. A release in another namespace takes it over (`helm install --take-ownership`); the same
+  release in the same namespace adopts it as it is;
+- in the release namespace, what the verdict driver made for itself: its Lease
+  (`gpustack-admission-driver`) and, with `webhookCertificates.mode: driver`, the Secret
+  `gpustack-webhook-tls`;
+- the release namespace itself.
+
+Delete the Settings singleton first (`kubectl delete settings default`) to have Kubernetes
+collect what it owns, and the CRDs last, to remove the chain entirely.
+
+## Values
+
+Every value is checked by `values.schema.json`: a wrong type or an unknown key fails `helm
+install` with the value's path.
+
+| Value | Default | What it does |
+|---|---|---|
+{rows}
 """
+
+
+NOTES = """\
+gpustack-chain {{ .Chart.Version }} (app {{ .Chart.AppVersion }}), release {{ .Release.Name }}:
+the Deployments in {{ .Release.Namespace }}, the node agents in {{ .Values.agentNamespace.name }}.
+
+1. Pod Security. Helm does not own the release namespace and so cannot label it; hold the
+   chain's Deployments to `restricted`, as the manifests do:
+
+     kubectl label namespace {{ .Release.Namespace }} \\
+       pod-security.kubernetes.io/enforce=restricted \\
+       pod-security.kubernetes.io/audit=restricted pod-security.kubernetes.io/warn=restricted
+{{- if not .Values.agentNamespace.create }}
+
+   agentNamespace.create is false: the agents' namespace must exist, labelled `privileged`:
+
+     kubectl label namespace {{ .Values.agentNamespace.name }} \\
+       pod-security.kubernetes.io/enforce=privileged
+{{- end }}
+
+2. Check that it serves:
+
+     kubectl -n {{ .Release.Namespace }} get deployments    # every one available
+     kubectl -n {{ .Values.agentNamespace.name }} get daemonsets    # ready on each node with cards
+     kubectl get devices          # each such node's cards
+     kubectl get instancetypes    # the pools, and what they offer
+{{- if .Values.monitoring.enabled }}
+
+3. Prometheus scrapes the PodMonitor and ServiceMonitor gpustack-chain in
+   {{ .Release.Namespace }} (docs/metrics.md).
+{{- end }}
+
+`helm uninstall` leaves the CRDs and their objects, what those own, the AdmissionCheck
+gpustack-node-devices, the verdict driver's Lease and Secret, and the release namespace (the
+chart's README, "Uninstall").
+"""
+
 
 HELPERS = f"""\
 {{{{/* The project's image: repository and tag (the chart's appVersion when no tag is set). */}}}}
 {{{{- define "{NAME}.image" -}}}}
 {{{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}}}
 {{{{- end }}}}
+
+{{{{/* The standard labels of every object the chart renders (never of a Pod template or a
+selector, which would then change with every chart version). */}}}}
+{{{{- define "{NAME}.labels" -}}}}
+{{{{- $chart := printf "%s-%s" .Chart.Name .Chart.Version }}}}
+helm.sh/chart: {{{{ $chart | replace "+" "_" | trunc 63 | trimSuffix "-" }}}}
+app.kubernetes.io/instance: {{{{ .Release.Name }}}}
+app.kubernetes.io/managed-by: {{{{ .Release.Service }}}}
+app.kubernetes.io/version: {{{{ .Chart.AppVersion | quote }}}}
+{{{{- end }}}}
 """
+
+KEPT = {"helm.sh/resource-policy": "keep"}
+"""The annotation that keeps an object past `helm uninstall` (the AdmissionCheck)."""
+
+HELM_LABELS = (
+    "helm.sh/chart",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+)
+"""What the chart adds to every object's labels beyond the manifests' (and `NAME_LABEL` where
+they have none)."""
 
 
 def certificates_template() -> str:
     names = []
     for service in webhook_services():
-        names += [f"{service}.gpustack-system.svc", f"{service}.gpustack-system.svc.cluster.local"]
+        names += [
+            f"{service}.{SYSTEM_NAMESPACE}.svc",
+            f"{service}.{SYSTEM_NAMESPACE}.svc.cluster.local",
+        ]
     dns = "\n".join(f"  - {name}" for name in names)
-    return f"""\
+    return namespaced(f"""\
 # The webhooks' serving certificate when cert-manager issues it (webhookCertificates.mode:
 # cert-manager): a self-signed certificate naming the webhook Services; cert-manager's CA injector
 # puts it into the webhook configurations' caBundle (their inject-ca-from annotation).
-{{{{- if not (has {MODE} (list {" ".join(f'"{m}"' for m in MODES)})) }}}}
-{{{{- fail (printf "webhookCertificates.mode: %q is not one of {", ".join(MODES)}" {MODE}) }}}}
-{{{{- end }}}}
 {{{{- if eq {MODE} "cert-manager" }}}}
 apiVersion: cert-manager.io/v1
 kind: Issuer
 metadata:
   name: gpustack-webhook-selfsigned
-  namespace: gpustack-system
+  namespace: {SYSTEM_NAMESPACE}
   labels:
     app.kubernetes.io/part-of: gpustack-chain
+    {NAME_LABEL}: {NAME}
+    {{{{- include "{NAME}.labels" $ | nindent 4 }}}}
 spec:
   selfSigned: {{}}
 ---
@@ -394,16 +740,18 @@ apiVersion: cert-manager.io/v1
 kind: Certificate
 metadata:
   name: {{{{ {SECRET} }}}}
-  namespace: gpustack-system
+  namespace: {SYSTEM_NAMESPACE}
   labels:
     app.kubernetes.io/part-of: gpustack-chain
+    {NAME_LABEL}: {NAME}
+    {{{{- include "{NAME}.labels" $ | nindent 4 }}}}
 spec:
   secretName: {{{{ {SECRET} }}}}
   issuerRef: {{name: gpustack-webhook-selfsigned, kind: Issuer}}
   dnsNames:
 {dns}
 {{{{- end }}}}
-"""
+""")
 
 
 SETTINGS_TEMPLATE = f"""\
@@ -415,6 +763,8 @@ metadata:
   name: {SETTINGS_NAME}
   labels:
     app.kubernetes.io/part-of: gpustack-chain
+    {NAME_LABEL}: {NAME}
+    {{{{- include "{NAME}.labels" $ | nindent 4 }}}}
 spec:
 {{{{- toYaml . | nindent 2 }}}}
 {{{{- end }}}}
@@ -445,23 +795,133 @@ def render() -> dict[Path, str]:
     """Every file of the chart, by path under the chart folder."""
     files: dict[Path, str] = {
         Path("Chart.yaml"): chart_yaml(),
-        Path("values.yaml"): VALUES_HEADER + yaml.safe_dump(values(), sort_keys=False),
+        Path("values.yaml"): values_text(),
+        Path("values.schema.json"): json.dumps(schema(), indent=2) + "\n",
+        Path("README.md"): readme(),
+        Path("templates/NOTES.txt"): NOTES,
         Path("templates/_helpers.tpl"): HELPERS,
         Path("templates/certificates.yaml"): certificates_template(),
         Path("templates/settings.yaml"): SETTINGS_TEMPLATE,
         Path("templates/isolation-check.yaml"): isolation_check(),
     }
-    for source, docs in sources():
+    for source, docs in [*sources(), *monitoring_sources()]:
         stem = source.removesuffix(".yaml").replace("/", "-")
         if all(obj["kind"] == "CustomResourceDefinition" for obj in docs):
             text = yaml.safe_dump_all(docs, sort_keys=False, width=10_000)
             files[Path("crds") / f"{stem}.yaml"] = HEADER.format(source=source) + text
             continue
-        parts = [template_text(obj) for obj in docs]
-        files[Path("templates") / f"{stem}.yaml"] = HEADER.format(source=source) + "---\n".join(
-            parts
-        )
+        if source == "namespace.yaml":
+            body = namespace_template(docs)
+        elif source.startswith("monitoring/"):
+            body = monitoring_template(docs)
+        else:
+            body = "---\n".join(template_text(obj) for obj in docs)
+        files[Path("templates") / f"{stem}.yaml"] = HEADER.format(source=source) + body
     return files
+
+
+# --- values.schema.json -------------------------------------------------------------------------
+
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+ANY_OBJECT = {"type": "object"}
+OBJECTS = {"type": "array", "items": {"type": "object"}}
+
+
+def _closed(properties: Obj, **extra: Any) -> Obj:
+    return {"type": "object", "additionalProperties": False, "properties": properties, **extra}
+
+
+def _component_schema(deployment: bool) -> Obj:
+    properties: Obj = {
+        "resources": _closed({"requests": ANY_OBJECT, "limits": ANY_OBJECT, "claims": OBJECTS}),
+        "nodeSelector": STRINGS,
+        "affinity": ANY_OBJECT,
+        "tolerations": OBJECTS,
+        "priorityClassName": {"type": "string"},
+        "podAnnotations": STRINGS,
+    }
+    if deployment:
+        properties["replicas"] = {"type": "integer", "minimum": 0}
+    return _closed(properties)
+
+
+def schema() -> Obj:
+    """What Helm checks the values against before rendering: a wrong type, an unknown key or a
+    value out of its set fails `helm install`, `upgrade`, `template` and `lint` with its path."""
+    makers = values()["manufacturers"]
+    per_maker = {"type": "object", "propertyNames": {"enum": makers}}
+    return {
+        "$schema": "https://json-schema.org/draft-07/schema#",
+        "title": f"{NAME} values",
+        **_closed(
+            {
+                "agentNamespace": _closed(
+                    {
+                        "name": {"type": "string", "pattern": DNS_LABEL, "maxLength": 63},
+                        "create": {"type": "boolean"},
+                    }
+                ),
+                "image": _closed(
+                    {
+                        "repository": {"type": "string", "minLength": 1},
+                        "tag": {"type": "string"},
+                        "pullPolicy": {"enum": ["", "Always", "IfNotPresent", "Never"]},
+                    }
+                ),
+                "imagePullSecrets": {
+                    "type": "array",
+                    "items": _closed(
+                        {"name": {"type": "string", "minLength": 1}}, required=["name"]
+                    ),
+                },
+                "priorityClassName": {"type": "string"},
+                "manufacturers": {
+                    "type": "array",
+                    "items": {"enum": makers},
+                    "uniqueItems": True,
+                },
+                "deviceManager": _closed(
+                    {
+                        "extraArgs": {
+                            **per_maker,
+                            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                        },
+                        "extraVolumes": {**per_maker, "additionalProperties": OBJECTS},
+                        "extraVolumeMounts": {**per_maker, "additionalProperties": OBJECTS},
+                        "isolationLibrary": {
+                            **per_maker,
+                            "additionalProperties": _closed(
+                                {"image": {"type": "string"}, "source": {"type": "string"}}
+                            ),
+                        },
+                    }
+                ),
+                "components": _closed(
+                    {
+                        name: _component_schema(obj["kind"] == "Deployment")
+                        for name, obj in workloads().items()
+                    }
+                ),
+                "monitoring": _closed(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "prometheusNamespace": {"type": "string", "pattern": DNS_LABEL},
+                    }
+                ),
+                "webhookCertificates": _closed(
+                    {
+                        "mode": {"enum": list(MODES)},
+                        "secretName": {"type": "string", "minLength": 1},
+                        "caBundle": {"type": "string"},
+                    }
+                ),
+                "settings": ANY_OBJECT,
+            }
+        ),
+    }
+
+
+DNS_LABEL = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from chain.settings import StartupEnv
 from chain.times import timestamp
 from hooks.plan import parse_setting, plan, table
 from hooks.plan_admission import admission, admission_table
-from hooks.shell import BadRequest
+from hooks.request import BadRequest
 
 DESCRIPTION = """\
 Offline tools for the chain's Metacontroller hooks, run on a workstation: they read files and

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from hooks.shell import Obj, validate
+from hooks.request import Obj, validate
 
 ADMISSION_API = "admission.k8s.io/v1"
 

@@ -52,7 +52,7 @@ from hooks.instance import sync as instance_hook
 from hooks.instancetype import status as status_hook
 from hooks.instancetype.request import read_instance_type
 from hooks.queue import queue as queue_hook
-from hooks.shell import CompositeRequest, DecoratorRequest, Obj, of_kind, parse_shallow
+from hooks.request import CompositeRequest, DecoratorRequest, Obj, parse_shallow
 
 # Metacontroller always sends one (possibly empty) map per declared attachment/related type.
 NODE_ATTACHMENTS = (f"{NODE_FLAVORS}.{CHAIN_API}",)
@@ -68,6 +68,11 @@ STATUS_RELATED = (
     f"{CLUSTER_QUEUE}.{KUEUE_API}",
     f"{SETTINGS}.{CHAIN_API}",
 )
+
+
+def of_kind(objects: Iterable[Obj], kind: str) -> list[Obj]:
+    """The objects of one kind, in their order (the planners read snapshots this way)."""
+    return [o for o in objects if o.get("kind") == kind]
 
 
 def _key(obj: Obj) -> str:

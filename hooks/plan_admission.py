@@ -28,7 +28,8 @@ from hooks.admission.workloads import mutate_workloads
 from hooks.admissionreview import unreadable
 from hooks.catalog_file import catalog_settings
 from hooks.instancetype.webhook import desired_labels
-from hooks.shell import BadRequest, Obj, of_kind
+from hooks.plan import of_kind
+from hooks.request import BadRequest, Obj
 
 RELATED_KINDS = (RESOURCE_FLAVOR, DEVICES_KIND, "Node", WORKLOAD, "Pod")
 
@@ -73,7 +74,7 @@ def _related(objects: list[Obj]) -> dict[str, dict[str, Obj]]:
 
 def _response(decide: Callable[[Obj], Obj], review: Obj) -> dict[str, Any]:
     """The response a served webhook gives `review`: one it cannot read is refused naming the
-    field (the shell does the same, `hooks.shell.make_app`), so a snapshot holding such an object
+    field (as `hooks.transport.make_app` does), so a snapshot holding such an object
     shows its refusal instead of stopping the plan."""
     try:
         response: dict[str, Any] = decide(review)["response"]

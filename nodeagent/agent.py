@@ -41,10 +41,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chain.capacity import node_capacity_patch
 from chain.conditions import find, generation_of, merge
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
-from chain.devices_conditions import devices_conditions
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
 from chain.ledger import UnrecordedRecord
@@ -54,7 +52,9 @@ from chain.times import timestamp
 from kubeapi import Kube, Obj
 from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache
+from nodeagent.capacity import node_capacity_patch
 from nodeagent.detect.loop import DetectionRound
+from nodeagent.devices_conditions import devices_conditions
 from nodeagent.metrics import LEDGER
 from nodeagent.node_events import ACTION, detection_events, held_back_event, slicing_events
 from nodeagent.plugin.isolation import OFFERED, Slicing
@@ -323,7 +323,7 @@ class Reporter:
 
     def _write_conditions(self, devices: Obj) -> Obj:
         """Apply this agent's conditions (its manufacturers' Detected, and the node's
-        SlicingAvailable and Ready, `chain.devices_conditions`) when they differ from those the
+        SlicingAvailable and Ready, `nodeagent.devices_conditions`) when they differ from those the
         Devices object holds; the Devices object. Under a field manager of the agent's own, so
         agents of other manufacturers keep their Detected conditions beside these."""
         held = (devices.get("status") or {}).get("conditions")

@@ -92,8 +92,8 @@ OVERLAY = Path(__file__).with_name("overlay")
 NVIDIA_AGENT = "gpustack-device-manager-nvidia"
 
 
-def ready_agents(bed: Testbed) -> int:
-    found = bed.kube.get("apps/v1", "DaemonSet", NVIDIA_AGENT, AGENT_NAMESPACE) or {}
+def ready_agents(bed: Testbed, namespace: str = AGENT_NAMESPACE) -> int:
+    found = bed.kube.get("apps/v1", "DaemonSet", NVIDIA_AGENT, namespace) or {}
     return int(found.get("status", {}).get("numberReady", 0))
 
 
@@ -114,6 +114,11 @@ def install_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 300.
     upstream.install_nfd(bed)
     upstream.install_kueue(bed)
     upstream.install_metacontroller(bed)
+    apply_chain(bed, nodes, timeout)
+
+
+def apply_chain(bed: Testbed, nodes: Sequence[NodeSpec], timeout: float = 300.0) -> None:
+    """`kubectl apply -k testbed/overlay` once, then wait as `install_chain` says."""
     kubectl(bed, "apply", "-k", str(OVERLAY))  # once: any refusal raises
     rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(OVERLAY)))
     for obj in rendered:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import requests
 import yaml
 
-from chain.kueue_config import merged_configuration
+from hooks.queue.kueue_config import merged_configuration
 from kubeapi import Obj, load_yaml_documents
 from testbed import build, certs, crds
 from testbed.nodes import node_object, register_node

@@ -54,7 +54,9 @@ def build_parser() -> cli.Parser:
         help="how long the leader's Lease lasts unrenewed before another replica takes it",
     )
     parser.add_argument(
-        "--lease-namespace", default=LEASE_NAMESPACE, help="where the leader's Lease lives"
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "") or LEASE_NAMESPACE,
+        help=f"where the leader's Lease lives (default: $POD_NAMESPACE, else {LEASE_NAMESPACE})",
     )
     parser.add_argument(
         "--health-port", type=int, default=8080, help="/healthz and /metrics; -1: none"
@@ -87,9 +89,9 @@ def build_parser() -> cli.Parser:
     )
     parser.add_argument(
         "--webhook-namespace",
-        default=os.environ.get("POD_NAMESPACE", LEASE_NAMESPACE),
-        help="where the webhook Services and the Secret live (default: $POD_NAMESPACE, else "
-        f"{LEASE_NAMESPACE})",
+        default=os.environ.get("POD_NAMESPACE", "") or LEASE_NAMESPACE,
+        help="where the webhook Services, the Secret and the catalog ConfigMap live (default: "
+        f"$POD_NAMESPACE, else {LEASE_NAMESPACE})",
     )
     parser.add_argument(
         "--mutating-webhook",
@@ -137,7 +139,7 @@ def drive(kube: Kube, args: argparse.Namespace) -> int:
         )
         keep_in_background(Keeper(kube, target))
     if not args.no_lifecycle:
-        keep_lifecycle_in_background(kube)
+        keep_lifecycle_in_background(kube, namespace=args.webhook_namespace)
     caches = Caches()
     caches.start(kube)
     if not args.no_pool_cards:

@@ -26,7 +26,7 @@ verdict: each verdict sees the promises of the ones before it, and a burst of n 
 O(n) parsing, not O(n^2).
 
 The ledger a verdict judges with is, card by card, the busier of the published `Devices.status`
-and the one the node's Pods' allocation annotations add up to (`chain.ledger_merge`): the node
+and the one the node's Pods' allocation annotations add up to (`ledger_merge`): the node
 agent's write lags the annotations, and a card granted a moment ago must not be promised again.
 The verdict also counts a promised Pod as taken until its allocation record reaches the Pod
 (`charged_pods`) as *our Pod cache* shows it: a record that reached the API but not yet the cache
@@ -57,7 +57,6 @@ from chain.devices import Devices
 from chain.holdings import Holdings
 from chain.labels import HOSTNAME
 from chain.ledger import UnrecordedRecord
-from chain.ledger_merge import busier_ledger
 from chain.ledger_rebuild import PodAllocations, rebuild_status, with_unrecorded
 from chain.manufacturers import ManufacturerTable, default_manufacturers
 from chain.queues import NODE_DEVICES_CONTROLLER
@@ -70,6 +69,7 @@ from verdictdriver.caches import Caches
 from verdictdriver.entries import active_patch, as_written, now_text, verdict_patch
 from verdictdriver.health import Heartbeat
 from verdictdriver.lease import Elector
+from verdictdriver.ledger_merge import busier_ledger
 from verdictdriver.metrics import (
     VERDICT_SECONDS,
     VERDICTS,

@@ -56,8 +56,10 @@ def _selector(value: str) -> str:
 class LifecycleKeeper:
     """Watches what the rules read; makes the writes they decide."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, namespace: str = CATALOG_NAMESPACE) -> None:
         self.kube = kube
+        self.namespace = namespace
+        """The chain's own namespace: where the catalog ConfigMap lives."""
         self.queues = Cache()
         self.types = Cache()
         self.settings = Cache()
@@ -122,7 +124,7 @@ class LifecycleKeeper:
         mark = "" if settings is None else str(meta.get("uid"))
         if not going and self._catalog_settled_for == mark:
             return [], None
-        found = self.kube.get("v1", CONFIG_MAP, CATALOG_CONFIGMAP, CATALOG_NAMESPACE)
+        found = self.kube.get("v1", CONFIG_MAP, CATALOG_CONFIGMAP, self.namespace)
         return ([found] if found is not None else []), mark
 
     def decide(self, settings: Obj | None, catalog: list[Obj]) -> list[Patch]:
@@ -175,8 +177,10 @@ class LifecycleKeeper:
             self.queues.wait(seen, period)
 
 
-def keep_lifecycle_in_background(kube: Kube, period: float = 1.0) -> LifecycleKeeper:
-    keeper = LifecycleKeeper(kube).start()
+def keep_lifecycle_in_background(
+    kube: Kube, period: float = 1.0, namespace: str = CATALOG_NAMESPACE
+) -> LifecycleKeeper:
+    keeper = LifecycleKeeper(kube, namespace).start()
     threading.Thread(target=keeper.run, args=(period,), name="lifecycle", daemon=True).start()
     return keeper
 

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
-from hooks.shell import Obj
+from hooks.request import Obj
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 

@@ -26,7 +26,8 @@ from hooks.admission.kvcache import Pools, kvcache_catalog_from_env, mutate_kvca
 from hooks.admission.pods import mutate_jobs, mutate_pods
 from hooks.admission.pool_catalog import Catalog, catalog_from_env
 from hooks.admission.workloads import mutate_workloads
-from hooks.shell import Obj, make_app
+from hooks.request import Obj
+from hooks.transport import make_app
 
 
 def create_app(

@@ -36,7 +36,7 @@ from chain.manufacturers import ManufacturerTable
 from chain.requests import INT32_MAX, rules_of
 from hooks.admissionreview import Review, allow, deny, parse_review
 from hooks.catalog_file import catalog_source
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 INSTANCE_CATALOG_ENV = "GPUSTACK_INSTANCE_CATALOG"
 Types = Mapping[str, InstanceFacts]

@@ -25,7 +25,14 @@ from chain.manufacturers import ManufacturerTable
 from chain.queues import NODE_DEVICES_CHECK
 from chain.verdicts import Snapshot, judge
 from chain.workload_state import workload_shares
-from hooks.shell import DECORATOR_REQUEST_SCHEMA, BadRequest, Obj, ObjectMap, object_path, validate
+from hooks.request import (
+    DECORATOR_REQUEST_SCHEMA,
+    BadRequest,
+    Obj,
+    ObjectMap,
+    object_path,
+    validate,
+)
 
 POD = "Pod"
 

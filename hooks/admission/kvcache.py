@@ -26,7 +26,7 @@ from chain.kvcache import (
     INJECTED_ANNOTATION,
     POOL_ANNOTATION,
     ROLE_ANNOTATION,
-    PoolFacts,
+    KvCachePoolFacts,
     Refused,
     launch,
     parse_kvcache_catalog,
@@ -36,10 +36,10 @@ from chain.kvcache import (
 )
 from hooks.admissionreview import allow, deny, parse_review
 from hooks.catalog_file import catalog_source
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 KVCACHE_CATALOG_ENV = "GPUSTACK_KVCACHE_CATALOG"
-Pools = Mapping[str, PoolFacts]
+Pools = Mapping[str, KvCachePoolFacts]
 
 
 def kvcache_catalog_from_env(env: Mapping[str, str] | None = None) -> Callable[[], Pools]:

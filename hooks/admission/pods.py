@@ -33,7 +33,7 @@ from chain.validation import is_qualified_name
 from hooks.admission.affinity import greater_than, with_requirements
 from hooks.admission.pool_catalog import Catalog
 from hooks.admissionreview import allow, deny, parse_review
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 _OBJECT = "$.request.object"
 

@@ -33,7 +33,7 @@ from chain.requests import FitDemand, fit_demand, read_containers
 from hooks.admission.affinity import greater_than, with_requirements
 from hooks.admission.pool_catalog import Catalog
 from hooks.admissionreview import Review, allow, parse_review
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 log = logging.getLogger("hooks.admission")
 

@@ -6,7 +6,8 @@ import os
 
 from chain.settings import StartupEnv
 from hooks.entrance.sync import customize, sync
-from hooks.shell import DecoratorRequest, Obj, customize_route, decorator_route, make_app
+from hooks.request import DecoratorRequest, Obj
+from hooks.transport import customize_route, decorator_route, make_app
 
 # Read once at start: the reserved namespaces follow the chain's own namespace.
 ENV = StartupEnv.from_env(os.environ)

@@ -29,13 +29,8 @@ from chain.apis import (
 from chain.labels import QUEUE_ANNOTATION, RESOURCE_TYPE, RESOURCE_TYPE_INSTANCE_TYPES
 from chain.names import local_queue_name
 from chain.settings import Settings, StartupEnv
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    object_path,
-    related_settings,
-)
+from hooks.readers import related_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 
 def customize(parent: Obj) -> Obj:

@@ -7,7 +7,7 @@ Routes: POST /node/sync, /node/customize (Node decorator), /flavors/sync, /flavo
 from __future__ import annotations
 
 from hooks.flavor import node, pools
-from hooks.shell import customize_route, decorator_route, make_app, shallow_route
+from hooks.transport import customize_route, decorator_route, make_app, shallow_route
 
 app = make_app(
     "flavor",

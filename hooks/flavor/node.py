@@ -46,12 +46,8 @@ from chain.pools import node_flavors
 from chain.quantity import parse_quantity
 from chain.settings import Settings
 from hooks.flavor.summary import DEVICE_FIELDS, FlavorEntry, NodeSummary, cpu_facts
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    related_settings,
-)
+from hooks.readers import related_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj
 
 Labels = dict[str, str | None]
 

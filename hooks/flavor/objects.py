@@ -31,9 +31,9 @@ from chain.labels import (
     note_key,
 )
 from chain.names import HOSTNAME_PROFILE, topology_name
-from chain.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
+from hooks.flavor.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
 from hooks.flavor.summary import FlavorEntry
-from hooks.shell import BadRequest, Obj, object_path
+from hooks.request import BadRequest, Obj, object_path
 
 TOPOLOGY_NAME = topology_name(HOSTNAME_PROFILE)
 CPU_ONLY_DISPLAY_NAME = "CPU-only"

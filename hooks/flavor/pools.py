@@ -44,13 +44,8 @@ from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES, RESOURCE_TYPE_TOPOL
 from chain.settings import Settings
 from hooks.flavor.objects import as_observed, instance_type, resource_flavor, topology
 from hooks.flavor.summary import FlavorEntry, entry_of, scan
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    object_path,
-    parent_settings,
-)
+from hooks.readers import parent_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 RELEASE_WAIT = 2
 """Seconds between finalize calls while the lifecycle keeper releases the attachments."""

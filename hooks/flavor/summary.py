@@ -47,7 +47,7 @@ from chain.apis import CHAIN_API, NODE_FLAVORS
 from chain.labels import RESOURCE_TYPE, cpu_annotation, resolved
 from chain.names import cpu_flavor_name, device_flavor_name
 from chain.pools import FlavorIdentity
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 TYPE_VALUE = "nodeflavors"
 """`resource.gpustack.ai/type` of a summary."""

@@ -11,9 +11,10 @@ import os
 
 from chain.manufacturers import default_manufacturers
 from chain.release import CHAIN_IMAGE
-from hooks import shell
+from hooks import transport
 from hooks.instance.sync import customize, sync
-from hooks.shell import CompositeRequest, Obj, composite_route, customize_route, make_app
+from hooks.request import CompositeRequest, Obj
+from hooks.transport import composite_route, customize_route, make_app
 
 TABLE = default_manufacturers()
 SIDECAR_IMAGE_ENV = "GPUSTACK_SSH_SIDECAR_IMAGE"
@@ -21,7 +22,7 @@ SIDECAR_IMAGE = os.environ.get(SIDECAR_IMAGE_ENV, CHAIN_IMAGE)
 
 
 def _sync(request: CompositeRequest) -> Obj:
-    return sync(request, TABLE, SIDECAR_IMAGE, shell.now())
+    return sync(request, TABLE, SIDECAR_IMAGE, transport.now())
 
 
 app = make_app(

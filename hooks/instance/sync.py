@@ -13,7 +13,7 @@ ClusterQueue of the same name (the pool's queue).
 - a request the pool cannot serve (cards of a CPU-only pool): no Pod, status `Failed` naming it.
 
 Status: the phase, node and granted cards of the observed Pod (`observed_status`), and the
-conditions Admitted, Scheduled and Ready (`chain.instance_conditions`). The hook
+conditions Admitted, Scheduled and Ready (`hooks.instance.conditions`). The hook
 never writes the parent's spec: it takes the Pod away the moment it sees a running-instance
 stop's cause (the queue's and the type's changes reach it through the related objects and the
 resync), and the lifecycle keeper, which has credentials, writes the seed's `spec.stop=true`
@@ -33,14 +33,10 @@ from chain.apis import (
     WORKER_API,
 )
 from chain.conditions import generation_of, merge
-from chain.instance_conditions import instance_conditions
 from chain.instances import InstanceSpec, PoolType, desired_pod, observed_status, stop_reason
 from chain.manufacturers import ManufacturerTable
-from hooks.shell import (
-    BadRequest,
-    CompositeRequest,
-    Obj,
-)
+from hooks.instance.conditions import instance_conditions
+from hooks.request import BadRequest, CompositeRequest, Obj
 
 
 def _spec(parent: Obj) -> InstanceSpec:

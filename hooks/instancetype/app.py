@@ -9,17 +9,21 @@ The settings `/mutate` follows are read from the catalog file `GPUSTACK_ADMISSIO
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from chain.settings import Settings
-from hooks import shell
+from chain.settings import Settings, StartupEnv
+from hooks import transport
 from hooks.catalog_file import catalog_settings, catalog_source
 from hooks.instancetype import catalog_decorator as catalog
 from hooks.instancetype.status import customize, sync
 from hooks.instancetype.webhook import mutate, validate_review
-from hooks.shell import DecoratorRequest, Obj, customize_route, make_app, shallow_route
+from hooks.request import DecoratorRequest, Obj
+from hooks.transport import customize_route, make_app, shallow_route
 
 settings = catalog_source(catalog_settings, Settings())
+# Read once at start: the catalogs go to the chain's own namespace (the Pod's).
+ENV = StartupEnv.from_env(os.environ)
 
 
 def _mutate(body: Any) -> Obj:
@@ -27,7 +31,11 @@ def _mutate(body: Any) -> Obj:
 
 
 def _sync(request: DecoratorRequest) -> Obj:
-    return sync(request, shell.now())
+    return sync(request, transport.now())
+
+
+def _catalog_sync(request: DecoratorRequest) -> Obj:
+    return catalog.sync(request, ENV.system_namespace)
 
 
 app = make_app(
@@ -38,7 +46,7 @@ app = make_app(
         # Both decorators relate many objects: parsed shallow (`parse_shallow`).
         "/sync": shallow_route(_sync),
         "/customize": customize_route(customize),
-        "/catalog/sync": shallow_route(catalog.sync),
+        "/catalog/sync": shallow_route(_catalog_sync),
         "/catalog/customize": customize_route(catalog.customize),
     },
     webhooks=frozenset({"/mutate", "/validate"}),

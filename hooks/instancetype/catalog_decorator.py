@@ -2,7 +2,7 @@
 
 DecoratorController `gpustack-admission-catalog` on the Settings singleton (hooks
 `/catalog/sync` and `/catalog/customize`, Service `gpustack-hook-instancetype`). Related: every
-InstanceType. Answer `attachments`: the ConfigMap `gpustack-system/gpustack-admission-catalog`
+InstanceType. Answer `attachments`: the ConfigMap `<chain ns>/gpustack-admission-catalog`
 whose key `catalog.yaml` is the List of every InstanceType in catalog form plus the Settings
 (`chain.catalog`: trimmed to what the Pod fold reads, sorted, compact), so the ConfigMap changes
 only when a pool's facts do, not with every allocation that moves an InstanceType's views; and
@@ -17,7 +17,7 @@ webhook skips such an item with a warning, and one bad pool must not stop every 
 facts from updating. The instance catalog is different: the hook reads each InstanceType into
 its row itself, so a field the CRD's schema types that has another type (a `spec` or `status`
 that is not an object, a count that is not an integer) is a 400 naming it under the related
-object's path, as every hook answers a related object it cannot read (`hooks.shell`); the API
+object's path, as every hook answers a related object it cannot read (`hooks.request`); the API
 server never holds such an object, and Metacontroller keeps the last ConfigMaps meanwhile.
 A Settings spec the chain cannot read is a 400 naming the field, as in every other hook.
 
@@ -37,6 +37,7 @@ from chain.apis import (
 from chain.catalog import (
     ANNOTATIONS_HEADROOM,
     ANNOTATIONS_LIMIT,
+    CATALOG_NAMESPACE,
     annotation_bytes,
     catalog_configmap,
     catalog_document,
@@ -55,13 +56,8 @@ from chain.kvcache import (
     KVCACHE_POOL_RESOURCE,
     kvcache_catalog,
 )
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    object_path,
-    parent_settings,
-)
+from hooks.readers import parent_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 CATALOG_BUDGET = ANNOTATIONS_LIMIT - ANNOTATIONS_HEADROOM
 
@@ -103,22 +99,26 @@ def instance_facts(types: Iterable[Obj]) -> list[InstanceFacts]:
     return found
 
 
-def sync(request: DecoratorRequest) -> Obj:
+def sync(request: DecoratorRequest, namespace: str = CATALOG_NAMESPACE) -> Obj:
+    """The three catalog ConfigMaps, in `namespace`: the chain's own, where the webhook Pods
+    that mount them run (`KUBERNETES_POD_NAMESPACE` of the hook, a Helm release's namespace)."""
     if parent_settings(request) is None:
         return {"attachments": []}
     related = request.related.of(INSTANCE_TYPE, WORKER_API)
     document = catalog_document([request.object, *related])
-    pools = catalog_configmap(render_catalog(document))
+    pools = catalog_configmap(render_catalog(document), namespace=namespace)
     instances = catalog_configmap(
         render_catalog(facts_catalog(instance_facts(related))),
         name=INSTANCE_CATALOG_CONFIGMAP,
         key=INSTANCE_CATALOG_KEY,
+        namespace=namespace,
     )
     kv_pools = request.related.of(KVCACHE_POOL, WORKER_API)
     kvcache = catalog_configmap(
         render_catalog(kvcache_catalog(kv_pools)),
         name=KVCACHE_CATALOG_CONFIGMAP,
         key=KVCACHE_CATALOG_KEY,
+        namespace=namespace,
     )
     return {
         "attachments": [

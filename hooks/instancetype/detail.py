@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from chain.labels import GENERAL_PREFIX, NOTE_PREFIX
 from chain.pool_cards import PoolCards, render_sliced_detail
 from chain.pools import PoolIdentity
-from hooks.shell import BadRequest, Obj, object_path
+from hooks.request import BadRequest, Obj, object_path
 
 DESCRIPTORS = ("manufacturer", "product", "family")
 CARD_DESCRIPTORS = (*DESCRIPTORS, "memory", "cores")

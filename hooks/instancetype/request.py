@@ -26,7 +26,8 @@ from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, PoolCards
 from chain.pools import PoolIdentity
 from chain.quantity import parse_quantity
 from chain.queues import CPU_RESOURCE, STOP_NONE, STOP_POLICIES
-from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
+from hooks.readers import pool_identity
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ from hooks.instancetype.request import (
     pool_queue,
     read_instance_type,
 )
-from hooks.shell import DecoratorRequest, Obj, related_settings
+from hooks.readers import related_settings
+from hooks.request import DecoratorRequest, Obj
 
 ACTIVE = "Active"
 INACTIVE = "Inactive"

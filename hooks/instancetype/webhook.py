@@ -30,7 +30,7 @@ from chain.names import GENERIC, local_queue_name
 from chain.pools import pool_schedule_labels
 from chain.settings import Settings
 from hooks.admissionreview import allow, deny, parse_review
-from hooks.shell import BadRequest, Obj
+from hooks.request import BadRequest, Obj
 
 MUTABLE_SPEC = ("displayName", "inactive")
 _POSITIVE_INT = re.compile(r"[1-9][0-9]*")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from chain.manufacturers import default_manufacturers
 from hooks.queue import queue
-from hooks.shell import DecoratorRequest, Obj, customize_route, make_app
+from hooks.request import DecoratorRequest, Obj
+from hooks.transport import customize_route, make_app
 
 # Read once at start, like every `GPUSTACK_<MFR>_*` override.
 TABLE = default_manufacturers()

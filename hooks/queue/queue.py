@@ -53,12 +53,8 @@ from hooks.queue.request import (
     read_pool,
     selector_of,
 )
-from hooks.shell import (
-    BadRequest,
-    DecoratorRequest,
-    Obj,
-    related_settings,
-)
+from hooks.readers import related_settings
+from hooks.request import BadRequest, DecoratorRequest, Obj
 
 log = logging.getLogger("hooks.queue")
 

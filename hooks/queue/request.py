@@ -22,7 +22,8 @@ from chain.queues import (
     STOP_POLICIES,
     PoolFlavor,
 )
-from hooks.shell import BadRequest, DecoratorRequest, Obj, object_path, pool_identity
+from hooks.readers import pool_identity
+from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """`python -m hooks.queue.write_kueue_config [--check] [--from-env] [-o FILE] [--merge CONFIG]`.
 
-Writes the Kueue Configuration fragment the chain needs (`chain.kueue_config`) to
+Writes the Kueue Configuration fragment the chain needs (`hooks.queue.kueue_config`) to
 `manifests/kueue/configuration.yaml`. `--check` writes nothing and exits 1 when the file is not
 what the generator makes (the unit tests run the same comparison). `--from-env` applies the
 `GPUSTACK_<MFR>_*` overrides of this shell, for clusters whose device plugins use other resource
@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from chain import cli
-from chain.kueue_config import configuration_fragment, merged_configuration
 from chain.manufacturers import ManufacturerTable, manufacturers
+from hooks.queue.kueue_config import configuration_fragment, merged_configuration
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parents[2] / "manifests" / "kueue" / "configuration.yaml"
 

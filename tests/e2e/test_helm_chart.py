@@ -1,10 +1,15 @@
 """The Helm chart (`charts/gpustack-chain`, generated from `manifests/`) rendered by a real
-`helm` (built from the Go module proxy): on default values it is exactly what the real `kubectl
-kustomize manifests/` builds, and each value lands where `values.yaml` says. The chart installed
-on real nodes is in `test_real_nodes_helm.py`."""
+`helm` (built from the Go module proxy): with the release namespace gpustack-system and default
+values it is exactly what the real `kubectl kustomize manifests/` builds (less what Helm cannot
+own, plus Helm's labels), it passes `helm lint --strict`, its schema refuses a wrong value by
+name, another release namespace leaves no trace of the manifests' names, and each value lands
+where `values.yaml` says. The chart installed, upgraded and uninstalled on real nodes is in
+`test_real_nodes_helm.py`."""
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import subprocess
 from collections.abc import Callable
@@ -14,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from chain.release import AGENT_NAMESPACE
+from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from charts.render import HELM_LABELS, KEPT, NAME_LABEL
 from testbed import build
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS
@@ -50,44 +56,144 @@ def _objects(text: str) -> dict[Key, Obj]:
     return {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", "")): d for d in docs}
 
 
-def rendered(helm: Helm, values: str = "") -> dict[Key, Obj]:
-    args = ["template", "gpustack-chain", str(CHART), "--include-crds"]
+def template(helm: Helm, values: str = "", namespace: str = SYSTEM_NAMESPACE) -> str:
+    args = ["template", "gpustack-chain", str(CHART), "--include-crds", "-n", namespace]
     done = helm(*args, "--kube-version", KUBE_VERSION, "--values", "-", values=values or "{}")
     assert done.returncode == 0, done.stderr
-    return _objects(done.stdout)
+    return done.stdout
+
+
+def rendered(helm: Helm, values: str = "", namespace: str = SYSTEM_NAMESPACE) -> dict[Key, Obj]:
+    return _objects(template(helm, values, namespace))
+
+
+def as_kustomize(objects: dict[Key, Obj]) -> dict[Key, Obj]:
+    """The chart's objects without what Helm adds to each (its labels; the chart's name label
+    where the manifests give an object none; `helm.sh/resource-policy: keep` on the
+    AdmissionCheck, which Kueue holds while the chain's queues use it), to compare with what
+    kustomize builds."""
+    stripped = copy.deepcopy(objects)
+    for obj in stripped.values():
+        annotations = obj["metadata"].get("annotations") or {}
+        if annotations == KEPT:
+            del obj["metadata"]["annotations"]
+        labels = obj["metadata"].get("labels") or {}
+        for label in HELM_LABELS:
+            labels.pop(label, None)
+        if labels.get(NAME_LABEL) == "gpustack-chain":
+            labels.pop(NAME_LABEL)
+    return stripped
+
+
+def kustomized(testbed: Testbed, path: Path = MANIFESTS) -> dict[Key, Obj]:
+    """What kustomize builds, less the release namespace's Namespace: Helm does not own the
+    namespace it installs into (`-n X --create-namespace` makes it, unlabelled, outside the
+    release), so the chart renders none; NOTES.txt tells the user the Pod Security label."""
+    built = _objects(kubectl(testbed, "kustomize", str(path)))
+    assert built.pop(("Namespace", SYSTEM_NAMESPACE, ""))
+    return built
 
 
 def test_default_values_render_exactly_the_kustomize_install(testbed: Testbed, helm: Helm) -> None:
-    lint = helm("lint", str(CHART), "--kube-version", KUBE_VERSION)
+    lint = helm("lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    chart = rendered(helm)
-    shipped = _objects(kubectl(testbed, "kustomize", str(MANIFESTS)))
+    chart = as_kustomize(rendered(helm))
+    shipped = kustomized(testbed)
     assert chart.keys() == shipped.keys()
     assert [key for key in shipped if chart[key] != shipped[key]] == []
 
 
+def test_every_object_carries_the_standard_labels_and_no_selector_or_pod_does(
+    helm: Helm,
+) -> None:
+    """Every object the templates render (the CRDs in crds/ are not templates) has Helm's labels;
+    a selector or Pod template with the chart's version in it would orphan or restart Pods on
+    every upgrade, so none has any."""
+    chart = rendered(helm, "monitoring: {enabled: true}")
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    for (kind, name, _), obj in chart.items():
+        if kind == "CustomResourceDefinition":
+            continue
+        labels = obj["metadata"].get("labels") or {}
+        assert labels.get("helm.sh/chart") == f"gpustack-chain-{version}", (kind, name)
+        assert labels.get("app.kubernetes.io/instance") == "gpustack-chain", (kind, name)
+        assert labels.get("app.kubernetes.io/managed-by") == "Helm", (kind, name)
+        assert labels.get("app.kubernetes.io/version"), (kind, name)
+        assert labels.get(NAME_LABEL), (kind, name)
+        text = json.dumps(obj.get("spec", {}))
+        assert not any(label in text for label in HELM_LABELS), (kind, name)
+
+
+def test_another_release_namespace_leaves_no_trace_of_the_manifests_names(helm: Helm) -> None:
+    """`helm install -n infra --create-namespace` with the agents in `infra-agents`: every DNS
+    name, subject, policy and selector follows; nothing names gpustack-system or
+    gpustack-agents."""
+    values = "agentNamespace: {name: infra-agents}\nmonitoring: {enabled: true}"
+    chart = {
+        key: obj
+        for key, obj in rendered(helm, values, namespace="infra").items()
+        if key[0] != "CustomResourceDefinition"  # crds/: no namespace in them to follow
+    }
+    text = json.dumps(list(chart.values()))
+    assert SYSTEM_NAMESPACE not in text
+    assert AGENT_NAMESPACE not in text
+    namespaces = {ns for (_, _, ns) in chart if ns}
+    assert namespaces == {"infra", "infra-agents"}
+    assert ("Namespace", "infra-agents", "") in chart
+    assert ("Namespace", "infra", "") not in chart  # Helm does not own the release namespace
+    assert {name for kind, name, ns in chart if kind == "DaemonSet"} and all(
+        ns == "infra-agents" for kind, _, ns in chart if kind == "DaemonSet"
+    )
+    (hook,) = chart[("MutatingWebhookConfiguration", "gpustack-worker-admission", "")]["webhooks"][
+        :1
+    ]
+    assert hook["clientConfig"]["service"]["namespace"] == "infra"
+    entrance = chart[("DecoratorController", "gpustack-entrance", "")]["spec"]["hooks"]["sync"]
+    assert entrance["webhook"]["service"]["namespace"] == "infra"
+    binding = chart[("ClusterRoleBinding", "gpustack-device-manager", "")]
+    assert binding["subjects"][0]["namespace"] == "infra-agents"
+    policy = chart[("ValidatingAdmissionPolicy", "gpustack-node-agent-scope", "")]
+    assert "system:serviceaccount:infra-agents:gpustack-device-manager" in json.dumps(policy)
+    env = chart[("Deployment", "gpustack-hook-entrance", "infra")]["spec"]["template"]["spec"]
+    assert {"name": "GPUSTACK_AGENT_NAMESPACE", "value": "infra-agents"} in env["containers"][0][
+        "env"
+    ]
+
+
 VALUES = """
 image: {repository: registry.example/gpustack-chain, tag: "1.2.3", pullPolicy: IfNotPresent}
+imagePullSecrets: [{name: regcred}]
+priorityClassName: chain-critical
 manufacturers: [nvidia, amd]
 deviceManager:
   extraArgs: {nvidia: ["--period=30"]}
   extraVolumes: {nvidia: [{name: scratch, emptyDir: {}}]}
   extraVolumeMounts: {nvidia: [{name: scratch, mountPath: /tmp}]}
-tolerations: [{key: dedicated, operator: Equal, value: infra, effect: NoSchedule}]
-resources:
-  gpustack-admission-driver: {limits: {memory: 2Gi}}
+components:
+  gpustack-admission-driver:
+    replicas: 3
+    resources: {limits: {memory: 2Gi}}
+    nodeSelector: {node-role.kubernetes.io/infra: ""}
+    affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: []}}
+    tolerations: [{key: dedicated, operator: Equal, value: infra, effect: NoSchedule}]
+    podAnnotations: {example.com/scrape: "yes"}
+  gpustack-hook-flavor: {priorityClassName: hooks-first}
+  gpustack-device-manager-nvidia:
+    nodeSelector: {example.com/pool: gpu}
+    podAnnotations: {example.com/agent: "1"}
+monitoring: {enabled: true, prometheusNamespace: observability}
 webhookCertificates: {mode: cert-manager, secretName: chain-webhook-tls}
 settings: {node-management-manual: true}
 """
 
 
 def _pod(objects: dict[Key, Obj], kind: str, name: str) -> Obj:
-    namespace = AGENT_NAMESPACE if kind == "DaemonSet" else "gpustack-system"
-    spec: Obj = objects[(kind, name, namespace)]["spec"]["template"]["spec"]
-    return spec
+    namespace = AGENT_NAMESPACE if kind == "DaemonSet" else SYSTEM_NAMESPACE
+    template: Obj = objects[(kind, name, namespace)]["spec"]["template"]
+    return {**template["spec"], "annotations": template["metadata"].get("annotations")}
 
 
-def test_each_value_lands_where_values_yaml_says(helm: Helm) -> None:
+def test_each_value_lands_where_values_yaml_says(testbed: Testbed, helm: Helm) -> None:
     chart = rendered(helm, VALUES)
     agents = sorted(name for kind, name, _ in chart if kind == "DaemonSet")
     assert agents == ["gpustack-device-manager-amd", "gpustack-device-manager-nvidia"]
@@ -98,19 +204,41 @@ def test_each_value_lands_where_values_yaml_says(helm: Helm) -> None:
     assert agent["args"][-1] == "--period=30"
     assert agent["volumeMounts"][-1] == {"name": "scratch", "mountPath": "/tmp"}
     assert nvidia["volumes"][-1] == {"name": "scratch", "emptyDir": {}}
+    # A map merges into the manifests' (the PCI label stays), the component's own class stays.
+    assert nvidia["nodeSelector"] == {
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+        "example.com/pool": "gpu",
+    }
+    assert nvidia["priorityClassName"] == "system-node-critical"
+    assert nvidia["tolerations"] == [{"operator": "Exists"}]
+    assert nvidia["annotations"] == {"example.com/agent": "1"}
+    assert nvidia["imagePullSecrets"] == [{"name": "regcred"}]
     amd = _pod(chart, "DaemonSet", "gpustack-device-manager-amd")
     assert "--period=30" not in amd["containers"][0]["args"]  # per manufacturer
+    assert amd["annotations"] is None
 
+    key = ("Deployment", "gpustack-admission-driver", SYSTEM_NAMESPACE)
+    assert chart[key]["spec"]["replicas"] == 3
     driver = _pod(chart, "Deployment", "gpustack-admission-driver")
     assert driver["tolerations"] == [
         {"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}
     ]
+    assert driver["nodeSelector"] == {"node-role.kubernetes.io/infra": ""}
+    assert driver["affinity"] == {
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}
+    }
+    assert driver["annotations"] == {"example.com/scrape": "yes"}
+    assert driver["priorityClassName"] == "chain-critical"  # the release's
+    assert driver["imagePullSecrets"] == [{"name": "regcred"}]
+    flavor = _pod(chart, "Deployment", "gpustack-hook-flavor")
+    assert flavor["priorityClassName"] == "hooks-first"  # the component's own
+    assert "tolerations" not in flavor and "nodeSelector" not in flavor
     resources = driver["containers"][0]["resources"]
     assert resources["limits"] == {"memory": "2Gi"}  # merged over the manifests' requests
     assert resources["requests"] == {"cpu": "100m", "memory": "128Mi"}
     # cert-manager issues the certificate: the driver keeps none, the injector fills the CA.
     assert not [a for a in driver["containers"][0]["args"] if a.startswith("--webhook")]
-    certificate = chart[("Certificate", "chain-webhook-tls", "gpustack-system")]["spec"]
+    certificate = chart[("Certificate", "chain-webhook-tls", SYSTEM_NAMESPACE)]["spec"]
     assert certificate["secretName"] == "chain-webhook-tls"
     assert "gpustack-webhook-admission.gpustack-system.svc" in certificate["dnsNames"]
     assert "gpustack-webhook-instancetype.gpustack-system.svc" in certificate["dnsNames"]
@@ -124,6 +252,71 @@ def test_each_value_lands_where_values_yaml_says(helm: Helm) -> None:
     assert {"name": "tls", "secret": {"secretName": "chain-webhook-tls"}} in webhook["volumes"]
     settings = chart[("Settings", "default", "")]
     assert settings["spec"] == {"node-management-manual": True}
+    assert ("PodMonitor", "gpustack-chain", SYSTEM_NAMESPACE) in chart
+    metrics = chart[("NetworkPolicy", "gpustack-metrics", AGENT_NAMESPACE)]["spec"]
+    (source,) = metrics["ingress"][0]["from"]
+    assert source["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "observability"
+    }
+
+
+def test_monitoring_renders_the_shipped_component(
+    testbed: Testbed, helm: Helm, tmp_path: Path
+) -> None:
+    """`monitoring.enabled` adds exactly what the kustomize component `manifests/monitoring`
+    adds; off (the default), none of it."""
+    assert not [key for key in rendered(helm) if key[0] in ("PodMonitor", "ServiceMonitor")]
+    chart = as_kustomize(rendered(helm, "monitoring: {enabled: true}"))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
+                "components": [os.path.relpath(MANIFESTS / "monitoring", tmp_path)],
+            }
+        )
+    )
+    shipped = kustomized(testbed, tmp_path)
+    assert chart.keys() == shipped.keys()
+    assert [key for key in shipped if chart[key] != shipped[key]] == []
+
+
+WRONG = [
+    # (values, what the error names)
+    (
+        'components: {gpustack-hook-flavor: {replicas: "two"}}',
+        "/components/gpustack-hook-flavor/replicas",
+    ),
+    ("replicas: 2", "'replicas' not allowed"),
+    ("webhookCertificates: {mode: vault}", "/webhookCertificates/mode"),
+    ("resources: {}", "'resources' not allowed"),  # 0.1.0's key: now components.<name>.resources
+    ("components: {gpustack-device-manager-nvidia: {replicas: 2}}", "'replicas' not allowed"),
+    ("manufacturers: [nvidai]", "/manufacturers/0"),
+    ("agentNamespace: {name: Agents}", "/agentNamespace/name"),
+    ("imagePullSecrets: [regcred]", "/imagePullSecrets/0"),
+]
+
+
+@pytest.mark.parametrize(("values", "named"), WRONG, ids=[named for _, named in WRONG])
+def test_a_wrong_value_is_refused_naming_it(helm: Helm, values: str, named: str) -> None:
+    """values.schema.json: `helm template` (as `install` and `upgrade`) and `helm lint
+    --strict` refuse the value, saying which."""
+    args = ("--kube-version", KUBE_VERSION, "-n", SYSTEM_NAMESPACE, "--values", "-")
+    for command in (("template", "gpustack-chain"), ("lint", "--strict")):
+        done = helm(*command, str(CHART), *args, values=values)
+        assert done.returncode != 0, (command, values)
+        assert named in done.stdout + done.stderr, (command, done.stdout + done.stderr)
+
+
+def test_the_agents_namespace_is_the_users_or_the_charts_never_the_release_one(
+    helm: Helm,
+) -> None:
+    chart = rendered(helm, "agentNamespace: {create: false}")
+    assert not [key for key in chart if key[0] == "Namespace"]
+    assert ("DaemonSet", "gpustack-device-manager-nvidia", AGENT_NAMESPACE) in chart
+    args = ("template", "x", str(CHART), "--kube-version", KUBE_VERSION, "-n", "infra")
+    same = helm(*args, "--set", "agentNamespace.name=infra")
+    assert same.returncode != 0
+    assert 'agentNamespace.name: "infra" is the release namespace' in same.stderr
 
 
 def test_a_provided_secret_needs_its_ca_and_a_bad_mode_is_named(helm: Helm) -> None:
@@ -150,9 +343,7 @@ def test_a_provided_secret_needs_its_ca_and_a_bad_mode_is_named(helm: Helm) -> N
     assert not any(kind in ("Certificate", "Issuer") for kind, _, _ in objects)
     bogus = helm(*args, "--set", "webhookCertificates.mode=vault")
     assert bogus.returncode != 0
-    assert 'webhookCertificates.mode: "vault" is not one of driver, cert-manager, secret' in (
-        bogus.stderr
-    )
+    assert "value must be one of 'driver', 'cert-manager', 'secret'" in bogus.stderr
 
 
 def test_the_isolation_library_value_renders_the_shipped_component(
@@ -175,7 +366,8 @@ def test_the_isolation_library_value_renders_the_shipped_component(
             }
         )
     )
-    shipped = _objects(kubectl(testbed, "kustomize", str(tmp_path)))
+    shipped = kustomized(testbed, tmp_path)
+    chart = as_kustomize(chart)
     assert chart.keys() == shipped.keys()
     assert [key for key in shipped if chart[key] != shipped[key]] == []
     key = ("DaemonSet", "gpustack-device-manager-nvidia", AGENT_NAMESPACE)
@@ -192,7 +384,7 @@ def test_an_isolation_library_the_chain_cannot_stage_is_refused_with_what_to_do(
     """A manufacturer without a staging (every one but NVIDIA today) is not silently ignored."""
     values = "deviceManager: {isolationLibrary: {amd: {image: registry.example/vrocm:1}}}"
     args = ["template", "gpustack-chain", str(CHART), "--kube-version", KUBE_VERSION]
-    done = helm(*args, "--values", "-", values=values)
+    done = helm(*args, "-n", SYSTEM_NAMESPACE, "--values", "-", values=values)
     assert done.returncode != 0
     assert "deviceManager.isolationLibrary.amd" in done.stderr
     assert "/var/lib/gpustack/operator/lib/amd/" in done.stderr

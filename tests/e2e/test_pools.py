@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hooks.shell import WRITE_RECHECK_SECONDS, parent_write_outstanding
+from hooks.recheck import WRITE_RECHECK_SECONDS, parent_write_outstanding
 from kubeapi import Kube, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed

@@ -30,7 +30,7 @@ from testbed.instances import (
     ssh_key_secret,
     ssh_namespace,
 )
-from testbed.kubectl import kubectl
+from testbed.kubectl import condition_of, kubectl, wait_condition
 from testbed.nodes import T4_POOL
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
@@ -90,6 +90,9 @@ def test_a_sliced_instance_runs_on_its_card(lab: tuple[Testbed, str]) -> None:
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{16384 // 2}m"
     table = kubectl(bed, "get", "instances", "-n", namespace, "half-t4", "--no-headers")
     assert table.split()[:5] == ["half-t4", T4_POOL, "1x50%", "Running", "node-a"], table
+    # As a user waits for it: every condition of the Instance holds once its Pod runs.
+    for condition in ("Admitted", "Scheduled", "Ready"):
+        wait_condition(bed, "instance/half-t4", condition, namespace, timeout=60)
     assert _mode(bed, card) == Mode.SLICED
     # Through Kueue and the per-card check (the verdict driver's Pod answered it).
     (workload,) = bed.kube.list(KUEUE, "Workload", namespace)
@@ -103,6 +106,9 @@ def test_a_sliced_instance_runs_on_its_card(lab: tuple[Testbed, str]) -> None:
     wait_for(lambda: bed.kube.get("v1", "Pod", "half-t4", namespace) is None, 90, "the Pod to go")
     wait_for(lambda: _mode(bed, card) == Mode.NONE, 90, "the slice to be freed")
     assert instance_status(bed.kube, "half-t4", namespace)["phase"] == "Stopped"
+    wait_condition(bed, "instance/half-t4", "Ready=false", namespace, timeout=60)
+    ready = condition_of(bed.kube.get(WORKER, "Instance", "half-t4", namespace), "Ready")
+    assert ready["reason"] == "Stopped", ready
 
 
 def test_an_ssh_login_lands_in_main_and_the_sidecar_is_charged_nothing(
@@ -167,6 +173,18 @@ def test_an_inactive_pool_holds_new_instances_and_keeps_running_ones(
         )
         with pytest.raises(TimeoutError):  # a held pool admits nothing new
             running_instance(bed.kube, "late", namespace, timeout=20)
+        # Kueue's gate holds its Pod, and the Instance says why: its pool's queue admits nothing.
+        wait_condition(bed, "instance/late", "Admitted=false", namespace, timeout=60)
+        wait_for(
+            lambda: (
+                condition_of(bed.kube.get(WORKER, "Instance", "late", namespace), "Admitted").get(
+                    "reason"
+                )
+                == "PoolInactive"
+            ),
+            60,
+            "the late Instance's Admitted condition to name the inactive pool",
+        )
         assert instance_status(bed.kube, "late", namespace)["phase"] == "Pending"
         assert instance_status(bed.kube, "early", namespace)["phase"] == "Running"
     finally:

@@ -474,6 +474,28 @@ def test_the_helm_chart_is_generated_from_the_manifests() -> None:
     assert main(["--check"]) == 0, "run python -m charts.render"
 
 
+def test_every_chart_value_is_documented_and_checked() -> None:
+    """The chart's README and values.yaml comments come from VALUE_DOCS: each value has a line
+    there (a nested one by its path, or its parent's), and the schema knows every key."""
+    from charts.render import VALUE_DOCS, schema, values
+
+    documented = set(VALUE_DOCS)
+    properties = schema()["properties"]
+    for key, value in values().items():
+        assert key in properties, key
+        if key in documented:
+            continue
+        assert isinstance(value, dict), key
+        for inner in value:
+            assert f"{key}.{inner}" in documented, f"{key}.{inner}"
+            assert inner in properties[key]["properties"], f"{key}.{inner}"
+    assert documented <= {
+        f"{key}.{inner}" if inner else key
+        for key, value in values().items()
+        for inner in ([""] + (list(value) if isinstance(value, dict) else []))
+    }
+
+
 def test_only_the_node_agents_run_where_privileged_pods_are_allowed() -> None:
     """Pod Security: the chain's namespace enforces `restricted`, the agents' own `privileged`;
     every DaemonSet (the agents) is in the latter, every Deployment in the former."""

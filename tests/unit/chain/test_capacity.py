@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from chain.capacity import desired_counting_keys, is_counting_key, node_capacity_patch
 from chain.devices import (
     Accelerator,
     AcceleratorStatus,
@@ -21,6 +20,7 @@ from chain.ledger import (
 )
 from chain.manufacturers import ManufacturerTable
 from chain.units import RESOURCE_MAX_UNITS
+from nodeagent.capacity import desired_counting_keys, is_counting_key, node_capacity_patch
 
 A = "acceleratable.feature.gpustack.ai/"
 MANAGED = {"gpustack.ai/managed": "true"}

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from chain.conditions import MESSAGE_LIMIT, Condition, find, generation_of, merge
-from chain.devices_conditions import devices_conditions
-from chain.instance_conditions import instance_conditions
 from chain.pool_conditions import PoolState, pool_conditions
 from chain.times import micro_timestamp, timestamp
 from chain.views import AcceleratorViews, View
+from hooks.instance.conditions import instance_conditions
+from nodeagent.devices_conditions import devices_conditions
 
 THEN = "2026-11-30T10:00:00Z"
 NOW = "2026-12-03T08:00:00Z"

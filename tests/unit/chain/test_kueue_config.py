@@ -6,8 +6,12 @@ from typing import Any
 
 import pytest
 
-from chain.kueue_config import configuration_fragment, manufacturer_transformations, transformations
 from chain.manufacturers import ManufacturerTable, manufacturers
+from hooks.queue.kueue_config import (
+    configuration_fragment,
+    manufacturer_transformations,
+    transformations,
+)
 
 
 def _by_input(rules: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

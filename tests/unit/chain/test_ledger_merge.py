@@ -9,10 +9,10 @@ from chain.accelerators import Accelerator
 from chain.fit import free_shares, free_slice_units, free_slots, remaining
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger import ProfileCount as PC
-from chain.ledger_merge import busier_ledger, busier_row
 from chain.ledger_rebuild import rebuild_status
 from chain.units import RESOURCE_MAX_UNITS
 from tests.unit.chain.test_ledger_rebuild import A100_PROFILES, card, claim, pod, record, row, spec
+from verdictdriver.ledger_merge import busier_ledger, busier_row
 
 PROFILES = tuple(p.name for p in A100_PROFILES)
 HELD_MODES = (Mode.NONE, Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED, Mode.PARTITIONED)

@@ -29,8 +29,8 @@ from chain.labels import (
 )
 from chain.manufacturers import manufacturers
 from chain.pools import FlavorIdentity, node_flavors
-from chain.presets import PRESETS
 from chain.validation import is_dns_subdomain, is_qualified_name
+from hooks.flavor.presets import PRESETS
 from nodeagent.report import node_feature_labels
 from nodeagent.simulate import shipped_profiles
 from tests.unit.kube_rules import is_dns_label, is_label_value

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chain.presets import (
+from hooks.flavor.presets import (
     CPU_POOL_UNITS,
     FALLBACK_UNITS,
     LOCAL_STORAGE,

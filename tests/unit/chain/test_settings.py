@@ -127,6 +127,15 @@ def test_startup_env() -> None:
         StartupEnv.from_env({"GPUSTACK_LEDGER_RELEASE_TERMINATED_PODS": "on"})
 
 
+def test_the_reserved_namespaces_follow_a_helm_release() -> None:
+    """Installed with Helm elsewhere, the chain skips its own namespace (the Pod's) and the
+    agents' (the chart's `agentNamespace.name`), not the manifests' names."""
+    env = StartupEnv.from_env(
+        {"KUBERNETES_POD_NAMESPACE": "infra", "GPUSTACK_AGENT_NAMESPACE": "infra-agents"}
+    )
+    assert env.reserved_namespaces == {"infra", "infra-agents", "kube-system"}
+
+
 def test_the_first_deploy_seeds_only_what_the_environment_names() -> None:
     from chain.settings import seeded_spec
 

@@ -1,7 +1,7 @@
-"""The hooks' clock, stopped for tests that compare whole answers (`hooks.shell.now`)."""
+"""The hooks' clock, stopped for tests that compare whole answers (`hooks.transport.now`)."""
 
 NOW = "2026-12-03T08:00:00Z"
-"""What `hooks.shell.now` answers under the hook tests: the transition time of a condition an
+"""What `hooks.transport.now` answers under the hook tests: the transition time of a condition an
 answer flips. A condition the request already holds with the same status keeps its own time."""
 
 EARLIER = "2026-12-01T07:00:00Z"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from hooks import shell
+from hooks import transport
 from tests.unit.hooks.clock import NOW
 
 
 @pytest.fixture(autouse=True)
 def stopped_clock(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shell, "now", lambda: NOW)
+    monkeypatch.setattr(transport, "now", lambda: NOW)

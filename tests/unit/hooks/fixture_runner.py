@@ -20,7 +20,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from hooks.shell import with_write_recheck
+from hooks.recheck import with_write_recheck
 
 
 def render(case: Mapping[str, Any]) -> str:
@@ -51,7 +51,7 @@ def check_fixture(client: FlaskClient, path: Path, answer_key: str) -> None:
             assert answer.get("field") == fixture["errorField"], answer
         return
     # A fixture records the hook's own answer; the shell adds a quick resync while the answer
-    # still changes the parent (hooks.shell.with_write_recheck), tested on its own.
+    # still changes the parent (hooks.recheck.with_write_recheck), tested on its own.
     expected = fixture["response"]
     if isinstance(fixture.get("request"), dict):
         expected = with_write_recheck(fixture["request"], expected)

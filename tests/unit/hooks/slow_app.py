@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from hooks.shell import Obj, make_app
+from hooks.request import Obj
+from hooks.transport import make_app
 
 
 def spin(_body: Obj) -> Obj:

@@ -15,7 +15,7 @@ from hooks.entrance.app import app as entrance_app
 from hooks.flavor.app import app as flavor_app
 from hooks.instancetype.app import app as instancetype_app
 from hooks.queue.app import app as queue_app
-from hooks.shell import WEBHOOK_BODY_LIMIT, make_app
+from hooks.transport import WEBHOOK_BODY_LIMIT, make_app
 from tests.unit.hooks.admission.helpers import client, review
 
 FIXTURES = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""Every route stops working on a request once its caller has given up on it (hooks.shell)."""
+"""Every route stops working on a request once its caller has given up on it (hooks.transport)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from hooks.shell import DEADLINE, make_app
+from hooks.transport import DEADLINE, make_app
 from tests.unit.hooks.gunicorn_run import gunicorn
 from tests.unit.hooks.slow_app import app as slow_app
 from tests.unit.hooks.slow_app import spin

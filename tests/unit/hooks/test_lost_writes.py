@@ -5,7 +5,7 @@ requeue; v1.5.20 returns an error and retries. v4 cannot be built on the testbed
 proxy does not serve it), so this emulates both loops around the real hook app: a node's first
 sync meets a concurrent write of the Node (its kubelet's status, say) and its label update gets
 a 409. The parent must still converge within seconds under both, which only the shell's recheck
-(`hooks.shell.with_write_recheck`) gives v4; without it, v4 waits for the resync period.
+(`hooks.recheck.with_write_recheck`) gives v4; without it, v4 waits for the resync period.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from flask import Flask, Response, jsonify, request
 
 from hooks.flavor.app import app as flavor_app
 from hooks.flavor.node import sync as node_sync
-from hooks.shell import WRITE_RECHECK_SECONDS, DecoratorRequest
+from hooks.recheck import WRITE_RECHECK_SECONDS
+from hooks.request import DecoratorRequest
 
 Obj = dict[str, Any]
 FIXTURE = Path(__file__).parent / "flavor" / "fixtures" / "node-epyc-2xt4.json"

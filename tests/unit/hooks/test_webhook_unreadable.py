@@ -17,7 +17,7 @@ from flask import Flask
 
 from hooks import metrics
 from hooks.admissionreview import MESSAGE_LIMIT, unreadable
-from hooks.shell import make_app
+from hooks.transport import make_app
 from tests.unit.hooks.admission.helpers import review
 from tests.unit.hooks.test_webhook_decisions import counted
 from tests.unit.hooks.webhook_cases import WEBHOOKS, Webhook

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from hooks.shell import WRITE_RECHECK_SECONDS, make_app, with_write_recheck
+from hooks.recheck import WRITE_RECHECK_SECONDS, with_write_recheck
+from hooks.transport import make_app
 
 
 def _request(labels: dict[str, str], status: Any = None) -> dict[str, Any]:

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from chain.capacity import desired_counting_keys
 from chain.devices import Devices, DevicesSpec, Placement
 from chain.manufacturers import ManufacturerTable
 from chain.units import RESOURCE_MAX_UNITS
+from nodeagent.capacity import desired_counting_keys
 from nodeagent.report import node_feature_labels
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.profile import profile_manufacturer, read_profile_file

@@ -121,9 +121,12 @@ def test_nothing_is_adopted_that_a_chain_decorator_did_not_make_or_that_has_a_co
 
 
 class FakeKube:
-    def __init__(self, fail: dict[str, int], catalog: Obj | None = None) -> None:
+    def __init__(
+        self, fail: dict[str, int], catalog: Obj | None = None, namespace: str = "gpustack-system"
+    ) -> None:
         self.fail = fail
         self.catalog = catalog
+        self.namespace = namespace
         self.gets = 0
         self.patched: list[tuple[str, str, Obj]] = []
 
@@ -132,7 +135,7 @@ class FakeKube:
         assert (kind, name, namespace) == (
             "ConfigMap",
             "gpustack-admission-catalog",
-            "gpustack-system",
+            self.namespace,
         )
         return self.catalog  # type: ignore[return-value]
 
@@ -224,3 +227,13 @@ def test_an_instance_of_a_draining_pool_is_stopped_in_its_spec() -> None:
     assert ("Instance", "lab", {"metadata": {"resourceVersion": "9"}, "spec": {"stop": True}}) in (
         kube.patched
     )
+
+
+def test_the_catalog_is_read_in_the_namespace_the_driver_runs_in() -> None:
+    """A Helm release elsewhere: the catalog is in the driver's `--webhook-namespace`."""
+    catalog = _obj("ConfigMap", "gpustack-admission-catalog", None, "gpustack-admission-catalog")
+    kube = FakeKube({}, catalog, namespace="infra")
+    keeper = LifecycleKeeper(kube, "infra")  # type: ignore[arg-type]
+    _listed(keeper, settings=[_settings()])
+    assert keeper.keep_once() == 1
+    assert kube.gets == 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chain.kvcache import (
-    PoolFacts,
+    KvCachePoolFacts,
     Refused,
     kvcache_catalog,
     launch,
@@ -24,8 +24,8 @@ from hooks.admission.pool_catalog import Catalog
 from tests.unit.hooks.admission.helpers import TABLE, post, review
 
 POOLS = {
-    "chat": PoolFacts("chat", "10.0.0.5:50051", ("rdma", "rdma")),
-    "mixed": PoolFacts("mixed", "10.0.0.6:50051", ("tcp", "rdma")),
+    "chat": KvCachePoolFacts("chat", "10.0.0.5:50051", ("rdma", "rdma")),
+    "mixed": KvCachePoolFacts("mixed", "10.0.0.6:50051", ("tcp", "rdma")),
 }
 
 
@@ -207,5 +207,5 @@ def test_the_catalog_round_trips() -> None:
         }
     ]
     assert parse_kvcache_catalog(kvcache_catalog(pools)) == {
-        "chat": PoolFacts("chat", "10.0.0.5:50051", ("rdma",))
+        "chat": KvCachePoolFacts("chat", "10.0.0.5:50051", ("rdma",))
     }

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from hooks.flavor import node, pools
-from hooks.shell import DecoratorRequest, parse_shallow, with_write_recheck
+from hooks.recheck import with_write_recheck
+from hooks.request import DecoratorRequest, parse_shallow
 from tests.unit.hooks.fixture_runner import write_fixtures
 from tests.unit.hooks.flavor import cases_node, cases_pools
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hooks.flavor.app import app
-from hooks.shell import with_write_recheck
+from hooks.recheck import with_write_recheck
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.flavor.fixtures import DIRECTORY, PARTS, all_cases, check_parts
 

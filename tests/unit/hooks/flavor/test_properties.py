@@ -20,7 +20,7 @@ from builders.cluster import (
 from chain.pools import FlavorIdentity
 from hooks.flavor import node, pools
 from hooks.flavor.summary import FlavorEntry, NodeSummary, entry_of, scan
-from hooks.shell import DecoratorRequest, parse_shallow
+from hooks.request import DecoratorRequest, parse_shallow
 
 GKEYS = ("amd-epyc-7763", "intel-xeon-platinum-8358", "amd-25-1")
 AKEYS = ("", "", "nvidia-tesla-t4", "nvidia-a10g")

@@ -11,7 +11,8 @@ from chain.keys import CpuKey
 from chain.settings import Settings
 from hooks.flavor import node
 from hooks.flavor.objects import as_observed, cpu_detail
-from hooks.shell import BadRequest, DecoratorRequest, parse_shallow, read_settings
+from hooks.readers import read_settings
+from hooks.request import BadRequest, DecoratorRequest, parse_shallow
 
 G = "general.feature.gpustack.ai/"
 

@@ -6,7 +6,7 @@ import copy
 
 from chain.manufacturers import default_manufacturers
 from hooks.instance.sync import sync
-from hooks.shell import CompositeRequest
+from hooks.request import CompositeRequest
 from tests.unit.hooks.clock import NOW
 from tests.unit.hooks.instance.cases import CASES
 

@@ -25,7 +25,7 @@ from hooks.catalog_file import load_document
 from hooks.instancetype.app import app
 from hooks.instancetype.catalog_decorator import CATALOG_BUDGET
 from hooks.instancetype.catalog_decorator import sync as sync_parsed
-from hooks.shell import parse_shallow
+from hooks.request import parse_shallow
 from tests.unit.hooks.fixture_runner import GeneratedFixtures, fixture_tests
 from tests.unit.hooks.instancetype.catalog_cases import (
     A100_TYPE,
@@ -84,6 +84,15 @@ def test_the_webhook_reads_the_same_pools_from_the_catalog_as_from_the_types() -
         81920,
         {"1g.10gb": 9728, "3g.40gb": 40192},
     )
+
+
+def test_the_catalogs_go_to_the_namespace_the_hook_runs_in() -> None:
+    """Installed by Helm into another namespace, the webhook Pods mount the catalogs there."""
+    assert {c["metadata"]["namespace"] for c in sync(request(SINGLETON, []))["attachments"]} == {
+        "gpustack-system"
+    }
+    answer = sync_parsed(parse_shallow(request(SINGLETON, [A100_TYPE])), "infra")
+    assert {c["metadata"]["namespace"] for c in answer["attachments"]} == {"infra"}
 
 
 def test_a_malformed_type_is_left_to_the_reader_and_does_not_block_the_others() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chain.kueue_config import configuration_fragment
 from chain.manufacturers import manufacturers
+from hooks.queue.kueue_config import configuration_fragment
 from hooks.queue.write_kueue_config import DEFAULT_OUTPUT, main, render
 
 
