@@ -15,8 +15,8 @@ simulated NVIDIA cards on the nodes):
    catalogs are written there, the entrance hook gives it no LocalQueue).
 
 After each install the chain serves: every Deployment available, every agent ready, every node
-offering its cards. The module ends by putting `real_chain`'s install back (`helm uninstall`,
-`kubectl apply -k testbed/overlay`) for the real-node modules after it."""
+offering its cards. The module ends with `helm uninstall` and puts nothing back: it runs after
+every other module of the session (`RESHAPES_THE_INSTALL`, tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ from testbed import build
 from testbed.cluster import (
     OVERLAY,
     REAL_NODES,
-    apply_chain,
     deployment_available,
     offers_cards,
     ready_agents,
@@ -57,6 +56,9 @@ PREVIOUS = "f2965f5"
 """The commit whose chart is 0.1.0, the version before this one."""
 KUBE_VERSION = build.versions()["kubernetes"]["version"]
 RELEASE = "gpustack-chain"
+# Uninstalls the shared install and installs it elsewhere: run after every other module
+# (tests/e2e/conftest.py), so nothing depends on putting it back.
+RESHAPES_THE_INSTALL = True
 ELSEWHERE = "gpustack-helm"
 ELSEWHERE_AGENTS = "gpustack-helm-agents"
 STAYS = {
@@ -141,9 +143,9 @@ def _serving(bed: Testbed, chart: dict[Key, Obj], agents: str) -> None:
     for kind, name, namespace in chart:
         if kind == "Deployment":
             wait_for(partial(deployment_available, bed, name, namespace), 180, f"{name} available")
-    wait_for(lambda: ready_agents(bed, agents) == len(REAL_NODES), 180, "the agents ready")
+    wait_for(lambda: ready_agents(bed, agents) == len(REAL_NODES), 300, "the agents ready")
     for node in REAL_NODES:
-        wait_for(partial(offers_cards, bed, node.name), 120, f"{node.name} to offer cards")
+        wait_for(partial(offers_cards, bed, node.name), 300, f"{node.name} to offer cards")
 
 
 def _kept(obj: Obj) -> bool:
@@ -220,10 +222,6 @@ def _left_in(bed: Testbed, namespace: str) -> set[tuple[str, str]]:
         for api, kind in kinds
         for obj in bed.kube.list(api, kind, namespace=namespace)
     } - everywhere
-
-
-def _namespace_gone(bed: Testbed, name: str) -> None:
-    wait_for(lambda: bed.kube.get("v1", "Namespace", name) is None, 180, f"{name} deleted")
 
 
 def test_helm_takes_over_uninstalls_upgrades_from_0_1_0_and_installs_elsewhere(
@@ -350,13 +348,9 @@ def test_helm_takes_over_uninstalls_upgrades_from_0_1_0_and_installs_elsewhere(
         assert queues(namespace=ELSEWHERE_AGENTS) == []
     step("install elsewhere", started)
 
-    # Put real_chain's install back for the modules after this one.
+    # This module runs last (RESHAPES_THE_INSTALL): the release goes, and nothing is put back.
     started = time.monotonic()
     helm("uninstall", RELEASE, "-n", ELSEWHERE, "--timeout", "5m")
     _gone(bed, elsewhere)
-    kubectl(bed, "delete", "namespace", ELSEWHERE, "--wait=true")
-    _namespace_gone(bed, ELSEWHERE_AGENTS)
-    kubectl(bed, "annotate", "namespace", SYSTEM_NAMESPACE, "helm.sh/resource-policy-")
-    apply_chain(bed, REAL_NODES)
-    step("restore", started)
+    step("uninstall elsewhere", started)
     print("steps (s):", steps)
