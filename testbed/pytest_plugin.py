@@ -3,6 +3,12 @@
 Every test under tests/e2e is marked `e2e`. While a testbed is up, a test that fails gets the tail
 of each component's log attached to its report, and a component that has died fails the test
 that was running with that component's log, instead of every later test timing out.
+
+The two clusters are session fixtures, but neither lives for the whole session: the tests run
+grouped by the cluster they use (none, the emulated `testbed`, the `real_cluster`, and last the
+modules that take the real install apart), and each cluster goes down as soon as its last test
+has finished. On a 2-core machine an idle cluster (its kubelets, controllers and Pods) slows
+whatever runs beside it, so no cluster runs beside the unit tier or beside the other one.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from testbed.cluster import REAL_NODES, install_chain, start_nodes
 from testbed.harness import COMPONENT_ORDER, ComponentDied, Testbed
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
+CLUSTERS = ("testbed", "real_cluster")
+_open: dict[str, Testbed] = {}
+"""The clusters up now, by fixture name: the fixture opens one, its last test closes it."""
+_last_user: dict[str, str] = {}
+"""The node id of the last test that uses each cluster, in the order the session runs them."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -25,6 +36,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/e2e/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+    items.sort(key=cluster_group)
+
+
+def cluster_group(item: pytest.Item) -> int:
+    """Where a test runs in the session: 0 without a cluster, 1 on the emulated testbed, 2 on
+    the real nodes, 3 on the real nodes after the others (a module that takes the install apart,
+    `RESHAPES_THE_INSTALL = True`, so no other test depends on how well it is put back). The
+    sort is stable, so the collection order holds within a group."""
+    names = getattr(item, "fixturenames", ())
+    if "real_cluster" in names:
+        return 3 if getattr(item.module, "RESHAPES_THE_INSTALL", False) else 2
+    return 1 if "testbed" in names else 0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note each cluster's last test among those that will run (after `-m`/`-k` deselection)."""
+    _last_user.clear()
+    for item in session.items:
+        for name in CLUSTERS:
+            if name in getattr(item, "fixturenames", ()):
+                _last_user[name] = item.nodeid
+
+
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    """Take a cluster down once its last test is reported (its failure logs are read by then)."""
+    for name, last in _last_user.items():
+        if last == nodeid:
+            close(name)
+
+
+def close(name: str) -> None:
+    bed = _open.pop(name, None)
+    if bed is not None:
+        bed.down()
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +81,11 @@ def testbed() -> Iterator[Testbed]:
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
+    _open["testbed"] = bed
     try:
         yield bed
     finally:
-        bed.down()
+        close("testbed")
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +102,11 @@ def real_cluster() -> Iterator[Testbed]:
     except BaseException:
         bed.down()
         raise
+    _open["real_cluster"] = bed
     try:
         yield bed
     finally:
-        bed.down()
+        close("real_cluster")
 
 
 @pytest.fixture(scope="session")
@@ -74,11 +121,7 @@ def real_chain(real_cluster: Testbed) -> Testbed:
 @pytest.fixture(autouse=True)
 def _components_alive(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail the running test, with the dead component's log, if a component exits."""
-    beds = [
-        request.getfixturevalue(name)
-        for name in ("testbed", "real_cluster")
-        if name in request.fixturenames
-    ]
+    beds = [request.getfixturevalue(name) for name in CLUSTERS if name in request.fixturenames]
     for bed in beds:
         _check(bed, request.node)
     yield
@@ -111,7 +154,7 @@ def pytest_runtest_makereport(
     sections = item.stash.get(_LOGS, None)
     if sections is None:
         sections = []
-        for name in ("testbed", "real_cluster"):
+        for name in CLUSTERS:
             bed = getattr(item, "funcargs", {}).get(name)
             if isinstance(bed, Testbed):
                 sections += _log_sections(bed)

@@ -14,15 +14,6 @@ from testbed.harness import Testbed
 from testbed.install import Installed, install
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A module that takes the shared install apart (`RESHAPES_THE_INSTALL = True`: the Helm
-    module uninstalls it and installs it elsewhere) runs after every other test of the session,
-    so no other module depends on how well it is put back."""
-    last = [item for item in items if getattr(item.module, "RESHAPES_THE_INSTALL", False)]
-    if last:
-        items[:] = [item for item in items if item not in last] + last
-
-
 @pytest.fixture(scope="session")
 def chain(testbed: Testbed) -> Iterator[Installed]:
     yield install(testbed, capture=testbed.root / "captured")

@@ -16,7 +16,7 @@ simulated NVIDIA cards on the nodes):
 
 After each install the chain serves: every Deployment available, every agent ready, every node
 offering its cards. The module ends with `helm uninstall` and puts nothing back: it runs after
-every other module of the session (`RESHAPES_THE_INSTALL`, tests/e2e/conftest.py)."""
+every other module of the session (`RESHAPES_THE_INSTALL`, testbed/pytest_plugin.py)."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ PREVIOUS = "f2965f5"
 KUBE_VERSION = build.versions()["kubernetes"]["version"]
 RELEASE = "gpustack-chain"
 # Uninstalls the shared install and installs it elsewhere: run after every other module
-# (tests/e2e/conftest.py), so nothing depends on putting it back.
+# (testbed/pytest_plugin.py), so nothing depends on putting it back.
 RESHAPES_THE_INSTALL = True
 ELSEWHERE = "gpustack-helm"
 ELSEWHERE_AGENTS = "gpustack-helm-agents"
