@@ -46,7 +46,7 @@ def cluster_group(item: pytest.Item) -> int:
     sort is stable, so the collection order holds within a group."""
     names = getattr(item, "fixturenames", ())
     if "real_cluster" in names:
-        return 3 if getattr(item.module, "RESHAPES_THE_INSTALL", False) else 2
+        return 3 if getattr(getattr(item, "module", None), "RESHAPES_THE_INSTALL", False) else 2
     return 1 if "testbed" in names else 0
 
 
