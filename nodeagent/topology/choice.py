@@ -17,9 +17,10 @@ The policy, in order (each rule breaks the ties of the one before):
 
 The search is exact: a depth-first branch and bound over the candidates in packing order,
 started from a greedy set, pruned by a lower bound on each rule (the worst link any remaining
-card brings, the cheapest remaining links and NIC distances). A step budget keeps a pathological
-matrix from stalling the kubelet: past it, the best set found so far is answered (never on 8 or
-16 cards of a real topology, measured in docs/benchmarks.md).
+card brings, the cheapest remaining links and NIC distances), with interchangeable cards tried in
+packing order only. A step budget keeps a pathological matrix from stalling the kubelet: past
+it, the best set found so far is answered (the simulated 8- and 16-card hosts need at most a few
+hundred steps: docs/benchmarks.md, "Preferred allocation").
 """
 
 from __future__ import annotations
@@ -126,8 +127,6 @@ class _Search:
         self.reach = [max(row, default=-1) for row in to_must]
         must_worst, must_total, _ = set_score(needed, links)
         self.start = (must_worst, must_total)
-        pairs = [self.link[a][b] for a in range(count) for b in range(a + 1, count)]
-        self.cheapest_pair = min(pairs, default=0)
         self.best: tuple[tuple[int, int, int], tuple[int, ...]] | None = None
         # Twins: cards with the same links to every other card and the same NIC distance (two
         # cards of one switch, eight of one NVSwitch). Swapping one for the other changes no
