@@ -36,7 +36,15 @@ def test_a_short_profile_measures_both_hints_and_prints_the_table() -> None:
     row = measure(pcie_16(), 11, repeats=3)
     assert row.host == "16-card PCIe" and row.size == 11
     assert 0 < row.plain[0] <= row.plain[1] and 0 < row.chosen[0] <= row.chosen[1]
+    assert 0 < row.chosen_cpu[0] <= row.chosen_cpu[1]
     assert report([row])[2].startswith("| 16-card PCIe | 11 |")
-    lines = report([Row("x", 2, (0.001, 0.002), (0.002, 0.006)), Row("y", 3, (1, 1), (1, 0.004))])
-    assert lines[2] == "| x | 2 | 1.000 / 2.000 ms | 2.000 / 6.000 ms | 2.0 / 3.0 |"
-    assert lines[-1] == "worst best-connected p99: 6.00 ms (goal: at most 5 ms)"
+    lines = report(
+        [
+            Row("x", 2, (0.001, 0.002), (0.002, 0.006), (0.001, 0.003)),
+            Row("y", 3, (1, 1), (1, 0.004), (1, 0.002)),
+        ]
+    )
+    assert lines[2] == (
+        "| x | 2 | 1.000 / 2.000 ms | 2.000 / 6.000 ms | 2.0 / 3.0 | 1.000 / 3.000 ms |"
+    )
+    assert lines[-1] == "worst best-connected p99: 6.00 ms, CPU 3.00 ms (goal: at most 5 ms)"
