@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from chain.accelerators import Accelerator
@@ -470,22 +470,38 @@ def _packing_order(
     return sorted(group.accelerators, key=key)
 
 
+Choose = Callable[[Sequence[str], Sequence[str], int], Sequence[str]]
+"""Which cards a multi-card hint names: (the candidate cards in packing order, the cards that
+must be included, how many cards in all) -> the cards, must ones included. The node agent passes
+its best-connected choice (docs/topology.md, "Best-connected card sets")."""
+
+
+def packed(ranked: Sequence[str], must: Sequence[str], size: int) -> Sequence[str]:
+    """The plain packing hint: the first cards of the packing order."""
+    return (*must, *ranked[: size - len(must)])
+
+
 def preferred_allocation(
     spec: DevicesSpec,
     status: DevicesStatus,
     request: PreferenceRequest,
     room: Mapping[CardRef, int],
+    choose: Choose = packed,
 ) -> tuple[str, ...]:
     """The hint for kubelet, or () for none. `room` is `sliced_room` per card; a card missing
-    from it falls back to the ledger's `remaining` (gate off, occupancy unreadable)."""
+    from it falls back to the ledger's `remaining` (gate off, occupancy unreadable). The cards
+    are ranked by packing (must-include first, then the fullest card a slice fits, then in
+    enumeration order), cards the Pod does not prefer or a slice does not fit last; `choose`
+    picks among them when more than one card is asked, the first tier before the last."""
     if request.mode not in WORKLOAD_MODES:
         return ()
     must = _offered(request.must_include)
     offered = _offered((*request.available, *request.must_include))
     modes = {CardRef(g.manufacturer, row.id): row.mode for g, row in status.rows()}
-    left = request.size
-    chosen: list[str] = []
+    first: list[str] = []
     deferred: list[str] = []
+    emitted: list[str] = []
+    """Every card in the order the hint lists them (the order kubelet has always been given)."""
     for group in spec.groups:
         if group.manufacturer != request.manufacturer:
             continue
@@ -498,22 +514,39 @@ def preferred_allocation(
         }
         for card in _packing_order(group, must, request.sliced_units, free):
             ref = CardRef(group.manufacturer, card.id)
-            tokens = offered.get(card.id)
-            if not tokens or modes.get(ref, Mode.NONE) not in (Mode.NONE, request.mode):
+            if not offered.get(card.id) or modes.get(ref, Mode.NONE) not in (
+                Mode.NONE,
+                request.mode,
+            ):
                 continue
+            emitted.append(card.id)
             if card.id in must:
-                chosen.extend(must[card.id])
-                left -= len(must[card.id])
-            elif left <= 0:
                 continue
-            elif (request.sliced_units > 0 and free[card.id] < request.sliced_units) or (
+            if (request.sliced_units > 0 and free[card.id] < request.sliced_units) or (
                 request.preferred and card.id not in request.preferred
             ):
-                deferred.append(tokens[0])
+                deferred.append(card.id)
             else:
-                chosen.append(tokens[0])
-                left -= 1
-    if 0 < left <= len(deferred):
-        chosen.extend(deferred[:left])
-        left = 0
-    return tuple(chosen) if left <= 0 else ()
+                first.append(card.id)
+    needed = [card for card in emitted if card in must]
+    left = request.size - sum(len(must[card]) for card in needed)
+    if left > len(first) + len(deferred):
+        return ()
+    if left <= 0:
+        chosen: set[str] = set(needed)
+    elif len(needed) + left < 2:
+        chosen = {*needed, *(first + deferred)[:left]}  # one card: packing alone
+    elif left <= len(first):
+        chosen = set(choose(first, needed, len(needed) + left))
+    else:  # every preferred card, and the best of the others
+        chosen = set(choose(deferred, [*needed, *first], len(needed) + left))
+    tokens = [
+        *(
+            text
+            for card in emitted
+            if card in chosen and card not in deferred
+            for text in must.get(card, offered[card][:1])
+        ),
+        *(offered[card][0] for card in deferred if card in chosen),
+    ]
+    return tuple(tokens)

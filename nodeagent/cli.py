@@ -78,6 +78,7 @@ from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
+from nodeagent.topology.choice import UNKNOWN_LINKS
 from nodeagent.vendors.ascend.dcmi import open_dcmi
 from nodeagent.vendors.ascend.grants import ContainerShare
 from nodeagent.vendors.cambricon.smlu import SmluDriver, open_cndev_smlu
@@ -445,6 +446,10 @@ def serve(args: argparse.Namespace) -> int:
                 responders=responders,
                 lib_dir=args.lib_dir,
                 on_pods=reporter.write_ledger,
+                # How the node's cards and RDMA cards connect is not read yet: every hint is
+                # the plain packing one and no grant names a NIC (docs/topology.md,
+                # "Best-connected card sets").
+                links=UNKNOWN_LINKS,
             )
             stack.callback(servers.stop)
             publish = servers.publish

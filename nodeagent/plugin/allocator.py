@@ -67,6 +67,7 @@ from nodeagent.plugin.grants import (
     SliceRequest,
     declared_env,
     granted_cards,
+    with_rdma,
 )
 from nodeagent.plugin.identify import (
     Candidate,
@@ -87,6 +88,7 @@ from nodeagent.plugin.node import (
 )
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
+from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks, best_connected
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -293,9 +295,13 @@ class Allocator:
         nodes: DeviceNodes | None = None,
         responder: Responder | None = None,
         lib_dir: str = OPERATOR_LIB_DIR,
+        links: NodeLinks = UNKNOWN_LINKS,
     ) -> None:
         """`lib_dir`: where a sliced grant's isolation libraries are staged on the host (the
-        directory the agent's isolation check reads, so the two agree)."""
+        directory the agent's isolation check reads, so the two agree). `links`: how the node's
+        cards and RDMA network cards connect; a multi-card hint names the best-connected set
+        and a grant names its cards' nearest RDMA devices (`NCCL_IB_HCA`). Unknown: plain
+        packing, no NIC named."""
         if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
         self.node = node
@@ -309,6 +315,7 @@ class Allocator:
         self.lib_dir = lib_dir
         self.nodes = nodes or DeviceNodes()
         self.responder = responder or responder_for(maker.name)
+        self.links = links
 
     # --- ListAndWatch -----------------------------------------------------------------------
 
@@ -420,7 +427,10 @@ class Allocator:
         request = PreferenceRequest(
             self.maker.name, self.mode, tuple(available), tuple(must), size, units, wanted
         )
-        return list(preferred_allocation(spec, status, request, room))
+        return list(preferred_allocation(spec, status, request, room, self._best_connected))
+
+    def _best_connected(self, ranked: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        return list(best_connected(ranked, must, size, self.links))
 
     # --- Allocate ---------------------------------------------------------------------------
 
@@ -532,7 +542,9 @@ class Allocator:
         channel = dataclasses.replace(self.channel, pod_runtime_class=runtime_class(found.pod))
         cards = granted_cards(record, self.node.spec(), self.maker.name)
         if self.mode != Mode.SLICED:
-            return responder.shown(cards, self.mode, channel, self.nodes)
+            return with_rdma(
+                responder.shown(cards, self.mode, channel, self.nodes), self.links, cards
+            )
         request = SliceRequest(
             SlicedLimits.from_container(found.container, self.maker.resource_name),
             found.holder.pod_uid,
@@ -545,7 +557,7 @@ class Allocator:
         response = responder.sliced(cards, request, self.nodes)
         for directory in response.directories:
             self.make_dirs(directory)
-        return response
+        return with_rdma(response, self.links, cards)
 
 
 def _cards_of(device_ids: Sequence[str]) -> set[str]:

@@ -11,6 +11,8 @@ container is given.
 - `sliced`: a logical slice, when the manufacturer's isolation is built here (`slices`); a
   manufacturer without it serves no `.sliced` resource and its detector's slices are not
   published (`served.py`), so no Pod can be promised one;
+- `with_rdma`: every workload grant, whatever the manufacturer, names the RDMA network cards
+  nearest its cards (`NCCL_IB_HCA`, docs/topology.md, "Best-connected card sets");
 - `isolation_libraries`: the host files a slice of a group takes from the manufacturer's staged
   directory (`OPERATOR_LIB_DIR/<manufacturer>/`), named by the same helpers `sliced` mounts them
   with; `isolation.py` checks them before the group's slices are published.
@@ -25,7 +27,7 @@ import json
 import os
 import stat
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol, Self
 
@@ -37,6 +39,7 @@ from chain.ledger_rebuild import AllocationRecord
 from chain.quantity import parse_quantity
 from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.response import ContainerResponse, DeviceNode, Mount
+from nodeagent.topology.choice import NodeLinks
 
 if TYPE_CHECKING:
     from nodeagent.plugin.mig import Made
@@ -98,6 +101,20 @@ class GrantedCard:
 
 
 Cards = tuple[GrantedCard, ...]
+
+NCCL_IB_HCA = "NCCL_IB_HCA"
+"""NCCL's filter of the InfiniBand/RoCE devices it may use: comma-separated device names, each a
+prefix unless the list starts with `=` (exact names)."""
+
+
+def with_rdma(response: ContainerResponse, links: NodeLinks, cards: Cards) -> ContainerResponse:
+    """`response` naming the RDMA devices nearest the granted cards in `NCCL_IB_HCA`, as exact
+    names (`=mlx5_0,mlx5_1`: a bare `mlx5_1` would also match `mlx5_10`); unchanged when the node
+    knows no RDMA device near them."""
+    nics = links.rdma_for(granted.card.id for granted in cards)
+    if not nics:
+        return response
+    return replace(response, envs={**response.envs, NCCL_IB_HCA: "=" + ",".join(nics)})
 
 
 def granted_cards(record: AllocationRecord, spec: DevicesSpec, manufacturer: str) -> Cards:

@@ -54,6 +54,7 @@ from nodeagent.plugin.node import NodeState
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
+from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks
 from nodeagent.vendors.registry import PARTITION_NAMINGS, vendor_named
 
 log = logging.getLogger(__name__)
@@ -252,6 +253,7 @@ class DevicePlugins:
         partition_libraries: Mapping[str, MigNvml] | None = None,
         lib_dir: str = OPERATOR_LIB_DIR,
         on_pods: Callable[[], None] = lambda: None,
+        links: NodeLinks = UNKNOWN_LINKS,
     ) -> None:
         """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
         the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
@@ -260,12 +262,14 @@ class DevicePlugins:
         where `auto` reads the host. `lib_dir`: where sliced grants mount their isolation
         libraries from (the directory the agent's isolation check reads). `on_pods` is called
         (from a following thread) after the node's Pods changed, or what the journal cannot
-        land did: the agent writes the ledger then."""
+        land did: the agent writes the ledger then. `links`: how the node's cards and RDMA
+        network cards connect (the workload plugins' best-connected hint and `NCCL_IB_HCA`)."""
         switches = env or StartupEnv()
         self.records = records
         self.node = records.node
         self.environ: Mapping[str, str] = environ or {}
         self.on_pods = on_pods
+        self.links = links
         self.follower: Follower | None = None
         self.unlanded_follower = Follower(records.unlanded, self._pods_changed, "follow-records")
         """The ledger follows what the journal cannot land, from a thread of its own: the
@@ -345,6 +349,7 @@ class DevicePlugins:
                 nodes=self.device_nodes,
                 responder=self.responders.get(name),
                 lib_dir=self.lib_dir,
+                links=self.links,
             )
             if partitioner is not None:
                 self._start_reclaim(name, partitioner)

@@ -37,6 +37,7 @@ from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import LivePartition, VisibilityAllocator
 from nodeagent.plugin.workdirs import WorkDirGC
+from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks
 
 grpc = protos.grpc_runtime()
 
@@ -324,11 +325,13 @@ def plugin_servers(
     nodes: DeviceNodes | None = None,
     responder: Responder | None = None,
     lib_dir: str = OPERATOR_LIB_DIR,
+    links: NodeLinks = UNKNOWN_LINKS,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
         the sliced one also collects the per-Pod work dirs its grants create. The partitioned one
         runs only with a `partitioner` (an NVML-shaped library to make MIG instances with: NVML, or
-    T-Head's HGML)."""
+    T-Head's HGML). `links`: how the node's devices connect, for the best-connected hint and
+    the RDMA devices a grant names."""
     servers = []
     responder = responder or responder_for(maker.name)
     sliceable = responder is not None and responder.slices
@@ -361,6 +364,7 @@ def plugin_servers(
                 nodes=nodes,
                 responder=responder,
                 lib_dir=lib_dir,
+                links=links,
             )
         gc = WorkDirGC(pods_dir) if mode == Mode.SLICED else None
         servers.append(PluginServer(allocator, plugin_dir, gc=gc, events=events))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -434,6 +434,46 @@ def test_hint_honours_preferred_cards() -> None:
     # A preferred card that is not offered: the size is filled from the deferred cards,
     # which were deferred in packing order.
     assert hint([RESOURCE_MAX_UNITS, 900000], preferred=frozenset({"dev-9"})) == (token(1),)
+
+
+def test_a_must_include_card_of_a_later_group_counts_toward_the_size() -> None:
+    """Two card models on one node: the card kubelet must include is in the second group. The
+    hint names as many devices as asked (it once took two of the first group, then the must)."""
+    first = spec(2).groups[0]
+    second = DevicesGroup("a100", NV, "NVIDIA A100", 40960, accelerators=(card(5),))
+    node = DevicesSpec((first, second))
+    rows = (AcceleratorAllocation("dev-5", 5, remaining=RESOURCE_MAX_UNITS),)
+    status = DevicesStatus((*ledger({}, 2).groups, DevicesAllocationGroup("a100", NV, rows)))
+    must = str(DeviceToken("a100", "dev-5", 0))
+    request = PreferenceRequest(NV, Mode.EXCLUSIVE, (token(0), token(1)), (must,), 2)
+    assert preferred_allocation(node, status, request, {}) == (token(0), must)
+
+
+def test_a_multi_card_hint_asks_its_choice_among_the_ranked_cards() -> None:
+    """`choose` gets the first tier in packing order, the must cards and the card count; with
+    too few preferred cards, every preferred card is a must and the others are chosen from."""
+    asked: list[tuple[tuple[str, ...], tuple[str, ...], int]] = []
+
+    def last(ranked: Sequence[str], must: Sequence[str], size: int) -> Sequence[str]:
+        asked.append((tuple(ranked), tuple(must), size))
+        return (*must, *ranked[len(must) - size :])
+
+    node, status = spec(4), ledger({}, 4)
+    offered = tuple(token(n) for n in range(4))
+    request = PreferenceRequest(NV, Mode.EXCLUSIVE, offered, (token(3),), 3)
+    assert preferred_allocation(node, status, request, {}, last) == (token(3), token(1), token(2))
+    assert asked[-1] == (("dev-0", "dev-1", "dev-2"), ("dev-3",), 3)
+    preferring = PreferenceRequest(NV, Mode.EXCLUSIVE, offered, (), 3, 0, frozenset({"dev-2"}))
+    assert preferred_allocation(node, status, preferring, {}, last) == (
+        token(2),
+        token(1),
+        token(3),
+    )
+    assert asked[-1] == (("dev-0", "dev-1", "dev-3"), ("dev-2",), 3)
+    # One card: packing alone, the choice is not asked.
+    single = PreferenceRequest(NV, Mode.EXCLUSIVE, offered, (), 1)
+    assert preferred_allocation(node, status, single, {}, last) == (token(0),)
+    assert len(asked) == 2
 
 
 def test_hint_gives_nothing_when_short() -> None:

@@ -11,6 +11,7 @@ annotations later, Pods finish and vanish in any order. After every step:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hypothesis import HealthCheck, settings
@@ -42,6 +43,7 @@ from chain.ledger_rebuild import (
     rebuild_status,
 )
 from chain.units import RESOURCE_MAX_UNITS
+from nodeagent.topology.choice import UNKNOWN_LINKS, best_connected
 
 NV = "nvidia"
 UNITS = (0, 1, 160000, 400000, 800000, 1200000, RESOURCE_MAX_UNITS)
@@ -93,6 +95,10 @@ class Node(RuleBasedStateMachine):
         ]
         return [t for t in tokens if t not in used]
 
+    @staticmethod
+    def _unknown(ranked: Sequence[str], must: Sequence[str], size: int) -> Sequence[str]:
+        return best_connected(ranked, must, size, UNKNOWN_LINKS)
+
     # --- steps ----------------------------------------------------------------------------------
 
     @rule(
@@ -123,6 +129,9 @@ class Node(RuleBasedStateMachine):
                 NV, mode, tuple(free), (), count, min(units, RESOURCE_MAX_UNITS)
             )
             chosen = preferred_allocation(self.spec, status, request, room)
+            # The best-connected choice over an unknown matrix is the packing hint exactly.
+            unknown = preferred_allocation(self.spec, status, request, room, self._unknown)
+            assert unknown == chosen
         if not chosen:
             chosen = tuple(data.draw(st.permutations(free))[:count])
         grant = GrantRequest(NV, mode, chosen, holder, units_per_token(units))
