@@ -3,16 +3,25 @@ that carry them (docs/topology.md, "Network cards")."""
 
 from __future__ import annotations
 
+from itertools import combinations
 from pathlib import Path
 
 import pytest
 
+from chain.manufacturers import manufacturers
+from chain.settings import StartupEnv
+from nodeagent.detect.base import DetectorSetup
 from nodeagent.detect.sysfs import pci_address
+from nodeagent.simulate.base import SimulatedHost
+from nodeagent.simulate.host import simulated_host
+from nodeagent.simulate.nvml import Handle, SimulatedNvml
 from nodeagent.simulate.profile import load_profile, parse_profile
 from nodeagent.simulate.sysfs import write_sysfs
 from nodeagent.topology.links import Link
 from nodeagent.topology.nics import network_cards, render_network
+from nodeagent.topology.node import fabric_pairs, node_links
 from nodeagent.topology.pcie import PciePlace, link_matrix, pcie_link, pcie_place
+from nodeagent.vendors.nvidia.links import nvlink_pairs
 
 
 def _device(root: Path, chain: str, numa: int = -1) -> None:
@@ -208,3 +217,52 @@ _BASE = {
 def test_a_bad_network_profile_names_the_field(extra: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_profile("bad", {**_BASE, **extra})
+
+
+def _setup(host: SimulatedHost) -> DetectorSetup:
+    return DetectorSetup(manufacturers({}), StartupEnv(), host.sysfs, host.nvml, host.injected)
+
+
+def test_nvml_reports_every_pair_of_an_nvswitch_board_and_the_matrix_ranks_it_first() -> None:
+    with simulated_host("h100-80gb-x8-rdma") as host:
+        setup = _setup(host)
+        fabric = fabric_pairs(setup, ["nvidia", "amd"])
+        profile = load_profile("h100-80gb-x8-rdma")
+        cards = {str(n): card.bus_id for n, card in enumerate(profile.cards)}
+        nics = network_cards(host.sysfs.root)
+        matrix = node_links(host.sysfs, cards, nics, fabric)
+    assert len(fabric) == 28 and ("0000:1a:00.0", "0000:bb:00.0") in fabric
+    assert all(matrix.link(a, b) == Link.DIRECT for a, b in combinations(cards, 2))
+    assert matrix.nearest_nics("4")[:2] == ["mlx5_4", "mlx5_5"]
+    assert (
+        matrix.nics["4"]["mlx5_6"] == Link.NUMA_NODE and matrix.nics["4"]["mlx5_0"] == Link.SYSTEM
+    )
+
+
+def test_a_pcie_only_board_reports_no_fabric_so_the_pcie_tree_decides() -> None:
+    with simulated_host("l4-x4-roce") as host:
+        fabric = fabric_pairs(_setup(host), ["nvidia"])
+        cards = {str(n): c.bus_id for n, c in enumerate(load_profile("l4-x4-roce").cards)}
+        matrix = node_links(host.sysfs, cards, network_cards(host.sysfs.root), fabric)
+    assert fabric == []
+    assert matrix.link("0", "1") == Link.PCIE_SWITCH and matrix.link("1", "2") == Link.SYSTEM
+    assert matrix.nearest_nics("0") == ["mlx5_0", "mlx5_1"]
+
+
+def test_nvml_that_cannot_answer_gives_no_pair_rather_than_a_guess() -> None:
+    profile = load_profile("h100-80gb-x8-rdma")
+    nvml = SimulatedNvml(profile)
+    assert len(nvlink_pairs(nvml)) == 28
+
+    class Refusing(SimulatedNvml):
+        def nvmlDeviceGetP2PStatus(self, first: object, second: object, index: int, /) -> int:
+            raise self._error("NOT_SUPPORTED")
+
+    class NoDriver(SimulatedNvml):
+        def nvmlInit(self) -> None:
+            raise self._error("DRIVER_NOT_LOADED")
+
+    assert nvlink_pairs(Refusing(profile)) == []
+    assert nvlink_pairs(NoDriver(profile)) == []
+    with pytest.raises(Exception, match="Invalid Argument"):
+        nvml.nvmlDeviceGetP2PStatus(Handle(0), Handle(0), nvml.NVML_P2P_CAPS_INDEX_NVLINK)
