@@ -78,6 +78,7 @@ from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
+from nodeagent.topology.nics import read_network
 from nodeagent.vendors.ascend.dcmi import open_dcmi
 from nodeagent.vendors.ascend.grants import ContainerShare
 from nodeagent.vendors.cambricon.smlu import SmluDriver, open_cndev_smlu
@@ -425,6 +426,7 @@ def serve(args: argparse.Namespace) -> int:
             pods=None if records is None else records.io.pods,
             unrecorded=None if records is None else records.unrecorded,
             events=events,
+            network=partial(read_network, setup.sysfs.root),
             slicing=_offered if records is None else IsolationCheck(responders, args.lib_dir),
         )
         report: Callable[[DetectionRound], None] = reporter

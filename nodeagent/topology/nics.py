@@ -1,4 +1,4 @@
-"""The node's network cards, read from sysfs: what the `Devices` object's `spec.network` lists.
+"""The node's network cards, read from sysfs: what the `Devices` object's `spec.interfaces` lists.
 
 Two kernel views are joined on the PCI function:
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodeagent.detect.sysfs import pci_address
@@ -191,7 +191,7 @@ def cards_by_link(nic: NetworkCard, cards: Mapping[str, PciePlace | None]) -> di
 def render_network(
     nics: Iterable[NetworkCard], cards: Mapping[str, PciePlace | None]
 ) -> list[dict[str, object]]:
-    """`spec.network` of the Devices object: each NIC, and the cards by link class from it."""
+    """`spec.interfaces` of the Devices object: each NIC, and the cards by link class from it."""
     rendered: list[dict[str, object]] = []
     for nic in nics:
         entry: dict[str, object] = {
@@ -215,3 +215,32 @@ def render_network(
             ]
         rendered.append(entry)
     return rendered
+
+
+@dataclass(frozen=True)
+class NodeNetwork:
+    """One reading of the node's network cards and of where every PCI function sits: enough to
+    render `spec.interfaces` for whichever cards the Devices object lists."""
+
+    nics: tuple[NetworkCard, ...] = ()
+    places: Mapping[str, PciePlace | None] = field(default_factory=dict)
+    """PCI address -> its place on the PCIe tree, for every function on the bus."""
+
+    @property
+    def rdma_capable(self) -> bool:
+        """At least one RDMA port is up: what `feature.gpustack.ai/rdma.capable` says."""
+        return any(nic.rdma and nic.up for nic in self.nics)
+
+    def render(self, card_addresses: Iterable[str]) -> list[dict[str, object]]:
+        """`spec.interfaces`, each NIC's cards named by their PCI addresses."""
+        cards = {address: self.places.get(address) for address in card_addresses}
+        return render_network(self.nics, cards)
+
+
+def read_network(root: Path) -> NodeNetwork:
+    """The network cards and the PCIe places under the sysfs `root` (the host's is `/`)."""
+    places = {
+        entry.name: pcie_place(root, entry.name)
+        for entry in _entries(root / "sys" / "bus" / "pci" / "devices")
+    }
+    return NodeNetwork(tuple(network_cards(root)), places)
