@@ -252,7 +252,8 @@ class Reporter:
             # (id, manufacturer) and keeps other agents' groups under their own managers.
             own_groups = [g for g in desired["spec"]["groups"] if g["manufacturer"] in self.owned]
             spec: dict[str, Any] = {"groups": own_groups}
-            if network is not None:
+            if "interfaces" in desired["spec"]:
+                # Left out when the node has none: server-side apply then drops what we wrote.
                 spec["interfaces"] = desired["spec"]["interfaces"]
             mine = {**desired, "spec": spec}
             written = self.kube.apply(mine, _manager(self.owned))

@@ -118,3 +118,20 @@ def test_the_reporter_writes_the_ports_and_the_label_each_round(tmp_path: Path) 
         "cards": ["0000:1a:00.0", "0000:1b:00.0"],
     }
     assert api.objects[NODE_FEATURE_KIND]["spec"]["labels"][RDMA_CAPABLE] == "true"
+
+
+def test_the_reporter_writes_no_interfaces_on_a_node_without_ports(tmp_path: Path) -> None:
+    groups = detect("t4x4")
+    write_sysfs(load_profile("t4x4"), tmp_path)
+    api = FakeApi(groups[0])
+    reporter = Reporter(
+        api,  # type: ignore[arg-type]
+        "n1",
+        "gpustack-system",
+        ("nvidia",),
+        default_manufacturers(),
+        network=lambda: read_network(tmp_path),
+    )
+    reporter(DetectionRound((DetectionPass("nvidia", groups),)))
+    assert "interfaces" not in api.objects[DEVICES_KIND]["spec"]
+    assert RDMA_CAPABLE not in api.objects[NODE_FEATURE_KIND]["spec"]["labels"]
