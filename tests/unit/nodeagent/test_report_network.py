@@ -98,9 +98,10 @@ def test_the_rdma_label_follows_an_rdma_port_that_is_up(tmp_path: Path) -> None:
     assert RDMA_CAPABLE not in node_feature("n1", "ns", groups, "u1", down)["spec"]["labels"]
 
 
-def test_the_reporter_writes_the_ports_and_the_label_each_round(tmp_path: Path) -> None:
-    groups = detect("h100-80gb-x8-rdma")
-    write_sysfs(load_profile("h100-80gb-x8-rdma"), tmp_path)
+def _reported(tmp_path: Path, profile: str) -> FakeApi:
+    """What one round of a Reporter reading the simulated host's ports writes."""
+    groups = detect(profile)
+    write_sysfs(load_profile(profile), tmp_path)
     api = FakeApi(groups[0])
     reporter = Reporter(
         api,  # type: ignore[arg-type]
@@ -111,6 +112,11 @@ def test_the_reporter_writes_the_ports_and_the_label_each_round(tmp_path: Path) 
         network=lambda: read_network(tmp_path),
     )
     reporter(DetectionRound((DetectionPass("nvidia", groups),)))
+    return api
+
+
+def test_the_reporter_writes_the_ports_and_the_label_each_round(tmp_path: Path) -> None:
+    api = _reported(tmp_path, "h100-80gb-x8-rdma")
     devices: dict[str, Any] = api.objects[DEVICES_KIND]
     assert len(devices["spec"]["interfaces"]) == 9
     assert devices["spec"]["interfaces"][0]["cards"][0] == {
@@ -121,17 +127,6 @@ def test_the_reporter_writes_the_ports_and_the_label_each_round(tmp_path: Path) 
 
 
 def test_the_reporter_writes_no_interfaces_on_a_node_without_ports(tmp_path: Path) -> None:
-    groups = detect("t4x4")
-    write_sysfs(load_profile("t4x4"), tmp_path)
-    api = FakeApi(groups[0])
-    reporter = Reporter(
-        api,  # type: ignore[arg-type]
-        "n1",
-        "gpustack-system",
-        ("nvidia",),
-        default_manufacturers(),
-        network=lambda: read_network(tmp_path),
-    )
-    reporter(DetectionRound((DetectionPass("nvidia", groups),)))
+    api = _reported(tmp_path, "t4x4")
     assert "interfaces" not in api.objects[DEVICES_KIND]["spec"]
     assert RDMA_CAPABLE not in api.objects[NODE_FEATURE_KIND]["spec"]["labels"]
