@@ -169,6 +169,9 @@ def test_agents_report_and_pools_appear(
     assert detected["message"] == "the last detection measured 4 cards", detected
     wait_condition(testbed, f"instancetype/{POOLS[0]}", "Ready", timeout=90)
     wait_condition(testbed, f"instancetype/{POOLS[0]}", "Available")
+    # The T4 pool's second node has an Ethernet port only: no node of the pool has RDMA.
+    t4_type = kube.get(WORKER, "InstanceType", POOLS[0]) or {}
+    assert t4_type["status"]["detail"]["rdmaNodes"] == 0
 
     # Once the kubelet advertises sliced tokens, the agent adds the counting keys.
     kube.merge_patch(
