@@ -98,10 +98,13 @@ class PoolCards:
     """Oldest first, see `runtime_versions`."""
     sliced_detail: SlicedDetail = field(default_factory=SlicedDetail)
     views: AcceleratorViews = field(default_factory=AcceleratorViews)
+    rdma_nodes: int = 0
+    """Of `nodes`, those with an RDMA port up (docs/topology.md, "Network cards")."""
 
     def render(self) -> Obj:
         return {
             "nodes": self.nodes,
+            "rdmaNodes": self.rdma_nodes,
             "computeCapability": self.compute_capability,
             "runtimeVersions": list(self.runtime_versions),
             "slicedDetail": render_sliced_detail(self.sliced_detail),
@@ -115,6 +118,7 @@ class PoolCards:
             raise ValueError(f"{fields.at(path, 'runtimeVersions')}: expected a list of strings")
         return cls(
             nodes=fields.integer(spec, "nodes", path),
+            rdma_nodes=fields.integer(spec, "rdmaNodes", path),
             compute_capability=fields.string(spec, "computeCapability", path),
             runtime_versions=tuple(versions),
             sliced_detail=SlicedDetail.parse(
@@ -137,6 +141,7 @@ def tally(nodes: Sequence[PoolNode]) -> PoolCards:
         runtime_versions=tuple(versions),
         sliced_detail=_sliced_detail(nodes),
         views=accelerator_views(nodes),
+        rdma_nodes=sum(1 for node in nodes if node.rdma),
     )
 
 

@@ -89,6 +89,8 @@ class PoolNode:
     runtime_version: str
     compute_capability: str
     cards: tuple[PoolCard, ...]
+    rdma: bool = False
+    """An RDMA port of the node is up (`spec.interfaces`, docs/topology.md, "Network cards")."""
 
 
 def _group(obj: fields.Obj, section: str, akey: str) -> tuple[fields.Obj, str] | None:
@@ -215,6 +217,16 @@ def _rows(obj: fields.Obj, akey: str) -> dict[str, AcceleratorAllocation]:
     return rows
 
 
+def rdma_up(spec: object) -> bool:
+    """Whether a Devices spec lists an RDMA port that is up. Read leniently: the CRD schema
+    checks the entries, and a node is never kept out of its pool over this one fact."""
+    interfaces = spec.get("interfaces") if isinstance(spec, Mapping) else None
+    return isinstance(interfaces, list) and any(
+        isinstance(entry, Mapping) and entry.get("rdma") is True and entry.get("up") is True
+        for entry in interfaces
+    )
+
+
 def pool_node(obj: Mapping[str, object], akey: str) -> PoolNode | None:
     """The pool's group (aKey `akey`) on the node a `Devices` object describes, joined to the
     ledger; None when the node has no card of that group."""
@@ -244,4 +256,5 @@ def pool_node(obj: Mapping[str, object], akey: str) -> PoolNode | None:
         runtime_version=fields.string(group, "runtimeVersion", where),
         compute_capability=fields.string(group, "computeCapability", where),
         cards=tuple(cards),
+        rdma=rdma_up(body.get("spec")),
     )

@@ -59,6 +59,7 @@ from nodeagent.metrics import LEDGER
 from nodeagent.node_events import ACTION, detection_events, held_back_event, slicing_events
 from nodeagent.plugin.isolation import OFFERED, Slicing
 from nodeagent.report import NODE_FEATURE_API, NODE_FEATURE_KIND, devices_object, node_feature
+from nodeagent.topology.nics import NodeNetwork
 
 log = logging.getLogger("nodeagent")
 
@@ -130,6 +131,9 @@ class Reporter:
     the ledger charges them and lists them (`status.unrecorded`) until they land."""
     events: EventRecorder | None = None
     """Where detection changes become Events on the Node (`node_events`); None: not recorded."""
+    network: Callable[[], NodeNetwork] | None = None
+    """Reads the node's network cards (`nodeagent.topology.nics.read_network`) once per round,
+    for `spec.interfaces` and the RDMA label; None: neither is written."""
     slicing: Callable[[DevicesGroup], Slicing] = field(default=lambda group: OFFERED)
     """Whether this node can hand out a group's logical slices (`IsolationCheck` where the agent
     serves the device plugins); the slices of a group it cannot are not published (no pool,
@@ -180,8 +184,9 @@ class Reporter:
             raise RuntimeError(f"Node {self.node} does not exist")
         verdicts = slicing_verdicts(current.groups, self.owned, self.slicing)
         groups = published_groups(current.groups, self.owned, verdicts)
-        self._node_feature(groups, node["metadata"]["uid"])
-        devices = self._devices(node, groups)
+        network = self.network() if self.network is not None else None
+        self._node_feature(groups, node["metadata"]["uid"], network)
+        devices = self._devices(node, groups, network)
         if devices is not None and not self.ledger:
             LEDGER.observe(devices)  # no ledger to keep: the cards alone
         if self.ledger and devices is not None:
@@ -212,8 +217,10 @@ class Reporter:
             return False
         return slicing_verdicts(self._detected, self.owned, self.slicing) != self._verdicts
 
-    def _node_feature(self, groups: list[Any], node_uid: str) -> None:
-        desired: dict[str, Any] = node_feature(self.node, self.namespace, groups, node_uid)
+    def _node_feature(
+        self, groups: list[Any], node_uid: str, network: NodeNetwork | None = None
+    ) -> None:
+        desired: dict[str, Any] = node_feature(self.node, self.namespace, groups, node_uid, network)
         name = desired["metadata"]["name"]
         existing = self.kube.get(NODE_FEATURE_API, NODE_FEATURE_KIND, name, self.namespace)
         owners = (existing or {}).get("metadata", {}).get("ownerReferences")
@@ -225,12 +232,14 @@ class Reporter:
             self.kube.apply(desired, _manager(self.owned))
             log.info("NodeFeature %s/%s written", self.namespace, name)
 
-    def _devices(self, node: Obj, groups: list[Any]) -> Devices | None:
+    def _devices(
+        self, node: Obj, groups: list[Any], network: NodeNetwork | None = None
+    ) -> Devices | None:
         meta = node["metadata"]
         existing = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         self._record(node, existing, groups)
         desired: dict[str, Any] = devices_object(
-            self.node, meta["uid"], meta.get("labels") or {}, groups, self.owned, existing
+            self.node, meta["uid"], meta.get("labels") or {}, groups, self.owned, existing, network
         )
         have_labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
         want_labels: dict[str, str] = desired["metadata"]["labels"]
@@ -242,7 +251,11 @@ class Reporter:
             # Apply only our manufacturers' groups: the API server merges the list by
             # (id, manufacturer) and keeps other agents' groups under their own managers.
             own_groups = [g for g in desired["spec"]["groups"] if g["manufacturer"] in self.owned]
-            mine = {**desired, "spec": {"groups": own_groups}}
+            spec: dict[str, Any] = {"groups": own_groups}
+            if "interfaces" in desired["spec"]:
+                # Left out when the node has none: server-side apply then drops what we wrote.
+                spec["interfaces"] = desired["spec"]["interfaces"]
+            mine = {**desired, "spec": spec}
             written = self.kube.apply(mine, _manager(self.owned))
             log.info("Devices %s written (%d groups)", self.node, len(own_groups))
             return Devices.parse(written)

@@ -78,7 +78,8 @@ from nodeagent.preflight import preflight
 from nodeagent.report import align_device_groups
 from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
-from nodeagent.topology.choice import UNKNOWN_LINKS
+from nodeagent.topology.nics import read_network
+from nodeagent.topology.node import read_node_links
 from nodeagent.vendors.ascend.dcmi import open_dcmi
 from nodeagent.vendors.ascend.grants import ContainerShare
 from nodeagent.vendors.cambricon.smlu import SmluDriver, open_cndev_smlu
@@ -426,6 +427,7 @@ def serve(args: argparse.Namespace) -> int:
             pods=None if records is None else records.io.pods,
             unrecorded=None if records is None else records.unrecorded,
             events=events,
+            network=partial(read_network, setup.sysfs.root),
             slicing=_offered if records is None else IsolationCheck(responders, args.lib_dir),
         )
         report: Callable[[DetectionRound], None] = reporter
@@ -446,10 +448,9 @@ def serve(args: argparse.Namespace) -> int:
                 responders=responders,
                 lib_dir=args.lib_dir,
                 on_pods=reporter.write_ledger,
-                # How the node's cards and RDMA cards connect is not read yet: every hint is
-                # the plain packing one and no grant names a NIC (docs/topology.md,
-                # "Best-connected card sets").
-                links=UNKNOWN_LINKS,
+                # How each manufacturer's cards and the RDMA cards connect, read from the host
+                # when its servers start (docs/topology.md, "Best-connected card sets").
+                links=lambda maker, cards: read_node_links(setup, (maker,), cards),
             )
             stack.callback(servers.stop)
             publish = servers.publish

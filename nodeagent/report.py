@@ -30,11 +30,13 @@ from chain.labels import (
     MANAGED,
     OS,
     PART_OF,
+    RDMA_CAPABLE,
     TOPOLOGY_PROFILE,
     TRUE,
     accelerator_feature_key,
     accelerator_labels,
 )
+from nodeagent.topology.nics import NodeNetwork
 
 NODE_FEATURE_API = "nfd.k8s-sigs.io/v1alpha1"
 NODE_FEATURE_KIND = "NodeFeature"
@@ -50,12 +52,25 @@ def node_feature_name(node: str) -> str:
     return node + NODE_FEATURE_SUFFIX
 
 
-def node_feature_labels(groups: Iterable[DevicesGroup]) -> dict[str, str]:
-    """The node labels the detected groups stand for (docs/design/node-agent.md, "Node labels")."""
-    return accelerator_labels(group.facts() for group in groups)
+def node_feature_labels(
+    groups: Iterable[DevicesGroup], network: NodeNetwork | None = None
+) -> dict[str, str]:
+    """The node labels the detected groups stand for (docs/design/node-agent.md, "Node labels"),
+    and `feature.gpustack.ai/rdma.capable=true` while an RDMA port of the node is up
+    (docs/topology.md, "Network cards")."""
+    labels = accelerator_labels(group.facts() for group in groups)
+    if network is not None and network.rdma_capable:
+        labels[RDMA_CAPABLE] = TRUE
+    return labels
 
 
-def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup], node_uid: str) -> Obj:
+def node_feature(
+    node: str,
+    namespace: str,
+    groups: Iterable[DevicesGroup],
+    node_uid: str,
+    network: NodeNetwork | None = None,
+) -> Obj:
     """The device manager's NodeFeature for `node`, owned by the Node (upstream): when the node
     leaves the cluster the garbage collector takes its NodeFeature with it."""
     return {
@@ -67,7 +82,7 @@ def node_feature(node: str, namespace: str, groups: Iterable[DevicesGroup], node
             "labels": {NFD_NODE_NAME: node, PART_OF: DEVICE_MANAGER},
             "ownerReferences": [owner_reference(node, node_uid)],
         },
-        "spec": {"labels": node_feature_labels(groups)},
+        "spec": {"labels": node_feature_labels(groups, network)},
     }
 
 
@@ -145,6 +160,19 @@ def align_device_groups(
     return sorted(kept + rendered, key=_group_order)
 
 
+def card_addresses(groups: Iterable[Mapping[str, object]]) -> list[str]:
+    """The PCI addresses of the cards of (rendered) spec groups, every manufacturer's."""
+    found = []
+    for group in groups:
+        cards = group.get("accelerators")
+        for card in cards if isinstance(cards, list) else []:
+            topology = card.get("topology") if isinstance(card, Mapping) else None
+            address = topology.get("pciBusId") if isinstance(topology, Mapping) else None
+            if isinstance(address, str) and address:
+                found.append(address)
+    return sorted(found)
+
+
 def devices_object(
     node: str,
     node_uid: str,
@@ -152,12 +180,17 @@ def devices_object(
     groups: Sequence[DevicesGroup],
     owned: Iterable[str],
     existing: Mapping[str, object] | None = None,
+    network: NodeNetwork | None = None,
 ) -> Obj:
     """The Devices object for `node` (no status: the ledger is written on its own).
 
     `existing` is the object as read (or None); only its spec is used, to keep the groups of
     manufacturers this agent does not own and the spec fields it does not write. The labels are
     only the device manager's keys: write them by merge, since the worker adds its own.
+
+    With `network`, `spec.interfaces` lists the node's network cards and, for each, the cards of
+    every group (all manufacturers', as merged) by link class. The NICs belong to the machine:
+    every agent of the node writes the same list, so under server-side apply they share it.
     """
     spec_before = existing.get("spec") if existing else None
     spec: Obj = dict(spec_before) if isinstance(spec_before, Mapping) else {}
@@ -169,6 +202,13 @@ def devices_object(
     ]
     merged = align_device_groups(previous, groups, owned)
     spec["groups"] = merged
+    if network is not None:
+        # None found: no field at all, as on a node before this inventory existed.
+        interfaces = network.render(card_addresses(merged))
+        if interfaces:
+            spec["interfaces"] = interfaces
+        else:
+            spec.pop("interfaces", None)
     return {
         "apiVersion": DEVICES_API,
         "kind": DEVICES_KIND,

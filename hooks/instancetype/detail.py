@@ -8,8 +8,9 @@ four views", "Descriptors in status").
   in its labels) mixes CPU models, so no flavor describes it: its detail is empty.
 - From the pool's nodes, through its `PoolCards` (`chain.pool_cards`): `computeCapability` (the
   first node's, by name), `slicedDetail` (what the pool's cards can be cut into, summed;
-  profile names published) and the runtime versions. `memory` is the card VRAM the Pod webhook
-  folds memory requests by.
+  profile names published), the runtime versions, and `rdmaNodes`, how many of the pool's
+  nodes have an RDMA port up (docs/topology.md, "Network cards"). `memory` is the card VRAM the
+  Pod webhook folds memory requests by.
 
 Runtime versions are sorted by (major, minor) ascending and deduplicated on that pair (`12.4`
 and `12.4.1` are one), strings that are not versions are dropped; `runtimeVersion` is the first,
@@ -73,6 +74,7 @@ def detail(identity: PoolIdentity, aware: bool, flavor: Obj | None, cards: PoolC
     if cards.compute_capability:
         out["computeCapability"] = cards.compute_capability
     out["slicedDetail"] = render_sliced_detail(cards.sliced_detail)
+    out["rdmaNodes"] = cards.rdma_nodes
     if flavor is not None and notes.get(CPU_DETAIL):
         out["cpu"] = _cpu_detail(flavor, notes)
     if cards.runtime_versions:

@@ -253,7 +253,7 @@ class DevicePlugins:
         partition_libraries: Mapping[str, MigNvml] | None = None,
         lib_dir: str = OPERATOR_LIB_DIR,
         on_pods: Callable[[], None] = lambda: None,
-        links: NodeLinks = UNKNOWN_LINKS,
+        links: Callable[[str, Mapping[str, str]], NodeLinks] = lambda _name, _cards: UNKNOWN_LINKS,
     ) -> None:
         """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
         the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
@@ -262,8 +262,10 @@ class DevicePlugins:
         where `auto` reads the host. `lib_dir`: where sliced grants mount their isolation
         libraries from (the directory the agent's isolation check reads). `on_pods` is called
         (from a following thread) after the node's Pods changed, or what the journal cannot
-        land did: the agent writes the ledger then. `links`: how the node's cards and RDMA
-        network cards connect (the workload plugins' best-connected hint and `NCCL_IB_HCA`)."""
+        land did: the agent writes the ledger then. `links(manufacturer, cards)`: how that
+        manufacturer's cards (card id -> PCI bus id) and the node's RDMA network cards connect
+        (the workload plugins' best-connected hint and `NCCL_IB_HCA`), read when its servers
+        start; a reading that fails leaves the plain packing hint and names no NIC."""
         switches = env or StartupEnv()
         self.records = records
         self.node = records.node
@@ -349,7 +351,7 @@ class DevicePlugins:
                 nodes=self.device_nodes,
                 responder=self.responders.get(name),
                 lib_dir=self.lib_dir,
-                links=self.links,
+                links=self._links_of(name),
             )
             if partitioner is not None:
                 self._start_reclaim(name, partitioner)
@@ -395,6 +397,20 @@ class DevicePlugins:
             return [c.id for g, c in spec.cards() if g.manufacturer == maker and c.is_partitioned]
 
         self._reclaim(MigReclaimer(partitioner, cards).reconcile)
+
+    def _links_of(self, maker: str) -> NodeLinks:
+        """How `maker`'s cards connect, from the node's Devices spec and the host."""
+        spec = self.node.spec()
+        cards = {
+            card.id: card.topology.pci_bus_id
+            for group, card in spec.cards()
+            if group.manufacturer == maker and card.topology.pci_bus_id
+        }
+        try:
+            return self.links(maker, cards)
+        except (OSError, ValueError) as err:
+            log.warning("%s: card links not read (%s): plain packing hints", maker, err)
+            return UNKNOWN_LINKS
 
     def _bus_ids(self, maker: str) -> list[str]:
         """The PCI addresses of a manufacturer's cards, as the node's Devices spec lists them."""

@@ -55,6 +55,8 @@ class SimulatedNvml(MigMaterialization):
         self.NVML_GPU_INSTANCE_PROFILE_COUNT: int = nv.NVML_GPU_INSTANCE_PROFILE_COUNT
         self.NVML_TEMPERATURE_GPU: int = nv.NVML_TEMPERATURE_GPU
         self.nvmlMemory_v2: int = nv.nvmlMemory_v2
+        self.NVML_P2P_CAPS_INDEX_NVLINK: int = nv.NVML_P2P_CAPS_INDEX_NVLINK
+        self.NVML_P2P_STATUS_OK: int = nv.NVML_P2P_STATUS_OK
         self.NVML_ERROR_IN_USE: int = nv.NVML_ERROR_IN_USE
         self.NVML_ERROR_NOT_FOUND: int = nv.NVML_ERROR_NOT_FOUND
         self.NVML_COMPUTE_INSTANCE_PROFILE_COUNT: int = nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT
@@ -270,3 +272,16 @@ class SimulatedNvml(MigMaterialization):
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int:
         self._card(handle)
         return IDLE_POWER_MILLIWATTS
+
+    def nvmlDeviceGetP2PStatus(self, first: object, second: object, index: int, /) -> int:
+        """Peer-to-peer between two cards: over NVLink only where the profile puts both on one
+        fabric (`directLinks`); every other capability (read, write, atomics over PCIe) is
+        reported supported, as on a host whose chipset allows P2P."""
+        a, b = self._card_number(first), self._card_number(second)
+        if a == b:
+            raise self._error("INVALID_ARGUMENT")
+        if index != self._nv.NVML_P2P_CAPS_INDEX_NVLINK:
+            return int(self._nv.NVML_P2P_STATUS_OK)
+        joined = any(a in domain and b in domain for domain in self.profile.direct_links)
+        status = "OK" if joined else "NOT_SUPPORTED"
+        return int(getattr(self._nv, f"NVML_P2P_STATUS_{status}"))

@@ -22,7 +22,12 @@ models:
         - {profile: 0, id: 19, name: MIG 1g.10gb, slices: 1, instances: 7,
            memoryMb: 9984, starts: [0, 1, 2, 3, 4, 5, 6], size: 1}
 cards:
-  - {model: t4, busId: "00000000:00:1B.0", numaNode: 0}    # optional: uuid, minor, mig: true
+  - {model: t4, busId: "00000000:00:1B.0", numaNode: 0}    # optional: uuid, minor, mig: true,
+                                                          # switch: the PCIe switch it is under
+directLinks: [[0, 1, 2, 3]]   # card numbers on one card-to-card fabric (NVLink/NVSwitch)
+network:                      # network cards on the PCI bus (sysfs class/net, class/infiniband)
+  - {name: mlx5_0, interface: ibp26s0, busId: "0000:1c:00.0", numaNode: 0, switch: s0,
+     linkLayer: InfiniBand, speedMbps: 400000, rdma: true}   # RoCE: linkLayer Ethernet, ip
 faults:
   - {kind: unhealthy, card: 2, from: 3}                   # see FAULT_KINDS
 ```
@@ -92,6 +97,28 @@ class Card:
     minor: int
     numa_node: int = -1
     mig: bool = False
+    switch: str = ""
+    """The PCIe switch the card is under (a name the profile makes up); empty: on a root port."""
+
+
+NIC_LINK_LAYERS = ("Ethernet", "InfiniBand")
+
+
+@dataclass(frozen=True)
+class NetworkPort:
+    """A network card of the simulated host, laid out in its sysfs (`nodeagent.simulate.sysfs`)."""
+
+    name: str
+    """The RDMA device name when `rdma`, the interface name otherwise."""
+    interface: str
+    bus_id: str
+    numa_node: int = -1
+    switch: str = ""
+    link_layer: str = "Ethernet"
+    speed_mbps: int = 0
+    rdma: bool = False
+    ip: str = ""
+    """An RDMA Ethernet port's IPv4 address: its RoCE GIDs are made from it."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,9 @@ class Profile:
     description: str = ""
     legacy_profile_info: bool = False
     """An old driver: no versioned GPU instance profile call, so profiles come without names."""
+    direct_links: tuple[frozenset[int], ...] = ()
+    """Sets of card numbers joined all-to-all by a card-to-card fabric (NVLink through NVSwitch)."""
+    network: tuple[NetworkPort, ...] = ()
 
 
 def shipped_profiles() -> list[str]:
@@ -183,6 +213,84 @@ def parse_profile(name: str, data: object) -> Profile:
         ),
         description=fields.string(body, "description", ""),
         legacy_profile_info=fields.boolean(driver, "legacyProfileInfo", "driver"),
+        direct_links=_direct_links(body, len(cards)),
+        network=_check_switches(
+            cards,
+            tuple(_network_port(item, where) for item, where in fields.items(body, "network", "")),
+        ),
+    )
+
+
+def host_bridge_of(bus_id: str) -> tuple[str, int]:
+    """The domain and the first bus of the host bridge a simulated device hangs under: each
+    group of 16 buses is one root complex (`nodeagent.simulate.sysfs`)."""
+    domain, bus = bus_id.lower().split(":")[-3:-1]
+    return domain[-4:].rjust(4, "0"), int(bus, 16) & 0xF0
+
+
+def _check_switches(
+    cards: tuple[Card, ...], network: tuple[NetworkPort, ...]
+) -> tuple[NetworkPort, ...]:
+    """The network ports, once every switch's members are known to share one host bridge (a
+    switch hangs under one root port)."""
+    bridges: dict[str, tuple[str, int]] = {}
+    members = [(card.switch, card.bus_id, f"cards[{n}]") for n, card in enumerate(cards)]
+    members += [(nic.switch, nic.bus_id, f"network[{n}]") for n, nic in enumerate(network)]
+    for switch, bus_id, where in members:
+        if not switch:
+            continue
+        bridge = host_bridge_of(bus_id)
+        first = bridges.setdefault(switch, bridge)
+        if first != bridge:
+            raise ValueError(
+                f"{where}.switch: switch {switch!r} is under the host bridge of buses "
+                f"{first[1]:02x}-{first[1] + 15:02x}; bus id {bus_id} is not"
+            )
+    return network
+
+
+def _direct_links(body: fields.Obj, cards: int) -> tuple[frozenset[int], ...]:
+    value = body.get("directLinks")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ValueError("directLinks: expected a list of lists of card numbers")
+    domains = []
+    for number, members in enumerate(value):
+        where = f"directLinks[{number}]"
+        if not isinstance(members, list) or not all(
+            isinstance(card, int) and not isinstance(card, bool) for card in members
+        ):
+            raise ValueError(f"{where}: expected a list of card numbers")
+        outside = [card for card in members if not 0 <= card < cards]
+        if outside:
+            raise ValueError(f"{where}: no card {outside[0]} (cards are 0..{cards - 1})")
+        domains.append(frozenset(members))
+    return tuple(domains)
+
+
+def _network_port(obj: fields.Obj, path: str) -> NetworkPort:
+    layer = fields.string(obj, "linkLayer", path) or "Ethernet"
+    if layer not in NIC_LINK_LAYERS:
+        raise ValueError(f"{path}.linkLayer: expected one of {', '.join(NIC_LINK_LAYERS)}")
+    rdma = fields.boolean(obj, "rdma", path)
+    if layer == "InfiniBand" and not rdma:
+        raise ValueError(f"{path}.rdma: an InfiniBand port is always an RDMA device")
+    ip = fields.string(obj, "ip", path)
+    octets = ip.split(".")
+    if ip and not (len(octets) == 4 and all(o.isdigit() and int(o) < 256 for o in octets)):
+        raise ValueError(f"{path}.ip: expected an IPv4 address, got {ip!r}")
+    name = fields.string(obj, "name", path, required=True)
+    return NetworkPort(
+        name=name,
+        interface=fields.string(obj, "interface", path) or name,
+        bus_id=fields.string(obj, "busId", path, required=True),
+        numa_node=fields.integer(obj, "numaNode", path, minimum=-1) if "numaNode" in obj else -1,
+        switch=fields.string(obj, "switch", path),
+        link_layer=layer,
+        speed_mbps=fields.integer(obj, "speedMbps", path),
+        rdma=rdma,
+        ip=ip,
     )
 
 
@@ -264,6 +372,7 @@ def _card(
         minor=fields.integer(obj, "minor", path) if "minor" in obj else number,
         numa_node=fields.integer(obj, "numaNode", path, minimum=-1) if "numaNode" in obj else -1,
         mig=mig,
+        switch=fields.string(obj, "switch", path),
     )
 
 

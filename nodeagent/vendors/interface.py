@@ -6,7 +6,7 @@ manufacturer, so none of them names one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nodeagent.detect.base import Detector, DetectorSetup
@@ -21,6 +21,9 @@ SliceReclaimer = Callable[[Responder, str, Callable[[], list[str]]], Reconcile |
 """Builds the reclaimer of the slices a responder makes on the cards (the responder, the Pods'
 work dir, the PCI addresses of this manufacturer's cards); None when that responder makes none."""
 
+DirectLinks = Callable[[DetectorSetup], Sequence[tuple[str, str]]]
+"""The card pairs (PCI addresses) a manufacturer's library says share a card-to-card fabric."""
+
 
 @dataclass(frozen=True)
 class Vendor:
@@ -30,7 +33,9 @@ class Vendor:
     setup; `responder` answers its Allocate calls; `partition_naming` is set when its hardware
     partitions are made through an NVML-shaped library (`nodeagent.plugin.mig`); and
     `slice_reclaimer` when its logical slices are objects on the card that outlive a Pod;
-    `simulator` opens a simulated host from one of its profiles (`--simulate`)."""
+    `simulator` opens a simulated host from one of its profiles (`--simulate`); and
+    `direct_links` lists the pairs of its cards (by PCI address) joined by a card-to-card fabric,
+    when its library can tell (docs/topology.md, "Network cards")."""
 
     name: str
     detector: Callable[[DetectorSetup], Detector]
@@ -38,3 +43,4 @@ class Vendor:
     partition_naming: ProfileNaming | None = None
     slice_reclaimer: SliceReclaimer | None = None
     simulator: HostSimulator | None = None
+    direct_links: DirectLinks | None = None

@@ -17,7 +17,7 @@ from nodeagent.vendors.ascend.vendor import VENDOR as ASCEND
 from nodeagent.vendors.cambricon.vendor import VENDOR as CAMBRICON
 from nodeagent.vendors.hygon.vendor import VENDOR as HYGON
 from nodeagent.vendors.iluvatar.vendor import VENDOR as ILUVATAR
-from nodeagent.vendors.interface import Vendor
+from nodeagent.vendors.interface import DirectLinks, Vendor
 from nodeagent.vendors.metax.vendor import VENDOR as METAX
 from nodeagent.vendors.mthreads.vendor import VENDOR as MTHREADS
 from nodeagent.vendors.nvidia.vendor import VENDOR as NVIDIA
@@ -71,3 +71,8 @@ names its profiles."""
 
 SIMULATORS: Mapping[str, HostSimulator] = ByManufacturer(lambda vendor: vendor.simulator)
 """The manufacturers whose hosts `--simulate` builds from a profile."""
+
+DIRECT_LINKS: Mapping[str, DirectLinks] = ByManufacturer(lambda vendor: vendor.direct_links)
+"""The manufacturers whose library reports card-to-card fabric links (NVIDIA's NVLink today);
+every other manufacturer's cards reach each other over the PCIe tree only, as far as the agent
+knows (docs/topology.md, "Network cards")."""

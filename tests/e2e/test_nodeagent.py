@@ -7,6 +7,8 @@ over a simulated NVML; its NodeFeature goes through the real nfd-master, and the
 
 from __future__ import annotations
 
+import itertools
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 
@@ -43,7 +45,13 @@ def forget_nodes(testbed: Testbed, nodes: Iterable[str]) -> None:
 def simulated_nodes(testbed: Testbed, chain: Installed) -> Iterator[dict[str, str]]:
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
-    nodes = {f"sim-{tag}-t4a": "t4x4", f"sim-{tag}-t4b": "t4x4", f"sim-{tag}-a10g": "a10gx1"}
+    # The second T4 node also has a 25G Ethernet port without RDMA (docs/topology.md, "Network
+    # cards"): the same cards, so the same pool.
+    nodes = {
+        f"sim-{tag}-t4a": "t4x4",
+        f"sim-{tag}-t4b": "t4x4-ethernet",
+        f"sim-{tag}-a10g": "a10gx1",
+    }
     for name, profile in nodes.items():
         register_node(kube, node_object(name, cpu="48"))
         kube.apply(nfd_worker_feature(name))
@@ -119,7 +127,21 @@ def test_agents_report_and_pools_appear(
 
     other = wait_for(lambda: kube.get(WORKER, "Devices", a10g), 60, "the A10G node's Devices")
     assert [g["id"] for g in other["spec"]["groups"]] == ["a10g"]
-    wait_for(lambda: kube.get(WORKER, "Devices", t4b), 60, "the second T4 node's Devices")
+    with_port = wait_for(lambda: kube.get(WORKER, "Devices", t4b), 60, "the second T4's Devices")
+    # Its network port is in the inventory, with the four cards under one host bridge; the
+    # first node has none, so no field. `-o wide` shows the port, and no RDMA one.
+    [port] = with_port["spec"]["interfaces"]
+    assert (port["name"], port["pciAddress"], port["rdma"]) == ("ens6", "0000:00:06.0", False)
+    [near] = port["cards"]
+    assert near["link"] == "PHB" and len(near["cards"]) == 4
+    assert "interfaces" not in devices["spec"]
+    wide = kubectl(testbed, "get", "devices", t4b, "-o", "wide")
+    header, row = wide.splitlines()[:2]
+    # kubectl leaves an empty cell blank: read each column at its header's offset.
+    starts = [m.start() for m in re.finditer(r"\S+", header)] + [len(row) + 1]
+    columns = {header[a:b].strip(): row[a:b].strip() for a, b in itertools.pairwise(starts)}
+    assert (columns["NICS"], columns["RDMA"]) == ("ens6", ""), wide
+    assert "feature.gpustack.ai/rdma.capable" not in _labels(kube, "Node", t4b)
 
     # nfd-master turned the agent's NodeFeature into Node labels.
     wait_for(
@@ -147,6 +169,9 @@ def test_agents_report_and_pools_appear(
     assert detected["message"] == "the last detection measured 4 cards", detected
     wait_condition(testbed, f"instancetype/{POOLS[0]}", "Ready", timeout=90)
     wait_condition(testbed, f"instancetype/{POOLS[0]}", "Available")
+    # The T4 pool's second node has an Ethernet port only: no node of the pool has RDMA.
+    t4_type = kube.get(WORKER, "InstanceType", POOLS[0]) or {}
+    assert t4_type["status"]["detail"]["rdmaNodes"] == 0
 
     # Once the kubelet advertises sliced tokens, the agent adds the counting keys.
     kube.merge_patch(

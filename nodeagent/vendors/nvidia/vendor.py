@@ -7,6 +7,7 @@ from nodeagent.plugin.mig import NvidiaNaming
 from nodeagent.vendors.interface import Vendor
 from nodeagent.vendors.nvidia.detect import NVIDIA, NvidiaDetector
 from nodeagent.vendors.nvidia.grants import Nvidia
+from nodeagent.vendors.nvidia.links import direct_links
 from nodeagent.vendors.nvidia.simulate import SIMULATOR
 
 VENDOR = Vendor(
@@ -15,4 +16,5 @@ VENDOR = Vendor(
     responder=Nvidia(),
     partition_naming=NvidiaNaming(),
     simulator=SIMULATOR,
+    direct_links=direct_links,
 )

@@ -141,3 +141,29 @@ def test_the_object_is_named_after_its_type_and_owned_by_it() -> None:
     assert "controller" not in owner and "blockOwnerDeletion" not in owner
     del target["metadata"]["uid"]
     assert "ownerReferences" not in pool_cards_object(target, PoolCards())["metadata"]
+
+
+def _with_ports(obj: Any, *ports: tuple[bool, bool]) -> Any:
+    """A Devices object listing network ports, each (rdma, up)."""
+    out = copy.deepcopy(obj)
+    out["spec"]["interfaces"] = [
+        {"name": f"p{n}", "pciAddress": "0000:1c:00.0", "linkLayer": "Ethernet", "rdma": r, "up": u}
+        for n, (r, u) in enumerate(ports)
+    ]
+    return out
+
+
+def test_the_tally_counts_the_nodes_with_an_rdma_port_up() -> None:
+    objects = [
+        _with_ports(_node("t4-1", [Mode.NONE]), (False, True), (True, True)),
+        _with_ports(_node("t4-2", [Mode.NONE]), (True, False)),  # its RDMA port is down
+        _with_ports(_node("t4-3", [Mode.NONE]), (False, True)),  # Ethernet only
+        _node("t4-4", [Mode.NONE]),  # no ports listed
+        _with_ports(_node("t4-5", [Mode.NONE]), (True, True)),
+    ]
+    cards = pool_cards(IDENTITY, False, objects)
+    assert cards is not None and (cards.nodes, cards.rdma_nodes) == (5, 2)
+    assert PoolCards.parse(cards.render(), "spec") == cards
+    # A PoolCards written before the count existed reads as none.
+    older = {key: value for key, value in cards.render().items() if key != "rdmaNodes"}
+    assert PoolCards.parse(older, "spec").rdma_nodes == 0

@@ -42,6 +42,14 @@ EXPECTED = {
         "a10g", "NVIDIA A10G", 24563, 10240, "570.172.08", "12.8", "8.6", "Ampere", 1
     ),
     "l4x2": Expected("l4", "NVIDIA L4", 24569, 7424, "550.90.07", "12.4", "8.9", "Ada-Lovelace", 2),
+    # The network-card hosts (docs/topology.md, "Network cards"): the same cards as above.
+    "t4x4-ethernet": Expected(
+        "tesla-t4", "Tesla T4", 16384, 2560, "580.126.09", "13.0", "7.5", "Turing", 4
+    ),
+    "l4-x4-roce": Expected(
+        "l4", "NVIDIA L4", 24569, 7424, "550.90.07", "12.4", "8.9", "Ada-Lovelace", 4
+    ),
+    "h100-80gb-x8-rdma": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8-mig": Expected(*H100, "Hopper", 8, H100_PROFILES),
     "a100-40gb-mig": Expected(

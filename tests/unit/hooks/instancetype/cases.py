@@ -152,6 +152,7 @@ def _card_detail(notes: dict[str, str], capability: str, sliced: Obj, runtimes: 
         **notes,
         "computeCapability": capability,
         "slicedDetail": sliced,
+        "rdmaNodes": 0,
         "runtimeVersion": runtimes[0],
         "runtimeVersions": runtimes,
     }
@@ -493,7 +494,7 @@ def _phases() -> dict[str, Case]:
                 HASH[T4],
                 "0/0 0/0 0/0 0/0",
                 # No card reported: no descriptor, no slice (no card to overcommit).
-                detail={"slicedDetail": {"logical": NO_SLICES, **_NO_PHYSICAL}},
+                detail={"slicedDetail": {"logical": NO_SLICES, **_NO_PHYSICAL}, "rdmaNodes": 0},
                 phase=("Inactive", STOPPED),
                 reasons=("NoCapacity", "NoCapacity", "NoCapacity"),
             ),
