@@ -21,6 +21,8 @@ topology assignment, which is what Kueue's ungater pins each Pod to.
 4. A Workload of two PodSets (prefill, decode) each requiring a rack: the per-card verdict names
    the starved role. A bare Workload, as the emulated testbed runs no JobSet or
    LeaderWorkerSet controller.
+5. The setting set back to the default re-points the pool's queue to the hostname flavor and
+   deletes the rack flavor; the ClusterQueue and the InstanceType stay the same objects.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ RACK_PROFILE = "fnv64-58d7a1ce21b8b67c"
 """FNV-1a 64 of the rack key, NUL, the hostname key (as tests/unit/chain/test_profiles.py)."""
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 GPU = "nvidia.com/gpu"
+WORKER = "worker.gpustack.ai/v1alpha1"
 HALF_HELD = (0, 1)
 
 
@@ -104,13 +107,14 @@ def racks(testbed: Testbed, chain: Installed) -> Iterator[dict[str, str]]:
         with running_drivers(testbed):
             yield rack_of
     finally:
-        kubectl(testbed, "patch", "settings", "default", "--type=json", "-p", _UNSET_LEVELS)
+        kubectl(testbed, "patch", "settings", "default", "--type=merge", "-p", _UNSET_LEVELS)
         for name in rack_of:
             remove_t4_node(kube, name)
         forget_pool(kube, T4_POOL, tuple(rack_of))
 
 
-_UNSET_LEVELS = json.dumps([{"op": "remove", "path": "/spec/topology-levels"}])
+_UNSET_LEVELS = json.dumps({"spec": {"topology-levels": None}})
+"""Back to the default profile (a merge patch's null removes the key; idempotent)."""
 
 
 def _rack_flavor(kube: Kube) -> Obj | None:
@@ -252,6 +256,29 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
         decode_nodes = _placement(judged, "decode")
         assert any(f'node "{host}"' in message for host in decode_nodes), (message, decode_nodes)
         kube.delete(KUEUE, "Workload", "roles", ns)
+
+    # 5. The setting back to the default: the pool's queue is re-pointed to the hostname
+    # profile's flavor; the ClusterQueue and the InstanceType are the same objects.
+    queue_uid = (kube.get(KUEUE, "ClusterQueue", T4_POOL) or {})["metadata"]["uid"]
+    type_uid = (kube.get(WORKER, "InstanceType", T4_POOL) or {})["metadata"]["uid"]
+    switched_at = time.monotonic()
+    kubectl(testbed, "patch", "settings", "default", "--type=merge", "-p", _UNSET_LEVELS)
+    hostname_flavor = flavor["metadata"]["name"].removesuffix(f"-{RACK_PROFILE}")
+
+    def queue_flavors() -> list[str]:
+        cq = kube.get(KUEUE, "ClusterQueue", T4_POOL) or {}
+        groups = (cq.get("spec") or {}).get("resourceGroups") or []
+        return [f["name"] for group in groups for f in group["flavors"]]
+
+    wait_for(lambda: queue_flavors() == [hostname_flavor], 60, "the queue on the hostname flavor")
+    wait_for(
+        lambda: kube.get(KUEUE, "ResourceFlavor", flavor["metadata"]["name"]) is None,
+        60,
+        "the rack flavor deleted",
+    )
+    print(f"profile switched back in {time.monotonic() - switched_at:.1f} s")
+    assert (kube.get(KUEUE, "ClusterQueue", T4_POOL) or {})["metadata"]["uid"] == queue_uid
+    assert (kube.get(WORKER, "InstanceType", T4_POOL) or {})["metadata"]["uid"] == type_uid
     print(f"module body: {time.monotonic() - started:.1f} s")
 
 
