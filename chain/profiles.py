@@ -29,3 +29,11 @@ def node_levels(levels: Sequence[str], labels: Mapping[str, str]) -> tuple[str, 
 def node_profile(levels: Sequence[str], labels: Mapping[str, str]) -> str:
     """The `topology.gpustack.ai/profile` value of a node with `labels`."""
     return topology_profile(node_levels(levels, labels))
+
+
+def node_domain(levels: Sequence[str], labels: Mapping[str, str]) -> str | None:
+    """The node's domain at the level just above the hostname, named by every level's value
+    above the hostname, top first, joined by `/`; None in the hostname-only profile."""
+    if len(levels) < 2 or node_levels(levels, labels) != tuple(levels):
+        return None
+    return "/".join(labels[key] for key in levels[:-1])

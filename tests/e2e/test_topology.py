@@ -21,6 +21,8 @@ topology assignment, which is what Kueue's ungater pins each Pod to.
 4. A Workload of two PodSets (prefill, decode) each requiring a rack: the per-card verdict names
    the starved role. A bare Workload, as the emulated testbed runs no JobSet or
    LeaderWorkerSet controller.
+0. The pool's InstanceType shows, per rack, each node's free whole cards (`kubectl get
+   instancetypes -o wide`: the Gangs column).
 5. The setting set back to the default re-points the pool's queue to the hostname flavor and
    deletes the rack flavor; the ClusterQueue and the InstanceType stay the same objects.
 """
@@ -177,6 +179,18 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
         "the T4 queue Active",
     )
     print(f"\nsix nodes in two racks, pool ready: {time.monotonic() - started:.1f} s")
+
+    # The view: per rack, each node's free whole cards, and the Gangs column of -o wide.
+    def domains() -> list[Obj] | None:
+        found = kube.get(WORKER, "InstanceType", T4_POOL) or {}
+        return (found.get("status") or {}).get("topologyDomains")
+
+    shown = wait_for(domains, 60, "the pool's view per rack")
+    assert shown == [
+        {"name": rack, "freeWholeCards": [4, 4, 4], "idleNodes": 3} for rack in ("rack-1", "rack-2")
+    ], shown
+    wide = kubectl(testbed, "get", "instancetypes", T4_POOL, "-o", "wide")
+    assert "GANGS" in wide and "rack-1:3/3,rack-2:3/3" in wide, wide
 
     with tenant_namespace(kube, T4_POOL) as ns:
         # 1. 4 Pods x 2 cards, one rack: admitted, every Pod's node in one rack.

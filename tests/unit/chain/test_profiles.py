@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chain.names import flavor_count, profiled_flavor_name, topology_name
-from chain.profiles import node_levels, node_profile
+from chain.profiles import node_domain, node_levels, node_profile
 
 HOST = "kubernetes.io/hostname"
 RACK = "cloud.provider.com/topology-rack"
@@ -33,3 +33,11 @@ def test_profile_names() -> None:
     assert suffixed == FLAVOR + "-fnv64-58d7a1ce21b8b67c"
     assert flavor_count(suffixed) == 8
     assert topology_name(RACK_PROFILE) == "gpustack-fnv64-58d7a1ce21b8b67c"
+
+
+def test_a_nodes_domain_names_every_level_above_the_hostname() -> None:
+    labels = {HOST: "n1", RACK: "r1", BLOCK: "b1"}
+    assert node_domain((BLOCK, RACK, HOST), labels) == "b1/r1"
+    assert node_domain((RACK, HOST), labels) == "r1"
+    assert node_domain((HOST,), labels) is None
+    assert node_domain((RACK, HOST), {HOST: "n1"}) is None
