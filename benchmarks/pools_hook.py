@@ -1,6 +1,6 @@
 """How the pools hook's cost compares with just decoding its request, at 1,000 and 5,000 nodes.
 
-    python -m benchmarks.pools_hook [--sizes 1000 5000] [--repeats 30]
+    python -m benchmarks.pools_hook [--sizes 1000 5000] [--repeats 30] [--levels 3]
 
 For each size: generate a cluster (8 CPU models, 6 card models), run the Node decorator on every
 node to get its labels and its NodeFlavors summary (as the API server would then serve them), and
@@ -9,6 +9,10 @@ objects attached). Then, interleaved in one run, time `json.loads` of the body a
 `json.loads` + the route (its shallow parse, then `pools.sync`) + `json.dumps(answer)`, and print
 p50/p95 of both and their ratio (goal: at most 3 at 5,000 nodes). Also print how large the body
 would be if the hook related the full Node objects instead of the summaries.
+
+`--levels 3`: the settings name a block/rack/hostname profile (docs/topology.md, "Topology
+profiles") and every node but each tenth carries block and rack labels (16 nodes a rack, 4 racks
+a block), so summaries name their levels and the pools split over two profiles.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from builders.cluster import (
     served,
     settings_object,
 )
+from chain.labels import HOSTNAME
 from hooks.flavor import node, pools
 from hooks.request import DecoratorRequest, parse_shallow
 from hooks.transport import shallow_route
@@ -42,13 +47,28 @@ def _labelled(obj: Obj, labels: dict[str, str | None]) -> Obj:
     return {**obj, "metadata": {**obj["metadata"], "labels": current}}
 
 
-def build(size: int) -> tuple[bytes, bytes, int, int]:
+BLOCK = "cloud.provider.com/topology-block"
+RACK = "cloud.provider.com/topology-rack"
+LEVELS = {1: [HOSTNAME], 3: [BLOCK, RACK, HOSTNAME]}
+
+
+def _racked(obj: Obj, index: int) -> Obj:
+    """Every node but each tenth gets block and rack labels; the tenth stays hostname-only."""
+    if index % 10 == 9:
+        return obj
+    place = {BLOCK: f"block-{index // 64}", RACK: f"rack-{index // 16}"}
+    labels = {**obj["metadata"]["labels"], **place}
+    return {**obj, "metadata": {**obj["metadata"], "labels": labels}}
+
+
+def build(size: int, levels: int = 1) -> tuple[bytes, bytes, int, int]:
     """(body with summaries, body with full Nodes, #summaries, #attachments)."""
-    settings = settings_object()
+    settings = settings_object({"topology-levels": LEVELS[levels]} if levels > 1 else None)
     summaries: list[Obj] = []
     nodes: list[Obj] = []
-    for obj in random_cluster(size):
-        answer = node.sync(DecoratorRequest.parse(node_request(obj)))
+    for index, served_obj in enumerate(random_cluster(size)):
+        obj = _racked(served_obj, index) if levels > 1 else served_obj
+        answer = node.sync(DecoratorRequest.parse(node_request(obj, settings)))
         labelled = _labelled(obj, answer["labels"])
         nodes.append(labelled)
         summaries.extend(served(summary, labelled) for summary in answer["attachments"])
@@ -68,6 +88,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--levels", type=int, choices=sorted(LEVELS), default=1)
     args = parser.parse_args()
 
     print(
@@ -75,7 +96,7 @@ def main() -> None:
         f" {'loads p50':>9} {'p95':>7} {'sync p50':>9} {'p95':>7} {'ratio p50':>9} {'p95':>5}"
     )
     for size in args.sizes:
-        raw, with_nodes, count, attached = build(size)
+        raw, with_nodes, count, attached = build(size, args.levels)
         decoded, synced = measure(raw, shallow_route(pools.sync), args.repeats)
         d50, d95 = statistics.median(decoded), percentile(decoded, 0.95)
         s50, s95 = statistics.median(synced), percentile(synced, 0.95)

@@ -11,6 +11,8 @@ Hooks and the node agent agree on names, keys, labels and units only by computin
 - `labels`: label/annotation keys, value sanitizing, node label sets.
 - `names`: FNV-1a 64 and the names of flavors, pools, LocalQueues, Topologies.
 - `pools`: flavor and pool identities, schedule labels, the pool flavor selector.
+- `profiles`: which topology profile a node is in, and its domain (docs/topology.md,
+  "Topology profiles").
 - `memory`, `quantity`: memory spellings and exact quantity parsing.
 - `settings`: the online settings object and the startup environment.
 - `validation`: Kubernetes' syntax rules for names, keys and values.

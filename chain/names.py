@@ -12,9 +12,11 @@ DCU as `K100_AI`, so its aKey is `hygon-k100_ai`) and, from a hand-set label, ca
 names may not. A key that is already a valid segment is kept as it is, so every pool that exists
 keeps its name; any other gets a hash of the key, so two keys never share a name.
 
-Judgment call: docs/design/control-plane.md, "One hostname-level Topology", fixes one hostname-level
-Topology for every pool, so flavor names carry no `-fnv64-<profile>` suffix; `flavor_count` still
-reads names that have one, since the format is inferred upstream and tolerating it costs nothing.
+The hostname-only profile (docs/design/control-plane.md, "One hostname-level Topology") is the
+default, and its flavor names carry no profile suffix, so every pool that exists keeps its flavor
+names. A flavor of any other profile ends with `-fnv64-<profile hash>`: Kueue makes a flavor's
+`topologyName` and `nodeLabels` immutable, so a node that changes profile must feed a flavor of
+another name (docs/topology.md, "Topology profiles"). `flavor_count` reads both forms.
 """
 
 from __future__ import annotations
@@ -145,6 +147,13 @@ def topology_name(profile: str) -> str:
     return TOPOLOGY_PREFIX + profile
 
 
-HOSTNAME_PROFILE = topology_profile((HOSTNAME,))
-"""The profile every pool shares while only the hostname level exists (docs/design/control-plane.md,
-"One hostname-level Topology")."""
+HOSTNAME_LEVELS = (HOSTNAME,)
+HOSTNAME_PROFILE = topology_profile(HOSTNAME_LEVELS)
+"""The default profile (docs/design/control-plane.md, "One hostname-level Topology"), and the one
+a node falls back to when it lacks a level of the configured profile."""
+
+
+def profiled_flavor_name(name: str, profile: str) -> str:
+    """A flavor's name in `profile`: as it is for the hostname-only profile (existing pools keep
+    their names), else with `-<profile>` appended (`-fnv64-<16 hex>`)."""
+    return name if profile == HOSTNAME_PROFILE else f"{name}-{profile}"

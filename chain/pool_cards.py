@@ -34,7 +34,7 @@ from chain.devices import (
 from chain.partitions import publish_profile_name
 from chain.pool_nodes import PoolNode, pool_devices_selector, pool_node
 from chain.pools import PoolIdentity, selector_matches
-from chain.views import AcceleratorViews, accelerator_views
+from chain.views import AcceleratorViews, accelerator_views, free_whole_cards
 
 POOL_CARDS = "PoolCards"
 POOL_CARDS_RESOURCE = "poolcards"
@@ -87,6 +87,59 @@ def render_sliced_detail(detail: SlicedDetail) -> Obj:
 
 
 @dataclass(frozen=True)
+class DomainCards:
+    """One topology domain's nodes of the pool (docs/topology.md, "Views")."""
+
+    name: str
+    """The domain: the values of the profile's levels above the hostname, top first, joined
+    by `/` (`block-1/rack-3`), so equal rack names of two blocks stay apart."""
+    free: tuple[int, ...]
+    """Free whole cards of each node of the domain, most first."""
+    idle: int
+    """Nodes whose every card of the pool is free: whole-node gangs."""
+
+    def render(self) -> Obj:
+        return {"name": self.name, "freeWholeCards": list(self.free), "idleNodes": self.idle}
+
+    @classmethod
+    def parse(cls, obj: fields.Obj, path: str) -> DomainCards:
+        free = obj.get("freeWholeCards") or []
+        where = fields.at(path, "freeWholeCards")
+        if not isinstance(free, list):
+            raise ValueError(f"{where}: expected a list of integers")
+        counts = tuple(fields.whole(value, f"{where}[{i}]") for i, value in enumerate(free))
+        return cls(
+            fields.string(obj, "name", path, required=True),
+            counts,
+            fields.integer(obj, "idleNodes", path),
+        )
+
+    def summary(self) -> str:
+        """`<domain>:<idle>/<nodes>` for the printer column."""
+        return f"{self.name}:{self.idle}/{len(self.free)}"
+
+
+def domain_cards(
+    nodes: Sequence[PoolNode], domain_of: Mapping[str, str]
+) -> tuple[DomainCards, ...]:
+    """Per domain (by name), the free whole cards of its nodes; nodes without a domain (in
+    the hostname-only profile, or gone from `domain_of`) or without a card are in none."""
+    free: dict[str, list[int]] = {}
+    idle: dict[str, int] = {}
+    for node in nodes:
+        domain = domain_of.get(node.name)
+        if domain is None or not node.cards:
+            continue
+        count = free_whole_cards(node)
+        free.setdefault(domain, []).append(count)
+        idle[domain] = idle.get(domain, 0) + (count == len(node.cards))
+    return tuple(
+        DomainCards(name, tuple(sorted(free[name], reverse=True)), idle[name])
+        for name in sorted(free)
+    )
+
+
+@dataclass(frozen=True)
 class PoolCards:
     """What a pool's status reads from its nodes (the `spec` of a PoolCards object)."""
 
@@ -100,9 +153,11 @@ class PoolCards:
     views: AcceleratorViews = field(default_factory=AcceleratorViews)
     rdma_nodes: int = 0
     """Of `nodes`, those with an RDMA port up (docs/topology.md, "Network cards")."""
+    domains: tuple[DomainCards, ...] = ()
+    """Per topology domain, when the pool's nodes are in a profile above the hostname."""
 
     def render(self) -> Obj:
-        return {
+        rendered: Obj = {
             "nodes": self.nodes,
             "rdmaNodes": self.rdma_nodes,
             "computeCapability": self.compute_capability,
@@ -110,6 +165,9 @@ class PoolCards:
             "slicedDetail": render_sliced_detail(self.sliced_detail),
             "views": self.views.render(),
         }
+        if self.domains:
+            rendered["domains"] = [domain.render() for domain in self.domains]
+        return rendered
 
     @classmethod
     def parse(cls, spec: fields.Obj, path: str) -> PoolCards:
@@ -128,11 +186,16 @@ class PoolCards:
             views=AcceleratorViews.parse(
                 fields.child(spec, "views", path, required=True), fields.at(path, "views")
             ),
+            domains=tuple(
+                DomainCards.parse(item, where)
+                for item, where in fields.items(spec, "domains", path)
+            ),
         )
 
 
-def tally(nodes: Sequence[PoolNode]) -> PoolCards:
-    """The PoolCards of a pool whose nodes (sorted by name) are `nodes`."""
+def tally(nodes: Sequence[PoolNode], domain_of: Mapping[str, str] | None = None) -> PoolCards:
+    """The PoolCards of a pool whose nodes (sorted by name) are `nodes`; `domain_of` maps a
+    node's name to its topology domain (`chain.profiles.node_domain`)."""
     capability = next((node.compute_capability for node in nodes if node.compute_capability), "")
     versions = runtime_versions(node.runtime_version for node in nodes if node.runtime_version)
     return PoolCards(
@@ -142,6 +205,7 @@ def tally(nodes: Sequence[PoolNode]) -> PoolCards:
         sliced_detail=_sliced_detail(nodes),
         views=accelerator_views(nodes),
         rdma_nodes=sum(1 for node in nodes if node.rdma),
+        domains=domain_cards(nodes, domain_of or {}),
     )
 
 

@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from chain.labels import HOSTNAME
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
+from chain.validation import is_qualified_name
 
 ENV_PREFIX = "GPUSTACK_"
 _STRING_BOOLS = {"true": True, "false": False}
@@ -63,6 +65,11 @@ class Settings:
     )
     """Namespaces that get no LocalQueue, beyond kube-system and the chain's own (a chain
     setting, not an upstream one)."""
+    topology_levels: tuple[str, ...] = field(
+        default=(HOSTNAME,), metadata={"name": "topology-levels"}
+    )
+    """The topology profile: node label keys, top to bottom, ending with the hostname
+    (docs/topology.md, "Topology profiles"; a chain setting)."""
 
     @staticmethod
     def names() -> tuple[str, ...]:
@@ -93,11 +100,12 @@ class Settings:
             variable = env_name(entry.metadata["name"])
             raw = env.get(variable, "")
             if raw != "":
-                values[entry.name] = (
-                    _names(variable, raw)
-                    if entry.name in _LIST_FIELDS
-                    else _env_bool(variable, raw)
-                )
+                if entry.name == "topology_levels":
+                    values[entry.name] = topology_levels(variable, raw)
+                elif entry.name in _LIST_FIELDS:
+                    values[entry.name] = _names(variable, raw)
+                else:
+                    values[entry.name] = _env_bool(variable, raw)
         return cls(**values)
 
     def to_spec(self) -> dict[str, bool | list[str]]:
@@ -121,12 +129,39 @@ def env_name(setting: str) -> str:
     return ENV_PREFIX + setting.upper().replace("-", "_")
 
 
-_LIST_FIELDS = frozenset({"entrance_excluded_namespaces"})
-_LIST_SETTINGS = frozenset({"entrance-excluded-namespaces"})
+_LIST_FIELDS = frozenset({"entrance_excluded_namespaces", "topology_levels"})
+_LIST_SETTINGS = frozenset({"entrance-excluded-namespaces", "topology-levels"})
+TOPOLOGY_LEVELS_MAX = 16
+"""Kueue's cap on a Topology's levels (`spec.levels` maxItems)."""
 
 
 def _spec_value(name: str, value: object) -> bool | tuple[str, ...]:
+    if name == "topology-levels":
+        return topology_levels(f"spec.{name}", value)
     return _names(f"spec.{name}", value) if name in _LIST_SETTINGS else _spec_bool(name, value)
+
+
+def topology_levels(where: str, value: object) -> tuple[str, ...]:
+    """The `topology-levels` setting: distinct label keys, at most 16, the last the hostname.
+
+    Kueue refuses a Topology that breaks any of these (its CRD rules), and the per-card check
+    judges the nodes a topology assignment names, which only a hostname lowest level does; so
+    the setting is refused here, naming it, rather than the flavor hook failing later.
+    """
+    levels = _names(where, value)
+    for index, key in enumerate(levels):
+        if not is_qualified_name(key):
+            raise ValueError(f"{where}[{index}]: {key!r} is not a node label key")
+        if key in levels[:index]:
+            raise ValueError(f"{where}[{index}]: {key!r} is named twice (levels must be distinct)")
+    if not levels or levels[-1] != HOSTNAME:
+        raise ValueError(
+            f"{where}: the last (lowest) level must be {HOSTNAME}, got {list(levels)!r}; the "
+            "per-card check judges the nodes Kueue names, and only a hostname level names them"
+        )
+    if len(levels) > TOPOLOGY_LEVELS_MAX:
+        raise ValueError(f"{where}: {len(levels)} levels, Kueue allows {TOPOLOGY_LEVELS_MAX}")
+    return levels
 
 
 def _names(where: str, value: object) -> tuple[str, ...]:

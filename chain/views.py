@@ -227,6 +227,14 @@ def accelerator_views(nodes: Iterable[PoolNode]) -> AcceleratorViews:
     return AcceleratorViews(exclusive.view(), shared.view(), sliced.view(), partitions.view())
 
 
+def free_whole_cards(node: PoolNode) -> int:
+    """Cards of the node that take a whole-card request: not partitioned, nothing taken (the
+    EX view's count on one node)."""
+    return sum(
+        1 for card in node.cards if not card.partitioned and card.remaining >= RESOURCE_MAX_UNITS
+    )
+
+
 def cpu_view(capacity: Fraction, reserved: Fraction, node_cores: Sequence[int]) -> View:
     """`capacity` cores of quota, `reserved` of them held by workloads, nodes of `node_cores`."""
     remaining = max(Fraction(0), capacity - reserved)

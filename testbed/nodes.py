@@ -129,3 +129,20 @@ def device_manager_feature(node: str, cards: int) -> Obj:
             }
         },
     }
+
+
+def add_t4_node(kube: Kube, name: str, cards: int, labels: dict[str, str] | None = None) -> None:
+    """A registered node of `cards` Tesla T4 and 16 CPUs, with what NFD and the node agent
+    would publish for it (no agent runs: a test writes its `Devices` if it needs one)."""
+    capacity = {"nvidia.com/gpu": str(cards)}
+    register_node(kube, node_object(name, cpu="16", labels=labels, capacity=capacity))
+    kube.apply(nfd_worker_feature(name))
+    kube.apply(device_manager_feature(name, cards))
+
+
+def remove_t4_node(kube: Kube, name: str) -> None:
+    """Undo `add_t4_node`, and the `Devices` a test wrote for the node."""
+    kube.delete(NFD, "NodeFeature", name, NFD_NS)
+    kube.delete(NFD, "NodeFeature", f"{name}-gpustack-device-manager", NFD_NS)
+    kube.delete("worker.gpustack.ai/v1alpha1", "Devices", name)
+    kube.delete("v1", "Node", name)

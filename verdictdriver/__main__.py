@@ -143,7 +143,7 @@ def drive(kube: Kube, args: argparse.Namespace) -> int:
     caches = Caches()
     caches.start(kube)
     if not args.no_pool_cards:
-        keep_pool_cards_in_background(kube, caches.devices, elector.still_leading)
+        keep_pool_cards_in_background(kube, caches.devices, elector.still_leading, caches.nodes)
     writers = (
         Writers.threads(lambda: Kube.from_environment(args.kubeconfig), args.writers)
         if args.writers > 0

@@ -6,7 +6,8 @@ keeper, in the verdict driver (it already watches every Devices object; `--no-po
 it off) or alone as `python -m verdictdriver.pool_cards`.
 
 - A pass reads the watch caches only: InstanceTypes, the settings singleton (CPU-aware pools
-  are narrower), the Devices and the PoolCards already written. A Devices object is parsed once
+  are narrower; the topology profile's levels), the Devices, the Nodes (their topology domains,
+  docs/topology.md, "Views") and the PoolCards already written. A Devices object is parsed once
   per resourceVersion, and a pool whose members and their versions are those of the last pass
   is not tallied again, so a ledger change costs one node's parse and one pool's sum.
 - It writes a PoolCards whose spec or owner differs from what the API server holds (server-side
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import requests
 
-from chain.apis import CHAIN_API, INSTANCE_TYPE, SETTINGS, SETTINGS_NAME, WORKER_API
+from chain.apis import CHAIN_API, CORE_V1, INSTANCE_TYPE, NODE, SETTINGS, SETTINGS_NAME, WORKER_API
 from chain.devices import DEVICES_KIND
 from chain.pool_cards import (
     POOL_CARDS,
@@ -44,6 +45,7 @@ from chain.pool_cards import (
 )
 from chain.pool_nodes import PoolNode, pool_node
 from chain.pools import PoolIdentity
+from chain.profiles import node_domain
 from chain.settings import Settings
 from kubeapi import Kube, KubeError, Obj, kube_parser, run_connected
 from kubeapi.watch import Cache, Watcher, all_synced, start_all, stop_all
@@ -71,8 +73,8 @@ def _owner_uid(obj: Obj) -> str | None:
 class _Tallied:
     """A pool's last tally and what it was made from."""
 
-    members: tuple[tuple[str, str], ...]
-    """(name, resourceVersion) of every member Devices."""
+    members: tuple[tuple[str, str, str | None], ...]
+    """(name, resourceVersion, topology domain) of every member Devices."""
     cards: PoolCards
 
 
@@ -117,6 +119,7 @@ class PoolCardsKeeper:
         kube: Kube,
         devices: Cache | None = None,
         leading: Callable[[], bool] = lambda: True,
+        nodes: Cache | None = None,
     ) -> None:
         self.kube = kube
         self.types = Cache()
@@ -124,6 +127,8 @@ class PoolCardsKeeper:
         self.written = Cache()
         self._own_devices = devices is None
         self.devices = Cache() if devices is None else devices
+        self._own_nodes = nodes is None
+        self.nodes = Cache() if nodes is None else nodes
         self.leading = leading
         self.read = NodeReader()
         self._tallies: dict[str, _Tallied] = {}
@@ -138,6 +143,8 @@ class PoolCardsKeeper:
         ]
         if self._own_devices:
             watchers.append(Watcher(kube, WORKER_API, DEVICES_KIND, cache=self.devices))
+        if self._own_nodes:
+            watchers.append(Watcher(kube, CORE_V1, NODE, cache=self.nodes))
         self._watchers = start_all(watchers)
         return self
 
@@ -146,30 +153,57 @@ class PoolCardsKeeper:
 
     @property
     def synced(self) -> bool:
-        return all_synced((self.types, self.settings, self.written, self.devices))
+        return all_synced((self.types, self.settings, self.written, self.devices, self.nodes))
 
-    def _aware(self) -> bool:
+    def _settings(self) -> Settings:
         for obj in self.settings.items():
             if _meta(obj).get("name") == SETTINGS_NAME:
                 try:
-                    return Settings.from_spec(obj.get("spec")).instance_type_aware_cpu_manufacturer
+                    return Settings.from_spec(obj.get("spec"))
                 except ValueError as err:
-                    log.warning("settings unreadable, pools taken as not CPU-aware: %s", err)
-        return False
+                    log.warning(
+                        "settings unreadable, pools taken as not CPU-aware and hostname-only: %s",
+                        err,
+                    )
+        return Settings()
 
-    def _cards(self, name: str, membership: Membership, devices: Sequence[Obj]) -> PoolCards:
+    def _domains(self, levels: Sequence[str]) -> dict[str, str]:
+        """Each Node's topology domain by name; none while the profile is hostname-only."""
+        if len(levels) < 2:
+            return {}
+        found = {}
+        for obj in self.nodes.items():
+            labels = _meta(obj).get("labels") or {}
+            if isinstance(labels, Mapping):
+                domain = node_domain(levels, labels)
+                if domain is not None:
+                    found[str(_meta(obj).get("name"))] = domain
+        return found
+
+    def _cards(
+        self,
+        name: str,
+        membership: Membership,
+        devices: Sequence[Obj],
+        domains: Mapping[str, str],
+    ) -> PoolCards:
         found = membership.members(devices, skip=self.read.unreadable)
-        members = tuple((str(_meta(obj).get("name")), _version(obj)) for obj in found)
+        members = tuple(
+            (str(_meta(obj).get("name")), _version(obj), domains.get(str(_meta(obj).get("name"))))
+            for obj in found
+        )
         last = self._tallies.get(name)
         if last is not None and last.members == members:
             return last.cards
-        cards = tally(membership.nodes(found, self.read))
+        cards = tally(membership.nodes(found, self.read), domains)
         self._tallies[name] = _Tallied(members, cards)
         return cards
 
     def decide(self) -> list[Obj]:
         """Every PoolCards whose spec or owner is not what the server holds."""
-        aware = self._aware()
+        settings = self._settings()
+        aware = settings.instance_type_aware_cpu_manufacturer
+        domains = self._domains(settings.topology_levels)
         devices = self.devices.items()
         self.read.forget_all_but({(str(_meta(o).get("name")), _version(o)) for o in devices})
         held = {str(_meta(o).get("name")): o for o in self.written.items()}
@@ -185,7 +219,8 @@ class PoolCardsKeeper:
             if membership is None:
                 continue
             names.add(name)
-            desired = pool_cards_object(instance_type, self._cards(name, membership, devices))
+            cards = self._cards(name, membership, devices, domains)
+            desired = pool_cards_object(instance_type, cards)
             current = held.get(name)
             uid = str(_meta(instance_type).get("uid"))
             if (
@@ -237,9 +272,12 @@ def _version(obj: Mapping[str, object]) -> str:
 
 
 def keep_pool_cards_in_background(
-    kube: Kube, devices: Cache | None = None, leading: Callable[[], bool] = lambda: True
+    kube: Kube,
+    devices: Cache | None = None,
+    leading: Callable[[], bool] = lambda: True,
+    nodes: Cache | None = None,
 ) -> PoolCardsKeeper:
-    keeper = PoolCardsKeeper(kube, devices, leading).start()
+    keeper = PoolCardsKeeper(kube, devices, leading, nodes).start()
     threading.Thread(target=keeper.run, name="pool-cards", daemon=True).start()
     return keeper
 

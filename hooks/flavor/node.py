@@ -4,9 +4,10 @@ Target: every Node. Related: the Settings singleton (absent = defaults). Answer:
 
 - `labels`: `gpustack.ai/managed=true` (unless `node-management-manual`; a value already on the node
   is echoed, never replaced), the CPU maker and CPU key presence labels, `<gKey>.count`,
-  `topology.gpustack.ai/profile` (the hostname-only profile, docs/design/control-plane.md, "One
-  hostname-level Topology"), and `feature.gpustack.ai/acceleratable=false` on a node that does not
-  say `true`, so CPU flavors that pin `false` match it.
+  `topology.gpustack.ai/profile` (the `topology-levels` profile when the node carries a label for
+  every level, else the hostname-only one: docs/topology.md, "Topology profiles"), and
+  `feature.gpustack.ai/acceleratable=false` on a node that does not say `true`, so CPU flavors
+  that pin `false` match it.
 - `attachments`: one NodeFlavors summary when the node is managed and feeds some flavor.
 
 Metacontroller only sets the label keys an answer lists and deletes those listed as null; it never
@@ -41,8 +42,8 @@ from chain.labels import (
     is_managed,
 )
 from chain.manufacturers import default_manufacturers
-from chain.names import HOSTNAME_PROFILE
 from chain.pools import node_flavors
+from chain.profiles import node_levels, node_profile
 from chain.quantity import parse_quantity
 from chain.settings import Settings
 from hooks.flavor.summary import DEVICE_FIELDS, FlavorEntry, NodeSummary, cpu_facts
@@ -92,7 +93,7 @@ def node_labels(
             cpu.manufacturer, cpu.key, cores, existing_managed, settings.node_management_manual
         )
     )
-    answer[TOPOLOGY_PROFILE] = HOSTNAME_PROFILE
+    answer[TOPOLOGY_PROFILE] = node_profile(settings.topology_levels, labels)
     if labels.get(ACCELERATABLE) != TRUE:
         answer[ACCELERATABLE] = FALSE
     for key in labels:
@@ -128,7 +129,9 @@ def summarize(
         entries.append(FlavorEntry(identity, device))
     if not entries:
         return None
-    return NodeSummary(name, accelerated, cpu_facts(cpu.manufacturer, annotations), tuple(entries))
+    facts = cpu_facts(cpu.manufacturer, annotations)
+    levels = node_levels(settings.topology_levels, labels)
+    return NodeSummary(name, accelerated, facts, tuple(entries), levels)
 
 
 def _cpu_capacity(node: Obj) -> Fraction:

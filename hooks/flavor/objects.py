@@ -1,4 +1,4 @@
-"""The objects the pools decorator authors: ResourceFlavors, the Topology, derived InstanceTypes.
+"""The objects the pools decorator authors: ResourceFlavors, Topologies, derived InstanceTypes.
 
 Every builder returns only the fields the chain decides (Metacontroller applies them); nothing here
 depends on anything but its arguments, so equal inputs always give byte-equal objects.
@@ -16,7 +16,6 @@ from chain.labels import (
     ARCH,
     DERIVED_FROM_NODE,
     FALSE,
-    HOSTNAME,
     MANAGED,
     OS,
     RESOURCE_TYPE,
@@ -30,12 +29,16 @@ from chain.labels import (
     general_feature_key,
     note_key,
 )
-from chain.names import HOSTNAME_PROFILE, topology_name
+from chain.names import (
+    HOSTNAME_LEVELS,
+    profiled_flavor_name,
+    topology_name,
+    topology_profile,
+)
 from hooks.flavor.presets import CPU_POOL_UNITS, LOCAL_STORAGE, preset_unit_resources
 from hooks.flavor.summary import FlavorEntry
 from hooks.request import BadRequest, Obj, object_path
 
-TOPOLOGY_NAME = topology_name(HOSTNAME_PROFILE)
 CPU_ONLY_DISPLAY_NAME = "CPU-only"
 """Display name of the collapsed CPU pool: no single CPU model describes it."""
 DISPLAY_NAME_MAX = 64
@@ -52,25 +55,38 @@ _DETAIL_FIELDS = (
 _CACHE_FIELDS = (("cacheL1i", "l1i"), ("cacheL1d", "l1d"), ("cacheL2", "l2"), ("cacheL3", "l3"))
 
 
-def topology() -> Obj:
-    """The one hostname-level Topology every flavor names (docs/design/control-plane.md, "One
-    hostname-level Topology")."""
+def topology(levels: tuple[str, ...] = HOSTNAME_LEVELS) -> Obj:
+    """The Topology of a profile: the hostname-level one by default (docs/design/control-plane.md,
+    "One hostname-level Topology"), named by the hash of its levels, which Kueue makes
+    immutable (docs/topology.md, "Topology profiles")."""
     return {
         "apiVersion": KUEUE_API,
         "kind": TOPOLOGY,
-        "metadata": {"name": TOPOLOGY_NAME, "labels": {RESOURCE_TYPE: RESOURCE_TYPE_TOPOLOGY}},
-        "spec": {"levels": [{"nodeLabel": HOSTNAME}]},
+        "metadata": {
+            "name": topology_name(topology_profile(levels)),
+            "labels": {RESOURCE_TYPE: RESOURCE_TYPE_TOPOLOGY},
+        },
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
 
 
 def resource_flavor(
-    entry: FlavorEntry, cpu: Mapping[str, str], contributors: int, mixed: bool, aware: bool
+    entry: FlavorEntry,
+    cpu: Mapping[str, str],
+    contributors: int,
+    mixed: bool,
+    aware: bool,
+    levels: tuple[str, ...] = HOSTNAME_LEVELS,
 ) -> Obj:
-    """A flavor as described by its first contributor, sized by all `contributors`.
+    """A flavor as described by its first contributor, sized by all `contributors`, in the
+    topology profile of `levels`.
 
     The labels let pools select the flavor and read its size without listing nodes; the
     nodeLabels pin admitted Pods to exactly the contributing nodes (≤ 8 entries, Kueue's cap).
+    The profile is in the name, the profile label and `topologyName`: Kueue refuses a change
+    to a flavor's `nodeLabels` or `topologyName`, so another profile is another flavor.
     """
+    profile = topology_profile(levels)
     ident = entry.identity
     own = ident.feature_key
     count = str(ident.count)
@@ -82,7 +98,7 @@ def resource_flavor(
         count_key(own): count,
         capacity_key(own): str(contributors * ident.count),
         RESOURCE_TYPE: RESOURCE_TYPE_NODES,
-        TOPOLOGY_PROFILE: HOSTNAME_PROFILE,
+        TOPOLOGY_PROFILE: profile,
     }
     node_labels = {
         MANAGED: TRUE,
@@ -90,7 +106,7 @@ def resource_flavor(
         ARCH: ident.arch,
         own: TRUE,
         count_key(own): count,
-        TOPOLOGY_PROFILE: HOSTNAME_PROFILE,
+        TOPOLOGY_PROFILE: profile,
     }
     if ident.acceleratable:
         # The node's CPU key rides along so a CPU-aware pool can select the flavor, and the
@@ -103,14 +119,14 @@ def resource_flavor(
         "apiVersion": KUEUE_API,
         "kind": RESOURCE_FLAVOR,
         "metadata": {
-            "name": ident.name,
+            "name": profiled_flavor_name(ident.name, profile),
             "labels": labels,
             "annotations": flavor_notes(entry, cpu, aware),
         },
         "spec": {
             "nodeLabels": node_labels,
             "tolerations": [{"operator": "Exists"}],
-            "topologyName": TOPOLOGY_NAME,
+            "topologyName": topology_name(profile),
         },
     }
 

@@ -2,11 +2,12 @@
 
 Target: the Settings singleton. Related: every NodeFlavors summary. Answer `attachments`:
 
-- one ResourceFlavor per flavor name some summary feeds; the contributors sorted by node name,
+- one ResourceFlavor per flavor name some summary feeds, in the summary's topology profile (the
+  name carries the profile unless it is hostname-only); the contributors sorted by node name,
   the first describes it, capacity = #contributors x per-node count. A flavor nobody feeds is
   not returned, so Metacontroller deletes it.
-- the hostname-level Topology, while at least one flavor exists (a Topology no flavor names
-  would only be clutter, and the next flavor brings it back).
+- one Topology per profile some flavor names (a Topology no flavor names would only be clutter,
+  and the next flavor brings it back); docs/topology.md, "Topology profiles".
 - with `instance-type-derived-from-node`: one InstanceType per pool, described by the pool's
   first flavor by name.
 
@@ -41,9 +42,10 @@ from chain.apis import (
     WORKER_API,
 )
 from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_NODES, RESOURCE_TYPE_TOPOLOGY
+from chain.names import profiled_flavor_name, topology_profile
 from chain.settings import Settings
 from hooks.flavor.objects import as_observed, instance_type, resource_flavor, topology
-from hooks.flavor.summary import FlavorEntry, entry_of, scan
+from hooks.flavor.summary import FlavorEntry, entry_of, scan, summary_levels
 from hooks.readers import parent_settings
 from hooks.request import BadRequest, DecoratorRequest, Obj, object_path
 
@@ -86,33 +88,42 @@ class Flavor:
     cpu: Mapping[str, str]
     """The first contributor's CPU descriptors."""
     contributors: int
+    levels: tuple[str, ...]
+    """The levels of the topology profile its nodes are in (the name carries the profile)."""
 
 
 def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
     """Flavors by name, sorted by name, each described by its first contributor by node name.
 
     This is the loop that runs once per node and entry, so it keeps no per-entry objects: a
-    flavor's group is [first node, its entry, its cpu, contributors], and typed views are made
-    only for the entry that describes a flavor.
+    flavor's group is [first node, its entry, its cpu, contributors, levels], and typed views
+    are made only for the entry that describes a flavor. Nodes of one flavor identity in two
+    profiles feed two flavors: the profile is part of the name.
     """
     groups: dict[str, list[Any]] = {}
+    profiles: dict[tuple[str, ...], str] = {}
     for obj in summaries:
         try:
             node, accelerated, cpu, entries = scan(obj, "")
+            levels = summary_levels(obj, "")
         except BadRequest as err:
             raise BadRequest(object_path("related", obj) + err.field, err.message) from None
+        profile = profiles.get(levels)
+        if profile is None:
+            profile = profiles[levels] = topology_profile(levels)
         for entry in entries:
             if not mixed and accelerated and not entry.get("acceleratorKey"):
                 continue
-            group = groups.get(entry["name"])
+            name = profiled_flavor_name(entry["name"], profile)
+            group = groups.get(name)
             if group is None:
-                groups[entry["name"]] = [node, entry, cpu, 1]
+                groups[name] = [node, entry, cpu, 1, levels]
                 continue
             group[3] += 1
             if node < group[0]:
                 group[0:3] = node, entry, cpu
     return {
-        name: Flavor(entry_of(groups[name][1]), groups[name][2], groups[name][3])
+        name: Flavor(entry_of(groups[name][1]), groups[name][2], groups[name][3], groups[name][4])
         for name in sorted(groups)
     }
 
@@ -149,16 +160,17 @@ def _identity(obj: Obj) -> tuple[str, str]:
 
 
 def attachments(summaries: Iterable[Obj], observed: list[Obj], settings: Settings) -> list[Obj]:
-    """The full desired attachment set: flavors by name, the Topology, InstanceTypes by name."""
+    """The full desired attachment set: flavors by name, the Topologies by name, InstanceTypes
+    by name."""
     mixed = settings.instance_type_mixed_on_node
     aware = settings.instance_type_aware_cpu_manufacturer
     flavors = gather(summaries, mixed)
     result = [
-        resource_flavor(flavor.entry, flavor.cpu, flavor.contributors, mixed, aware)
+        resource_flavor(flavor.entry, flavor.cpu, flavor.contributors, mixed, aware, flavor.levels)
         for flavor in flavors.values()
     ]
-    if flavors:
-        result.append(topology())
+    topologies = {flavor.levels: topology(flavor.levels) for flavor in flavors.values()}
+    result.extend(sorted(topologies.values(), key=lambda obj: str(obj["metadata"]["name"])))
 
     types = {obj["metadata"]["name"]: obj for obj in observed}
     if settings.instance_type_derived_from_node:

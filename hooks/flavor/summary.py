@@ -21,6 +21,8 @@ Shape (cluster-scoped, `gpustack.ai/v1alpha1`, named after its Node, owned by it
         family: "25"                     # annotation feature.gpustack.ai/cpu-family
         physicalCores, threadsPerPhysicalCore, logicalCores, stepping, clockSpeed,
         maxClockSpeed, cacheLine, cacheL1i, cacheL1d, cacheL2, cacheL3   # the other cpu-* notes
+      levels: [<rack key>, kubernetes.io/hostname]   # the node's topology profile, absent when
+                                         #   hostname-only (docs/topology.md, "Topology profiles")
       flavors:                           # CPU flavor first, then device flavors by aKey
       - name: gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d   # string, required
         generalKey: amd-epyc-7763        # string, required (gKey)
@@ -45,8 +47,9 @@ from typing import Any
 
 from chain.apis import CHAIN_API, NODE_FLAVORS
 from chain.labels import RESOURCE_TYPE, cpu_annotation, resolved
-from chain.names import cpu_flavor_name, device_flavor_name
+from chain.names import HOSTNAME_LEVELS, cpu_flavor_name, device_flavor_name
 from chain.pools import FlavorIdentity
+from chain.settings import topology_levels
 from hooks.request import BadRequest, Obj
 
 TYPE_VALUE = "nodeflavors"
@@ -106,11 +109,15 @@ class NodeSummary:
     acceleratable: bool
     cpu: Mapping[str, str]
     flavors: tuple[FlavorEntry, ...]
+    levels: tuple[str, ...] = HOSTNAME_LEVELS
+    """The levels of the node's topology profile (`chain.profiles.node_levels`)."""
 
     def to_object(self) -> Obj:
         spec: Obj = {"node": self.node, "acceleratable": self.acceleratable}
         if self.cpu:
             spec["cpu"] = dict(self.cpu)
+        if self.levels != HOSTNAME_LEVELS:
+            spec["levels"] = list(self.levels)
         spec["flavors"] = [entry.to_spec() for entry in self.flavors]
         return {
             "apiVersion": CHAIN_API,
@@ -175,6 +182,19 @@ def _entry_ok(entry: Any) -> bool:
     if accelerator:
         return bool(entry.get("name") == device_flavor_name(general, accelerator, os, arch, count))
     return bool(entry.get("name") == cpu_flavor_name(general, os, arch, count))
+
+
+def summary_levels(obj: Obj, path: str) -> tuple[str, ...]:
+    """The levels of a summary `scan` accepted: hostname-only when absent, else checked as the
+    setting is (an unknown profile would name a Topology Kueue refuses)."""
+    raw = obj["spec"].get("levels")
+    if raw is None:
+        return HOSTNAME_LEVELS
+    try:
+        return topology_levels(f"{path}.spec.levels", raw)
+    except ValueError as err:
+        field, _, message = str(err).partition(": ")
+        raise BadRequest(field, message) from None
 
 
 def entry_of(entry: Obj) -> FlavorEntry:

@@ -101,6 +101,10 @@ def sync(request: DecoratorRequest, now: str) -> Obj:
         "partitionSummary": views.partition_summary(),
         "conditions": merge(held, pool_conditions(pool), generation, now),
     }
+    # Per topology domain (docs/topology.md, "Views"); a draining queue admits nothing.
+    if cards.domains and not draining:
+        status["topologyDomains"] = [domain.render() for domain in cards.domains]
+        status["gangSummary"] = ",".join(domain.summary() for domain in cards.domains)
     return {"status": status}
 
 

@@ -23,14 +23,13 @@ from kubeapi import Kube, Obj, wait_for
 from testbed.drivers import running_drivers
 from testbed.harness import Testbed
 from testbed.install import Installed
-from testbed.nodes import node_object, register_node
+from testbed.nodes import add_t4_node, remove_t4_node
 from testbed.workloads import condition, gpu_workload, release_quota, tenant_namespace
-from tests.e2e.test_pools import T4_POOL, device_manager_feature, forget_pool, nfd_worker_feature
+from tests.e2e.test_pools import T4_POOL, forget_pool
 from verdictdriver.lease import LEASE_NAME, LEASE_NAMESPACE
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 WORKER = "worker.gpustack.ai/v1alpha1"
-NFD = "nfd.k8s-sigs.io/v1alpha1"
 RESOURCE_MAX_UNITS = 1_600_000
 HELD = (0, 1)  # cards held half sliced on every node
 T4_KEY = "acceleratable.feature.gpustack.ai/nvidia-tesla-t4"
@@ -109,20 +108,13 @@ def pool(testbed: Testbed, chain: Installed) -> Iterator[list[str]]:
     tag = uuid.uuid4().hex[:5]
     nodes = [f"t4a-{tag}-{i}" for i in range(2)]
     for name in nodes:
-        register_node(kube, node_object(name, cpu="16", capacity={"nvidia.com/gpu": "4"}))
-        kube.apply(nfd_worker_feature(name))
-        kube.apply(device_manager_feature(name, 4))
+        add_t4_node(kube, name, 4)
     try:
         with running_drivers(testbed):
             yield nodes
     finally:
         for name in nodes:
-            kube.delete(NFD, "NodeFeature", name, "node-feature-discovery")
-            kube.delete(
-                NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery"
-            )
-            kube.delete(WORKER, "Devices", name)
-            kube.delete("v1", "Node", name)
+            remove_t4_node(kube, name)
 
 
 def _write_ledger(kube: Kube, node: str, held: tuple[int, ...]) -> None:

@@ -167,3 +167,42 @@ def test_the_tally_counts_the_nodes_with_an_rdma_port_up() -> None:
     # A PoolCards written before the count existed reads as none.
     older = {key: value for key, value in cards.render().items() if key != "rdmaNodes"}
     assert PoolCards.parse(older, "spec").rdma_nodes == 0
+
+
+@given(_pools, st.lists(st.sampled_from(["rack-1", "rack-2", None]), min_size=5, max_size=5))
+def test_domains_count_each_nodes_free_whole_cards(shape: Any, racks: list[str | None]) -> None:
+    objects = [_node(f"t4-{n}", modes) for n, (modes, _) in enumerate(shape)]
+    domain_of = {f"t4-{n}": rack for n, rack in enumerate(racks) if rack is not None}
+    nodes = sorted(
+        (node for obj in objects if (node := pool_node(obj, T4)) is not None),
+        key=lambda node: node.name,
+    )
+    cards = tally(nodes, domain_of)
+    # The oracle: a whole card is one with no row (Mode.NONE in `_node`).
+    expected: dict[str, list[int]] = {}
+    idle: dict[str, int] = {}
+    for n, (modes, _) in enumerate(shape):
+        rack = domain_of.get(f"t4-{n}")
+        if rack is None or not modes:
+            continue
+        free = modes.count(Mode.NONE)
+        expected.setdefault(rack, []).append(free)
+        idle[rack] = idle.get(rack, 0) + (free == len(modes))
+    assert {d.name: list(d.free) for d in cards.domains} == {
+        rack: sorted(free, reverse=True) for rack, free in expected.items()
+    }
+    assert {d.name: d.idle for d in cards.domains} == idle
+    assert [d.name for d in cards.domains] == sorted(expected)
+    assert PoolCards.parse(cards.render(), "spec") == cards
+    if not cards.domains:
+        assert "domains" not in cards.render()
+
+
+def test_a_malformed_domain_is_named() -> None:
+    spec = {**PoolCards().render(), "domains": [{"name": "rack-1", "freeWholeCards": [2, -1]}]}
+    with pytest.raises(ValueError, match=r"domains\[0\]\.freeWholeCards\[1\]"):
+        PoolCards.parse(spec, "")
+    summary = PoolCards.parse(
+        {**spec, "domains": [{"name": "rack-1", "freeWholeCards": [8, 8, 6], "idleNodes": 2}]}, ""
+    ).domains[0]
+    assert summary.summary() == "rack-1:2/3"

@@ -18,8 +18,38 @@ DEFAULTS = {
     "instance-host-path-volume-allowed": False,
     "instance-persistent-volume-placement": True,
     "entrance-excluded-namespaces": [],
+    "topology-levels": ["kubernetes.io/hostname"],
 }
 BOOLEAN_SETTINGS = [name for name, value in DEFAULTS.items() if isinstance(value, bool)]
+RACK = "cloud.provider.com/topology-rack"
+HOST = "kubernetes.io/hostname"
+
+
+def test_topology_levels() -> None:
+    assert Settings().topology_levels == (HOST,)
+    assert Settings.from_spec({"topology-levels": [RACK, HOST]}).topology_levels == (RACK, HOST)
+    assert Settings.from_spec({"topology-levels": f"{RACK}, {HOST}"}).topology_levels == (
+        RACK,
+        HOST,
+    )
+    env = {"GPUSTACK_TOPOLOGY_LEVELS": f"{RACK},{HOST}"}
+    assert Settings.from_env(env).topology_levels == (RACK, HOST)
+    refusals = {
+        r"^spec\.topology-levels: the last \(lowest\) level must be": [RACK],
+        r"^spec\.topology-levels: the last": [HOST, RACK],
+        r"^spec\.topology-levels\[1\]: 'kubernetes.io/hostname' is named twice": [HOST, HOST],
+        r"^spec\.topology-levels\[0\]: 'rack id' is not a node label key": ["rack id", HOST],
+        r"^spec\.topology-levels: 17 levels, Kueue allows 16": [
+            *(f"l{i}" for i in range(16)),
+            HOST,
+        ],
+        r"^spec\.topology-levels: expected a list": True,
+    }
+    for pattern, value in refusals.items():
+        with pytest.raises(ValueError, match=pattern):
+            Settings.from_spec({"topology-levels": value})
+    with pytest.raises(ValueError, match=r"^GPUSTACK_TOPOLOGY_LEVELS: the last"):
+        Settings.from_env({"GPUSTACK_TOPOLOGY_LEVELS": RACK})
 
 
 def test_defaults_and_names() -> None:

@@ -334,6 +334,105 @@ def test_roles_are_named_on_multi_podset_workloads() -> None:
     assert verdict(wl, [node("n", [FREE] * 3)]) == retry(' for roles "a", "b"')
 
 
+# --- gangs across nodes (docs/topology.md, "Gangs across nodes") -------------------------------
+
+RACK = "cloud.provider.com/topology-rack"
+
+
+def rack_tas(*racks: tuple[str, tuple[tuple[str, int], ...]]) -> dict[str, Any]:
+    """A rack/hostname assignment in Kueue's compact form: one slice per rack, the rack's value
+    universal, its hostnames individual (as Kueue writes a PodSet placed inside one rack)."""
+    return {
+        "levels": [RACK, HOSTNAME],
+        "slices": [
+            {
+                "domainCount": len(hosts),
+                "valuesPerLevel": [
+                    {"universal": rack},
+                    {"individual": {"prefix": "", "roots": [h for h, _ in hosts], "suffix": ""}},
+                ],
+                "podCounts": {"individual": [n for _, n in hosts]},
+            }
+            for rack, hosts in racks
+        ],
+    }
+
+
+def test_a_rack_gang_is_judged_node_by_node_for_its_own_share() -> None:
+    # 4 Pods x 2 cards in rack-1: 2 Pods on a (4 cards), 1 each on b and c.
+    gang = workload(
+        podset("main", 4, {GPU: "2"}),
+        topology={"main": rack_tas(("rack-1", (("a", 2), ("b", 1), ("c", 1))))},
+    )
+    exact = [node("a", [FREE] * 4), node("b", [FREE] * 2), node("c", [FREE] * 2)]
+    assert verdict(gang, exact) == READY  # exactly enough: no false Retry
+    # The rack holds 9 free cards (more than the 8 asked) but a holds 3 for its 2 Pods' 4: the
+    # shares are not pooled across nodes (no false Ready).
+    short_a = [node("a", [FREE] * 3), node("b", [FREE] * 3), node("c", [FREE] * 3)]
+    assert verdict(gang, short_a) == Verdict(State.RETRY, NODE_RETRY.format(node="a", roles=""))
+    # A half-sliced card is no whole card, even where the scalar total looks fine.
+    sliced_c = [node("a", [FREE] * 4), node("b", [FREE] * 2), node("c", [FREE, sliced(5)])]
+    assert verdict(gang, sliced_c) == Verdict(State.RETRY, NODE_RETRY.format(node="c", roles=""))
+    # A node of the assignment that is gone serves nothing.
+    assert verdict(gang, exact, gone=("b",)).state == State.RETRY
+
+
+def test_a_preferred_rack_gang_split_over_two_racks_is_judged_on_every_node() -> None:
+    # podset-preferred-topology: Kueue may spill into a second rack; every node still counts.
+    gang = workload(
+        podset("main", 3, {GPU: "4"}),
+        topology={"main": rack_tas(("rack-1", (("a", 1), ("b", 1))), ("rack-2", (("d", 1),)))},
+    )
+    four = [FREE] * 4
+    assert verdict(gang, [node("a", four), node("b", four), node("d", four)]) == READY
+    held_d = [node("a", four), node("b", four), node("d", [FREE] * 3 + [sliced(1)])]
+    assert verdict(gang, held_d) == Verdict(State.RETRY, NODE_RETRY.format(node="d", roles=""))
+
+
+def test_the_starved_role_of_a_gang_is_named() -> None:
+    # prefill: 2 Pods x 2 cards on a and b; decode: 2 Pods x 4 cards on c and d, all in rack-1.
+    def gang() -> dict[str, Any]:
+        return workload(
+            podset("prefill", 2, {GPU: "2"}),
+            podset("decode", 2, {GPU: "4"}),
+            topology={
+                "prefill": rack_tas(("rack-1", (("a", 1), ("b", 1)))),
+                "decode": rack_tas(("rack-1", (("c", 1), ("d", 1)))),
+            },
+        )
+
+    four = [FREE] * 4
+    fits = [node("a", four), node("b", four), node("c", four), node("d", four)]
+    assert verdict(gang(), fits) == READY
+    decode_short = [node("a", four), node("b", four), node("c", four), node("d", [FREE] * 3)]
+    assert verdict(gang(), decode_short) == Verdict(
+        State.RETRY, NODE_RETRY.format(node="d", roles=' for role "decode"')
+    )
+    prefill_short = [node("a", [FREE]), node("b", four), node("c", four), node("d", four)]
+    assert verdict(gang(), prefill_short).message == (
+        'no card on the node "a" Kueue assigned can host the request for role "prefill"; '
+        "will retry as capacity frees"
+    )
+
+
+def test_two_roles_on_one_node_share_its_cards() -> None:
+    # prefill and decode each put a 2-card Pod on node a: 4 cards are needed there, together.
+    gang = workload(
+        podset("prefill", 1, {GPU: "2"}),
+        podset("decode", 1, {GPU: "2"}),
+        topology={
+            "prefill": rack_tas(("rack-1", (("a", 1),))),
+            "decode": rack_tas(("rack-1", (("a", 1),))),
+        },
+    )
+    assert verdict(gang, [node("a", [FREE] * 4)]) == Verdict(
+        State.READY, NODE_READY.format(node="a")
+    )
+    assert verdict(gang, [node("a", [FREE] * 3)]) == Verdict(
+        State.RETRY, NODE_RETRY.format(node="a", roles=' for roles "prefill", "decode"')
+    )
+
+
 # --- flavors ------------------------------------------------------------------------------------
 
 

@@ -57,11 +57,13 @@ def _keeper(
     written: list[Obj] | None = None,
     chain_settings: Obj | None = None,
     leading: bool = True,
+    node_objects: list[Obj] | None = None,
 ) -> PoolCardsKeeper:
     keeper = PoolCardsKeeper(kube, leading=lambda: leading)  # type: ignore[arg-type]
     keeper.types.replace(types, "1")
     keeper.settings.replace([chain_settings] if chain_settings else [], "1")
     keeper.devices.replace(nodes, "1")
+    keeper.nodes.replace(node_objects or [], "1")
     keeper.written.replace(written or [], "1")
     return keeper
 
@@ -102,7 +104,7 @@ def test_what_the_server_holds_is_not_written_again_nor_tallied_again(
     keeper.written.replace(kube.applied, "2")
     tallies: list[int] = []
     real = keeper_module.tally
-    monkeypatch.setattr(keeper_module, "tally", lambda n: tallies.append(1) or real(n))
+    monkeypatch.setattr(keeper_module, "tally", lambda n, d: tallies.append(1) or real(n, d))
     assert keeper.keep_once() == 0
     assert tallies == []
     # A ledger change: a new version of one node is tallied again and written.
@@ -142,3 +144,38 @@ def test_an_unreadable_devices_is_left_out_and_the_rest_still_counts() -> None:
 def test_a_refused_write_waits_for_the_next_pass() -> None:
     kube = FakeKube(fail=404)
     assert _keeper(kube, [T4_TYPE], [_node("t4-1")]).keep_once() == 0
+
+
+RACK = "cloud.provider.com/topology-rack"
+HOST = "kubernetes.io/hostname"
+
+
+def _node_object(name: str, labels: dict[str, str]) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}}
+
+
+def test_the_pool_is_tallied_per_rack_under_a_rack_profile() -> None:
+    kube = FakeKube()
+    nodes = [_node("t4-1"), _node("t4-2", Mode.EXCLUSIVE), _node("t4-3")]
+    racked = [
+        _node_object("t4-1", {HOST: "t4-1", RACK: "rack-1"}),
+        _node_object("t4-2", {HOST: "t4-2", RACK: "rack-1"}),
+        _node_object("t4-3", {HOST: "t4-3"}),  # no rack label: hostname-only, in no domain
+    ]
+    rack_profile = settings(topology_levels=[RACK, HOST])
+    keeper = _keeper(kube, [T4_TYPE], nodes, chain_settings=rack_profile, node_objects=racked)
+    assert keeper.keep_once() == 1
+    # t4-2's first card is held exclusively: one whole card free of two.
+    assert kube.applied[-1]["spec"]["domains"] == [
+        {"name": "rack-1", "freeWholeCards": [2, 1], "idleNodes": 1}
+    ]
+    # The node moves to another rack: the pool is tallied again though no Devices changed.
+    keeper.written.replace(kube.applied, "2")
+    moved = [racked[0], _node_object("t4-2", {HOST: "t4-2", RACK: "rack-2"}), racked[2]]
+    keeper.nodes.replace(moved, "3")
+    assert keeper.keep_once() == 1
+    assert [d["name"] for d in kube.applied[-1]["spec"]["domains"]] == ["rack-1", "rack-2"]
+    # The hostname-only profile: no domains at all, as before profiles existed.
+    keeper.settings.replace([], "4")
+    assert keeper.keep_once() == 1
+    assert "domains" not in kube.applied[-1]["spec"]

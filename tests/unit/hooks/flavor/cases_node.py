@@ -21,6 +21,10 @@ from builders.cluster import (
 Case = dict[str, Any]
 
 PROFILE = "fnv64-87bf574bea2a4f23"
+RACK = "cloud.provider.com/topology-rack"
+RACK_LEVELS = [RACK, "kubernetes.io/hostname"]
+RACK_PROFILE = "fnv64-58d7a1ce21b8b67c"
+"""FNV-1a 64 of the rack key, NUL, the hostname key (worked out apart from the code)."""
 G = "general.feature.gpustack.ai/"
 A = "acceleratable.feature.gpustack.ai/"
 NF = "NodeFlavors.gpustack.ai/v1alpha1"
@@ -167,6 +171,22 @@ def _finalizing() -> Any:
     return request
 
 
+T4_ANSWER = {
+    "labels": T4_LABELS,
+    "attachments": [_summary("gpu-t4", True, T4_CPU, [T4_CPU_FLAVOR, T4_DEVICE_FLAVOR])],
+}
+"""The T4 node's answer in the hostname-only profile."""
+
+
+def _rack_summary() -> Any:
+    summary = _summary("gpu-t4", True, T4_CPU, [T4_CPU_FLAVOR, T4_DEVICE_FLAVOR])
+    spec = summary["spec"]
+    summary["spec"] = {**{k: spec[k] for k in ("node", "acceleratable", "cpu")}}
+    summary["spec"]["levels"] = RACK_LEVELS
+    summary["spec"]["flavors"] = spec["flavors"]
+    return summary
+
+
 CASES: dict[str, Case] = {
     "node-customize": {
         "description": "the Node decorator relates only the Settings singleton",
@@ -210,12 +230,7 @@ CASES: dict[str, Case] = {
     "node-epyc-2xt4": _sync(
         "vectors 'Flavors': amd-epyc-7763 with 2 x nvidia-tesla-t4 -> CPU and device flavor",
         node_request(_t4_node()),
-        response={
-            "labels": T4_LABELS,
-            "attachments": [
-                _summary("gpu-t4", True, T4_CPU, [T4_CPU_FLAVOR, T4_DEVICE_FLAVOR]),
-            ],
-        },
+        response=T4_ANSWER,
     ),
     "node-epyc-2xt4-mixed-off": _sync(
         "instance-type-mixed-on-node=false: an accelerated node feeds no CPU flavor",
@@ -290,6 +305,40 @@ CASES: dict[str, Case] = {
         "finalize: the summary goes, the labels stay",
         _finalizing(),
         response={"labels": {}, "attachments": [], "finalized": True},
+    ),
+    "node-rack-profile": _sync(
+        "topology-levels names a rack level and the node carries the rack label: the node is in"
+        " the rack profile (its label) and its summary names the levels",
+        node_request(_t4_node({RACK: "rack-1"}), settings_object({"topology-levels": RACK_LEVELS})),
+        response={
+            "labels": {**T4_LABELS, "topology.gpustack.ai/profile": RACK_PROFILE},
+            "attachments": [_rack_summary()],
+        },
+    ),
+    "node-rack-profile-level-missing": _sync(
+        "topology-levels names a rack level the node has no label for: Kueue would leave it out"
+        " of a rack flavor, so it stays in the hostname-only profile, as if nothing were set",
+        node_request(_t4_node(), settings_object({"topology-levels": RACK_LEVELS})),
+        response=T4_ANSWER,
+    ),
+    "node-rack-profile-empty-value": _sync(
+        "a rack label with an empty value is present, as Kueue counts it: the rack profile",
+        node_request(_t4_node({RACK: ""}), settings_object({"topology-levels": RACK_LEVELS})),
+        labels={**T4_LABELS, "topology.gpustack.ai/profile": RACK_PROFILE},
+        attachmentNames={"NodeFlavors": ["gpu-t4"]},
+    ),
+    "node-error-topology-levels-no-hostname": _error(
+        "topology-levels must end with the hostname level (the per-card check judges nodes)",
+        node_request(_cpu_node(), settings_object({"topology-levels": [RACK]})),
+        SETTINGS_KEY + ".spec.topology-levels",
+    ),
+    "node-error-topology-levels-bad-key": _error(
+        "a level that is not a label key is refused, naming its index",
+        node_request(
+            _cpu_node(),
+            settings_object({"topology-levels": ["rack id", "kubernetes.io/hostname"]}),
+        ),
+        SETTINGS_KEY + ".spec.topology-levels[0]",
     ),
     "node-error-not-json": _error("a body that is not JSON", "this is not json", None),
     "node-error-truncated": _error(

@@ -353,6 +353,59 @@ def _released(obj: Any) -> Any:
     return released
 
 
+BLOCK_LEVELS = [
+    "cloud.provider.com/topology-block",
+    "cloud.provider.com/topology-rack",
+    "kubernetes.io/hostname",
+]
+BLOCK_PROFILE = "fnv64-24f66c04b7840361"
+"""FNV-1a 64 of the three keys joined by NUL (worked out apart from the code)."""
+BLOCK_TOPOLOGY = "gpustack-fnv64-24f66c04b7840361"
+
+
+def _in_profile(obj: Any, levels: list[str]) -> Any:
+    profiled = copy.deepcopy(obj)
+    profiled["spec"]["levels"] = levels
+    return profiled
+
+
+def _block_cluster() -> list[Any]:
+    """gpu-t4-1 carries the block and rack labels (its summary names the levels); gpu-t4-2,
+    the same flavor identity, lacks one and stayed hostname-only."""
+    return [_in_profile(CLUSTER[0], BLOCK_LEVELS), *CLUSTER[1:]]
+
+
+def _in_block_profile(flavor: Any, name: str, capacity: tuple[str, str]) -> Any:
+    """`flavor` as the block profile's flavor of that identity: its name, its size over the
+    block profile's nodes only, and the profile in its labels, pin and topologyName."""
+    profiled = copy.deepcopy(flavor)
+    profiled["metadata"]["name"] = name
+    profiled["metadata"]["labels"][capacity[0]] = capacity[1]
+    for labels in (profiled["metadata"]["labels"], profiled["spec"]["nodeLabels"]):
+        labels["topology.gpustack.ai/profile"] = BLOCK_PROFILE
+    profiled["spec"]["topologyName"] = BLOCK_TOPOLOGY
+    return profiled
+
+
+T4_2D_BLOCK_FLAVOR = _in_block_profile(
+    T4_2D_FLAVOR,
+    "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d-fnv64-24f66c04b7840361",
+    (A + "nvidia-tesla-t4.capacity", "2"),
+)
+BLOCK_TOPOLOGY_OBJECT = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2",
+    "kind": "Topology",
+    "metadata": {"name": BLOCK_TOPOLOGY, "labels": {"resource.gpustack.ai/type": "topology"}},
+    "spec": {
+        "levels": [
+            {"nodeLabel": "cloud.provider.com/topology-block"},
+            {"nodeLabel": "cloud.provider.com/topology-rack"},
+            {"nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+
+
 CASES: dict[str, Case] = {
     "pools-customize": {
         "description": "the pools decorator relates every NodeFlavors summary",
@@ -661,6 +714,66 @@ CASES: dict[str, Case] = {
                 n for n in POOLS_AWARE_OFF if n != "gpustack--nvidia-tesla-t4-linux-amd64"
             ],
         },
+    ),
+    "pools-block-profile": _sync(
+        "a node in a block/rack/hostname profile feeds flavors of their own name, naming the"
+        " profile's Topology; its hostname-only twin keeps the unsuffixed flavor; one Topology"
+        " per profile; the pools (InstanceTypes) are the same",
+        pools_request(_settings(topology_levels=BLOCK_LEVELS), _block_cluster()),
+        attachmentNames={
+            "ResourceFlavor": [
+                "gpustack--amd-25-1-linux-amd64-16c",
+                "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d",
+                "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d-fnv64-24f66c04b7840361",
+                "gpustack--amd-epyc-7763-linux-amd64-8c",
+                "gpustack--amd-epyc-7763-linux-amd64-8c-fnv64-24f66c04b7840361",
+                "gpustack--amd-epyc-7r13--nvidia-a10g-linux-amd64-1d",
+                "gpustack--amd-epyc-7r13-linux-amd64-96c",
+                "gpustack--intel-xeon-platinum-8259cl--nvidia-tesla-t4-linux-amd64-1d",
+                "gpustack--intel-xeon-platinum-8259cl-linux-amd64-96c",
+            ],
+            "Topology": [BLOCK_TOPOLOGY, TOPOLOGY],
+            "InstanceType": POOLS_AWARE_OFF,
+        },
+        exact={
+            "ResourceFlavor/gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d"
+            "-fnv64-24f66c04b7840361": T4_2D_BLOCK_FLAVOR,
+            f"Topology/{BLOCK_TOPOLOGY}": BLOCK_TOPOLOGY_OBJECT,
+            f"Topology/{TOPOLOGY}": TOPOLOGY_OBJECT,
+        },
+        attachments={
+            **_capacity(
+                "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d",
+                A + "nvidia-tesla-t4",
+                "2",
+            ),
+        },
+    ),
+    "pools-all-in-block-profile": _sync(
+        "every node in the block profile: no hostname-level Topology is left (no flavor names it)",
+        pools_request(
+            _settings(topology_levels=BLOCK_LEVELS),
+            [_in_profile(CLUSTER[0], BLOCK_LEVELS), _in_profile(CLUSTER[1], BLOCK_LEVELS)],
+        ),
+        attachmentNames={
+            "ResourceFlavor": [
+                "gpustack--amd-epyc-7763--nvidia-tesla-t4-linux-amd64-2d-fnv64-24f66c04b7840361",
+                "gpustack--amd-epyc-7763-linux-amd64-8c-fnv64-24f66c04b7840361",
+            ],
+            "Topology": [BLOCK_TOPOLOGY],
+            "InstanceType": [
+                "gpustack--generic-linux-amd64",
+                "gpustack--nvidia-tesla-t4-linux-amd64",
+            ],
+        },
+    ),
+    "pools-error-bad-levels": _error(
+        "a summary whose levels do not end with the hostname",
+        pools_request(
+            settings_object(),
+            [*CLUSTER[:4], _in_profile(CLUSTER[4], ["cloud.provider.com/topology-rack"])],
+        ),
+        NF + "['cpu-1'].spec.levels",
     ),
     "pools-error-bad-count": _error(
         "a summary whose count is not an integer",

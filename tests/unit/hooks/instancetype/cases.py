@@ -405,6 +405,25 @@ def _partitions() -> dict[str, Case]:
 
 # --- queue states and phase -------------------------------------------------------------------
 
+RACK_DOMAINS = [
+    {"name": "rack-1", "freeWholeCards": [8, 8, 6], "idleNodes": 2},
+    {"name": "rack-2", "freeWholeCards": [8, 8, 8, 8], "idleNodes": 4},
+]
+
+
+def _with_domains(body: Obj) -> Obj:
+    """`body` with its PoolCards tallied per rack, as the keeper writes it under a rack
+    profile (docs/topology.md, "Views")."""
+    for pool_cards in body["related"]["PoolCards.gpustack.ai/v1alpha1"].values():
+        pool_cards["spec"]["domains"] = copy.deepcopy(RACK_DOMAINS)
+    return body
+
+
+def _domains_shown(expected: Obj) -> Obj:
+    expected["status"]["topologyDomains"] = copy.deepcopy(RACK_DOMAINS)
+    expected["status"]["gangSummary"] = "rack-1:2/3,rack-2:4/4"
+    return expected
+
 
 def _phases() -> dict[str, Case]:
     node = t4_node("t4-1", "12.4", None, lambda c: row(c, Mode.SHARED, remaining=480_000))
@@ -431,30 +450,43 @@ def _phases() -> dict[str, Case]:
             ],
         },
     )
+    drained_status = status(
+        HASH[T4],
+        "0/0 0/0 0/0 0/0",
+        detail=detail,
+        phase=("Inactive", STOPPED),
+        reasons=("Draining", "Inactive", "Draining"),
+    )
+    held_status = status(
+        HASH[T4],
+        summary,
+        detail=detail,
+        phase=("Inactive", STOPPED),
+        **views,
+        reasons=("Stopped", "Inactive", "Stopped"),
+    )
     return {
         "hold-and-drain-zeroes-every-view": _sync(
             "the queue is HoldAndDrain: it admits nothing and evicts what it has, so every view "
             "reads zero (capacity too); the detail stays",
             request(T4_TYPE, [node], [T4_2D], [draining]),
-            status(
-                HASH[T4],
-                "0/0 0/0 0/0 0/0",
-                detail=detail,
-                phase=("Inactive", STOPPED),
-                reasons=("Draining", "Inactive", "Draining"),
-            ),
+            copy.deepcopy(drained_status),
+        ),
+        "rack-domains-shown": _sync(
+            "the keeper tallied the pool per rack (a rack profile): the status lists each rack's"
+            " free whole cards per node and the Gangs column its wholly free nodes",
+            _with_domains(request(T4_TYPE, [node], [T4_2D], [held])),
+            _domains_shown(copy.deepcopy(held_status)),
+        ),
+        "rack-domains-hidden-while-draining": _sync(
+            "a draining queue admits nothing: no domains shown, as every view reads zero",
+            _with_domains(request(T4_TYPE, [node], [T4_2D], [draining])),
+            copy.deepcopy(drained_status),
         ),
         "hold-keeps-the-views": _sync(
             "plain Hold (the inactive switch): Kueue says Inactive, the views still show the pool",
             request(T4_TYPE, [node], [T4_2D], [held]),
-            status(
-                HASH[T4],
-                summary,
-                detail=detail,
-                phase=("Inactive", STOPPED),
-                **views,
-                reasons=("Stopped", "Inactive", "Stopped"),
-            ),
+            copy.deepcopy(held_status),
         ),
         "no-queue-yet": _sync(
             "no ClusterQueue yet (the queue hook has not made it): Pending",
