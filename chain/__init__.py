@@ -40,8 +40,7 @@ The pools, their queues and their views:
 - `kvcache`: what the KV cache webhook makes of a Pod that asks for a pool.
 
 The per-card verdict and the ledger it reads:
-- `allocation`: device-plugin tokens, their costs and who gets a card; `partition_grant`: which
-  profile, card and slot a partitioned grant takes.
+- `allocation`: device-plugin tokens, their costs and who gets a card.
 - `ledger_rebuild`: the ledger rebuilt from the Pods' allocation records; `charged_pods`: which
   Pods the ledger already holds.
 - `verdicts`: the `gpustack-node-devices` verdict (`judge`, its messages); `charging`: demands
@@ -50,7 +49,7 @@ The per-card verdict and the ledger it reads:
   cards (a cache its caller keeps).
 
 A module only one room uses lives in that room (the verdict driver's `ledger_merge`, the
-Instance hook's `conditions`, the node agent's `capacity` and `devices_conditions`, the queue
-hook's `kueue_config`, the flavor hook's `presets`). tests/unit/chain/test_index.py keeps this
-list complete.
+Instance hook's `conditions`, the node agent's `capacity`, `devices_conditions` and
+`plugin/partition_grant`, the queue hook's `kueue_config`, the flavor hook's `presets`).
+tests/unit/chain/test_index.py keeps this list complete.
 """

@@ -54,7 +54,8 @@ from chain import cli
 from chain.apis import CHAIN_API, SETTINGS_NAME
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE, version
 from nodeagent.manifests import IMAGE, ManifestDumper
-from nodeagent.staging import STAGINGS, init_container
+from nodeagent.staging import init_container
+from nodeagent.vendors.registry import STAGINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"

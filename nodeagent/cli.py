@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -80,13 +80,7 @@ from nodeagent.simulate import shipped_profiles
 from nodeagent.simulate.host import SimulatedHost, simulated_host
 from nodeagent.topology.nics import read_network
 from nodeagent.topology.node import read_node_links
-from nodeagent.vendors.ascend.dcmi import open_dcmi
-from nodeagent.vendors.ascend.grants import ContainerShare
-from nodeagent.vendors.cambricon.smlu import SmluDriver, open_cndev_smlu
-from nodeagent.vendors.common.nvml import load_nvml
-from nodeagent.vendors.hygon.dmi import open_dmi
-from nodeagent.vendors.hygon.driver import DmiMig
-from nodeagent.vendors.metax.sgpu import SgpuDriver
+from nodeagent.vendors.registry import vendor_named
 
 if TYPE_CHECKING:
     from nodeagent.plugin.running import NodeRecords
@@ -119,7 +113,7 @@ The agent itself: detect and report until stopped (SIGTERM), and with --device-p
 the kubelet device plugins and keep the Devices ledger."""
 SIMULATE_HELP = (
     f"simulated hardware: a profile file or one of {', '.join(shipped_profiles())} (the real "
-    "NVIDIA detector on a simulated NVML and sysfs)"
+    "detector of the profile's manufacturer on its simulated library and sysfs)"
 )
 OUTPUT_HELP = "how to print the answer"
 NO_PCI_CHECK_HELP = "ask the drivers even with no device on the bus"
@@ -227,9 +221,9 @@ def build_parser() -> cli.Parser:
     serve.add_argument(
         "--allocation-journal",
         help="the file a grant is journaled to before Allocate answers, its annotation written "
-        "right after (default: <manufacturer>-allocations.journal beside the pods dir, e.g. "
-        "/var/lib/gpustack/operator/nvidia-allocations.journal); 'off': the annotation is "
-        "written before the answer",
+        "right after (default: <manufacturer>-allocations.journal beside the pods dir, so in "
+        "/var/lib/gpustack/operator by default); 'off': the annotation is written before the "
+        "answer",
     )
     serve.add_argument(
         "--health-port",
@@ -269,18 +263,11 @@ def run_preflight(args: argparse.Namespace) -> int:
     names = requested_manufacturers(args.manufacturer, table)
     with ExitStack() as stack:
         nodes = DeviceNodes(args.host_root)
-        smlu: Callable[[], SmluDriver] = open_cndev_smlu
-        sgpu: SgpuDriver | None = None
-        share: Callable[[], ContainerShare | None] = open_dcmi
+        host: SimulatedHost | None = None
         if args.simulate:
             host = stack.enter_context(simulated_host(args.simulate))
             setup = DetectorSetup(table, env, host.sysfs, host.nvml, host.injected)
             nodes = host.device_nodes or nodes
-            share = partial(_simulated_share, host)
-            sgpu = cast(SgpuDriver | None, host.sgpu)
-            if host.smlu is not None:
-                simulated = cast(SmluDriver, host.smlu)
-                smlu = partial(_simulated_smlu, simulated)
         else:
             setup = DetectorSetup(table, env, Sysfs("/"))
         passes = [entry.detect(args.no_pci_check) for entry in detections(names, setup)]
@@ -292,10 +279,8 @@ def run_preflight(args: argparse.Namespace) -> int:
             table,
             nodes,
             args.host_root,
-            share=share,
-            sgpu=sgpu,
-            smlu=smlu,
             isolation=isolation,
+            simulated=host,
         )
     rendered = report.render()
     if args.output == "json":
@@ -303,15 +288,6 @@ def run_preflight(args: argparse.Namespace) -> int:
     else:
         print(yaml.safe_dump(rendered, sort_keys=False), end="")
     return report.exit_status()
-
-
-def _simulated_share(host: SimulatedHost) -> ContainerShare | None:
-    """A simulated host's DCMI container-share flag (None where it has no Ascend card)."""
-    return cast(ContainerShare | None, host.ascend_share)
-
-
-def _simulated_smlu(smlu: SmluDriver) -> SmluDriver:
-    return smlu
 
 
 def simulated_profile(flag: str | None, node: str) -> str | None:
@@ -335,19 +311,15 @@ def _journal_path(flag: str | None, pods_dir: str, manufacturer: str) -> Path | 
 
 
 def _partition_libraries(names: Sequence[str]) -> dict[str, MigNvml]:
-    """The libraries this host's partitions are made with: pynvml for NVIDIA, HGML for T-Head
-    (imported only where asked for: the copy of pynvml it is read through costs a module), DMI
-    for Hygon."""
+    """The libraries this host's partitions are made with, by manufacturer: each one's
+    `Vendor.partition_library`, opened only for the manufacturers this agent serves."""
     found: dict[str, MigNvml] = {}
-    if "nvidia" in names and (nvml := load_nvml()) is not None:
-        found["nvidia"] = cast(MigNvml, nvml)
-    if "thead" in names:
-        from nodeagent.vendors.thead.driver import open_hgml_mig
-
-        if (hgml := open_hgml_mig(os.environ)) is not None:
-            found["thead"] = hgml
-    if "hygon" in names and (dmi := open_dmi()) is not None:
-        found["hygon"] = cast(MigNvml, DmiMig(dmi))
+    for name in names:
+        vendor = vendor_named(name)
+        if vendor is None or vendor.partition_library is None:
+            continue
+        if (library := vendor.partition_library()) is not None:
+            found[name] = library
     return found
 
 

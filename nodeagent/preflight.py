@@ -35,7 +35,6 @@ never made.
 from __future__ import annotations
 
 import enum
-import re
 import shutil
 import subprocess
 import tempfile
@@ -60,21 +59,12 @@ from nodeagent.plugin.injection import Channel
 from nodeagent.plugin.isolation import OFFERED, IsolationCheck, Slicing
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.response import ContainerResponse
-from nodeagent.vendors.ascend.grants import Ascend, ContainerShare
-from nodeagent.vendors.cambricon.grants import Cambricon
-from nodeagent.vendors.cambricon.smlu import DrySmlu, SmluDriver, open_cndev_smlu
-from nodeagent.vendors.metax.grants import Metax
-from nodeagent.vendors.metax.sgpu import DrySgpu, SgpuDriver, SysfsSgpu
-from nodeagent.vendors.registry import PARTITION_NAMINGS
+from nodeagent.simulate.base import SimulatedHost
+from nodeagent.vendors.registry import PARTITION_NAMINGS, vendor_named
 
 NO_PROBE = (
     "no probe container was started: this preflight renders the allocation, it does not run it"
 )
-HOST_READERS: Mapping[str, tuple[str, ...]] = {
-    "nvidia": ("nvidia-smi", "-L"),
-    "ascend": ("npu-smi", "info", "-l"),
-    "amd": ("rocm-smi", "--showuniqueid"),
-}
 Runner = Callable[[Sequence[str]], tuple[int, str]]
 """Runs a host command: (exit status, standard output); OSError when it cannot start."""
 
@@ -219,20 +209,19 @@ def _without_empty(values: Mapping[str, Any], keep: Sequence[str] = ()) -> dict[
 
 
 def count_host_cards(manufacturer: str, output: str) -> int:
-    """The cards a vendor CLI lists (its own words, read line by line)."""
-    if manufacturer == "nvidia":
-        return sum(1 for line in output.splitlines() if re.match(r"GPU \d+:", line.strip()))
-    if manufacturer == "ascend":
-        found = re.search(r"Total Count\s*:\s*(\d+)", output)
-        return int(found.group(1)) if found else 0
-    return len(set(re.findall(r"GPU\[(\d+)\]", output)))
+    """The cards a vendor CLI lists (its own words, read by its `Vendor.host_reader`)."""
+    vendor = vendor_named(manufacturer)
+    if vendor is None or vendor.host_reader is None:
+        raise ValueError(f"{manufacturer} has no established CLI that lists its cards")
+    return vendor.host_reader.count(output)
 
 
 def ask_host(manufacturer: str, host_root: str, run: Runner) -> HostAnswer | None:
     """The host CLI's count, or why it could not be had; None without an established CLI."""
-    command = HOST_READERS.get(manufacturer)
-    if command is None:
+    vendor = vendor_named(manufacturer)
+    if vendor is None or vendor.host_reader is None:
         return None
+    command = vendor.host_reader.command
     shown = " ".join(command)
     if not Path(host_root).is_dir():
         return HostAnswer(
@@ -247,7 +236,7 @@ def ask_host(manufacturer: str, host_root: str, run: Runner) -> HostAnswer | Non
         return HostAnswer(shown, reason=f"{command[0]} could not be run on the host: {error}")
     if status != 0:
         return HostAnswer(shown, reason=f"{shown} exited {status} on the host")
-    count = count_host_cards(manufacturer, output)
+    count = vendor.host_reader.count(output)
     return HostAnswer(shown, count, detail=f"{count} cards listed by the host")
 
 
@@ -277,22 +266,6 @@ def detection_answer(found: DetectionPass, host: HostAnswer | None) -> Detection
 
 
 # --- Questions 2 and 3: sliced, and managed while sliced -------------------------------------
-
-
-class ReadOnlyShare:
-    """Ascend's container-share flag as preflight may touch it: read, never written."""
-
-    def __init__(self, inner: ContainerShare | None) -> None:
-        self.inner = inner
-        self.api = inner.api if inner is not None else 1
-
-    def share_enabled(self, card: int, device: int) -> bool:
-        if self.inner is None:
-            raise OSError("no DCMI library loaded")
-        return self.inner.share_enabled(card, device)
-
-    def enable_share(self, card: int, device: int) -> None:
-        """A preflight never writes the flag; the allocation would turn it on."""
 
 
 @dataclass
@@ -542,18 +515,13 @@ def manufacturer_report(
 
 
 def preflight_responder(
-    name: str, share: ContainerShare | None, sgpu: SgpuDriver, smlu: Callable[[], SmluDriver]
+    name: str, host_root: str, simulated: SimulatedHost | None = None
 ) -> Responder | None:
-    """The responder a preflight drives, touching nothing on the host: Ascend's reads its share
-    flag and never writes it; MetaX's reads the cards' subdevices and makes none; Cambricon's
-    reads the sMLU mode and instances and changes neither."""
-    if name == "ascend":
-        return Ascend(lambda: ReadOnlyShare(share))
-    if name == "metax":
-        return Metax(DrySgpu(sgpu))
-    if name == "cambricon":
-        dry = DrySmlu(smlu)
-        return Cambricon(lambda: dry)
+    """The responder a preflight drives, touching nothing on the host: the manufacturer's
+    `Vendor.dry_responder` where its own would change a driver's state, else its own."""
+    vendor = vendor_named(name)
+    if vendor is not None and vendor.dry_responder is not None:
+        return vendor.dry_responder(host_root, simulated)
     return RESPONDERS.get(name)
 
 
@@ -570,27 +538,23 @@ def preflight(
     nodes: DeviceNodes,
     host_root: str,
     run: Runner = run_host,
-    share: Callable[[], ContainerShare | None] = lambda: None,
     clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    sgpu: SgpuDriver | None = None,
-    smlu: Callable[[], SmluDriver] = open_cndev_smlu,
     isolation: IsolationCheck | None = None,
+    simulated: SimulatedHost | None = None,
 ) -> Report:
-    """`sgpu`: the MetaX driver whose subdevices are read (default: the host root's sysfs);
-    `smlu`: opens Cambricon's cnDev, whose sMLU state is read; `isolation`: the check of the
-    staged isolation libraries (default: the agent's, under the host root)."""
-    cards = sgpu or SysfsSgpu(host_root)
+    """`isolation`: the check of the staged isolation libraries (default: the agent's, under
+    the host root); `simulated`: the simulated host whose drivers the responders read instead
+    of the host's."""
     libraries = isolation or IsolationCheck(root=host_root)
     now = clock().strftime("%Y-%m-%dT%H:%M:%SZ")
     entries = []
     for found in passes:
         maker = found.manufacturer
-        ascend_share = share() if maker == "ascend" and found.groups else None
         entries.append(
             manufacturer_report(
                 found,
                 ask_host(maker, host_root, run),
-                preflight_responder(maker, ascend_share, cards, smlu),
+                preflight_responder(maker, host_root, simulated),
                 table[maker].runtime_name if maker in table else "",
                 nodes,
                 libraries,

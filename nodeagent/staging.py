@@ -19,14 +19,14 @@ grants mount as the container's `/etc/ld.so.preload`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from nodeagent.plugin.grants import OPERATOR_LIB_DIR, OPERATOR_STATE_DIR, PRELOAD_LIST, staged_dir
-from nodeagent.vendors.common.hami_core import LIBVGPU, hami_core_kit
-from nodeagent.vendors.nvidia.grants import build_dir
+from nodeagent.vendors.common.hami_core import hami_core_kit
 
 STATE_VOLUME = "state"
 """The agent's host-path volume of its state dir (nodeagent/manifests.py mounts it too)."""
@@ -76,30 +76,13 @@ class Staging:
         return f"{staged}/{PRELOAD_LIST}" if self.preload else ""
 
 
-NVIDIA_CUDA_MAJORS = (11, 12, 13)
-"""The CUDA majors a sliced NVIDIA grant may pick a build for (`cuda-<major>`,
-nodeagent/vendors/nvidia/grants.py). HAMi publishes one build for all of them."""
-
-
-def _hami_core_builds(manufacturer: str, majors: tuple[int, ...]) -> tuple[str, ...]:
-    """Where the grants look for each major's HAMi-core build: the libraries of the very kit
-    the responder's slices mount (`hami_core_kit`), so staging and grants cannot disagree."""
+def hami_core_builds(manufacturer: str, builds: Iterable[str]) -> tuple[str, ...]:
+    """Where the grants look for each HAMi-core build (`builds`: the build directories under
+    the manufacturer's staged directory): the libraries of the very kit the responder's slices
+    mount (`hami_core_kit`), so staging and grants cannot disagree."""
     staged = staged_dir(OPERATOR_LIB_DIR, manufacturer)
-    kits = (hami_core_kit(staged, f"{build_dir(major)}/libvgpu.so") for major in majors)
+    kits = (hami_core_kit(staged, f"{build}/libvgpu.so") for build in builds)
     return tuple(part.path for kit in kits for part in kit if part.shared_object)
-
-
-STAGINGS = {
-    "nvidia": Staging(
-        manufacturer="nvidia",
-        # HAMi's image (projecthami/hami) keeps HAMi-core here: `libvgpu.so`, and in newer
-        # releases `libvgpu.so.<version>`; the pattern matches both.
-        source="/k8s-vgpu/lib/nvidia/libvgpu.so*",
-        targets=_hami_core_builds("nvidia", NVIDIA_CUDA_MAJORS),
-        preload=LIBVGPU,
-        source_hint="projecthami/hami (HAMi's device plugin image): /k8s-vgpu/lib/nvidia/",
-    ),
-}
 
 
 def init_container(staging: Staging, image: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from chain.apis import ADMISSION_CHECK, CLUSTER_QUEUE, KUEUE_API
 from chain.queues import NODE_DEVICES_CHECK
 from chain.release import AGENT_NAMESPACE
 from kubeapi import Kube, load_yaml_documents, wait_for
-from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
+from nodeagent.simulate.host import profile_manufacturer
+from nodeagent.simulate.profile import read_profile_file
 from testbed.components import http_ok
 from testbed.harness import Testbed, free_port
 from testbed.workloads import now

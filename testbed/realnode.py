@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kubeapi import wait_for
-from nodeagent.simulate.profile import Profile, load_profile
+from nodeagent.simulate.profile import Profile
 from nodeagent.simulate.sysfs import pci_functions
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR, load_profile
 from testbed import build, certs, images, network, registry, system
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class RealNode:
         profile = profile or load_profile(self.spec.hardware)
         bus = self.dir / f"pci-bus-{profile.name}"
         shutil.rmtree(bus, ignore_errors=True)
-        for address, files in pci_functions(profile).items():
+        for address, files in pci_functions(profile, PCI_VENDOR).items():
             (bus / address).mkdir(parents=True)
             for name, value in files.items():
                 (bus / address / name).write_text(value + "\n", encoding="ascii")

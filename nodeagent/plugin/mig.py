@@ -132,7 +132,7 @@ class ProfileNaming(Protocol):
     def name(self, index: int, info: Any, card_mib: int) -> str | None: ...
 
 
-class NvidiaNaming:
+class NvmlNaming:
     """NVML's own profile indexes; graphics profiles are not offered; the name is the one the
     detector published (`1g.10gb`), rebuilt the same way from the profile's geometry."""
 
@@ -338,7 +338,7 @@ class Partitioner:
         cards by PCI address only); the id itself by default (NVML, HGML)."""
         self.nvml = nvml
         self.markers = markers
-        self.naming = naming or NvidiaNaming()
+        self.naming = naming or NvmlNaming()
         self.address: Callable[[str], str] = address or (lambda card: card)
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()

@@ -33,17 +33,6 @@ from chain.ledger_rebuild import (
     rebuild_status,
 )
 from chain.manufacturers import Manufacturer
-from chain.partition_grant import (
-    PartitionGrant,
-    PartitionRequest,
-    choose_site,
-    decide_partition,
-    occupied_placements,
-    partition_health,
-    prior_partition,
-    requested_profile,
-    with_partition_id,
-)
 from chain.partitions import Placement, vendor_profile_name
 from nodeagent.plugin.allocator import (
     DEFAULT_DEADLINE_S,
@@ -56,6 +45,17 @@ from nodeagent.plugin.grants import DeviceNodes, GrantedCard, Responder
 from nodeagent.plugin.identify import Candidate, KubeletPods, container_limit, identify
 from nodeagent.plugin.mig import Partitioner, PartitionError
 from nodeagent.plugin.node import Held, Late, NodeState, Pod, Unidentified
+from nodeagent.plugin.partition_grant import (
+    PartitionGrant,
+    PartitionRequest,
+    choose_site,
+    decide_partition,
+    occupied_placements,
+    partition_health,
+    prior_partition,
+    requested_profile,
+    with_partition_id,
+)
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 

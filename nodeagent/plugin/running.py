@@ -55,7 +55,7 @@ from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.plugin.responders import RESPONDERS
 from nodeagent.plugin.server import PluginServer, plugin_servers
 from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks
-from nodeagent.vendors.registry import PARTITION_NAMINGS, vendor_named
+from nodeagent.vendors.registry import vendor_named
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,6 @@ class DevicePlugins:
         plugin_dir: str = protos.DEVICE_PLUGIN_DIR,
         pod_resources_socket: str = protos.POD_RESOURCES_SOCKET,
         pods_dir: str = OPERATOR_PODS_DIR,
-        nvml: MigNvml | None = None,
         mig_dir: str = OPERATOR_MIG_DIR,
         env: StartupEnv | None = None,
         environ: Mapping[str, str] | None = None,
@@ -255,8 +254,9 @@ class DevicePlugins:
         on_pods: Callable[[], None] = lambda: None,
         links: Callable[[str, Mapping[str, str]], NodeLinks] = lambda _name, _cards: UNKNOWN_LINKS,
     ) -> None:
-        """`nvml` (NVIDIA's) and `partition_libraries` (by manufacturer: T-Head's HGML) make
-        the hardware partitions; markers live in `mig_dir` (NVIDIA) and `<mig_dir>-<mfr>`.
+        """`partition_libraries` (by manufacturer, the NVML-shaped library each one's
+        `Vendor.partition_library` opens) make the hardware partitions; their markers live
+        where `Vendor.markers_dir` puts them under `mig_dir`.
         `env` carries the switch of identifying through the kubelet; `environ` the
         per-manufacturer injection strategy (`GPUSTACK_<MFR>_DEVICE_INJECTION_STRATEGY`) and
         where `auto` reads the host. `lib_dir`: where sliced grants mount their isolation
@@ -289,30 +289,28 @@ class DevicePlugins:
         self.device_nodes = device_nodes
         """The host's `/dev` as Allocate reads it (a simulated host's nodes in simulation)."""
         self.responders = {**RESPONDERS, **(responders or {})}
-        """Each manufacturer's responder (a simulated host replaces Ascend's, for its DCMI)."""
+        """Each manufacturer's responder (a simulated host replaces those that act on its
+        simulated drivers)."""
         self.servers: dict[str, list[PluginServer]] = {}
         # Without an NVML-shaped library (no pynvml, no HGML) partitions cannot be made: no
         # partitioned server for that manufacturer.
-        libraries = {
-            **({"nvidia": nvml} if nvml is not None else {}),
-            **(partition_libraries or {}),
-        }
         self.partitioners = {
             name: Partitioner(
                 library,
-                Markers(mig_dir if name == "nvidia" else f"{mig_dir}-{name}"),
-                PARTITION_NAMINGS[name],
-                self._bus_of if PARTITION_NAMINGS[name].by_bus else None,
+                Markers(vendor.markers_dir(mig_dir)),
+                naming,
+                self._bus_of if naming.by_bus else None,
             )
-            for name, library in libraries.items()
-            if name in PARTITION_NAMINGS
+            for name, library in (partition_libraries or {}).items()
+            if (vendor := vendor_named(name)) is not None
+            and (naming := vendor.partition_naming) is not None
         }
         self.reclaims: list[ReclaimLoop] = []
         """The partition reclaimers and the slice reclaimers of the manufacturers that have one
         (`Vendor.slice_reclaimer`), each fed every live-Pod set."""
 
     def _bus_of(self, card: str) -> str:
-        """A card's PCI address, for a library that finds cards by it (Hygon's DMI)."""
+        """A card's PCI address, for a library that finds cards by it (`ProfileNaming.by_bus`)."""
         for _, found in self.node.spec().cards():
             if found.id == card and found.topology.pci_bus_id:
                 return found.topology.pci_bus_id

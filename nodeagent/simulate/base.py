@@ -36,7 +36,7 @@ class SimulatedHost:
     """The responders that act on this host's simulated drivers instead of the real ones."""
     # The simulated drivers a test or the preflight reaches by name (each set by its
     # manufacturer's simulator, None on every other host).
-    ascend_share: object | None = None
+    container_share: object | None = None
     """A simulated Ascend host's DCMI, whose container-share flag the Ascend responder reads
     and turns on (`ContainerShare`)."""
     sgpu: object | None = None

@@ -9,11 +9,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from chain import fields
 from nodeagent.simulate.base import SimulatedHost
-from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
-from nodeagent.vendors.registry import SIMULATORS
+from nodeagent.simulate.profile import read_profile_file
+from nodeagent.vendors.registry import SIMULATED_WHEN_UNNAMED, SIMULATORS
 
-__all__ = ["SimulatedHost", "simulated_host"]
+__all__ = ["SimulatedHost", "profile_manufacturer", "simulated_host"]
+
+
+def profile_manufacturer(body: fields.Obj) -> str:
+    """Whose hardware a profile simulates: its `manufacturer:`, else the registry's
+    `SIMULATED_WHEN_UNNAMED`."""
+    return fields.string(body, "manufacturer", "$") or SIMULATED_WHEN_UNNAMED
 
 
 @contextmanager

@@ -169,23 +169,6 @@ def read_profile_file(name_or_path: str) -> tuple[Path, fields.Obj]:
         raise ValueError(f"{path}: {error}") from None
 
 
-def profile_manufacturer(body: fields.Obj) -> str:
-    """Whose hardware a profile simulates (`nvidia` unless it says otherwise)."""
-    return fields.string(body, "manufacturer", "$") or "nvidia"
-
-
-def load_profile(name_or_path: str) -> Profile:
-    """An NVIDIA profile: a shipped one by name (`t4x4`) or a profile file by path."""
-    path, body = read_profile_file(name_or_path)
-    maker = profile_manufacturer(body)
-    if maker != "nvidia":
-        raise ValueError(f"{path}: simulates {maker} hardware, not NVIDIA")
-    try:
-        return parse_profile(path.stem, body)
-    except ValueError as error:
-        raise ValueError(f"{path}: {error}") from None
-
-
 def parse_profile(name: str, data: object) -> Profile:
     body = fields.as_object(data, "$")
     driver = fields.child(body, "driver", "")

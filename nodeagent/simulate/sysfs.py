@@ -20,7 +20,6 @@ from nodeagent.detect.sysfs import Sysfs, pci_address
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import NetworkPort, Profile, host_bridge_of
 
-NVIDIA_VENDOR = "0x10de"
 DISPLAY_3D_CLASS = "0x030200"
 """Data-centre GPUs enumerate as 3D controllers (no display output)."""
 OTHER_DEVICE = ("0000:00:05.0", "0x1d0f", "0x020000")
@@ -89,15 +88,15 @@ def _add_device(
     link.symlink_to(Path("../../..") / real.relative_to(sys))
 
 
-def pci_functions(profile: Profile) -> dict[str, dict[str, str]]:
-    """PCI address -> the attribute files of that function: every card of the profile, and the
-    network card of another vendor."""
-    address, vendor, device_class = OTHER_DEVICE
+def pci_functions(profile: Profile, vendor: str) -> dict[str, dict[str, str]]:
+    """PCI address -> the attribute files of that function: every card of the profile (of PCI
+    vendor `vendor`, `0x<id>`), and the network card of another vendor."""
+    address, other_vendor, device_class = OTHER_DEVICE
     functions = {
         address: {
-            "vendor": vendor,
+            "vendor": other_vendor,
             "device": OTHER_DEVICE_ID,
-            "subsystem_vendor": vendor,
+            "subsystem_vendor": other_vendor,
             "subsystem_device": OTHER_DEVICE_ID,
             "class": device_class,
             "numa_node": "-1",
@@ -105,9 +104,9 @@ def pci_functions(profile: Profile) -> dict[str, dict[str, str]]:
     }
     for card in profile.cards:
         functions[pci_address(card.bus_id)] = {
-            "vendor": NVIDIA_VENDOR,
+            "vendor": vendor,
             "device": card.model.pci_device,
-            "subsystem_vendor": NVIDIA_VENDOR,
+            "subsystem_vendor": vendor,
             "subsystem_device": card.model.pci_subsystem_device,
             "class": DISPLAY_3D_CLASS,
             "numa_node": str(card.numa_node),
@@ -192,11 +191,12 @@ def _write_network(sys: Path, profile: Profile, slots: SwitchSlots) -> None:
     _class_link(sys, "net", "lo", loopback)
 
 
-def write_sysfs(profile: Profile, root: Path) -> Sysfs:
-    """Write the profile's tree under `root` and return a reader for it."""
+def write_sysfs(profile: Profile, root: Path, vendor: str) -> Sysfs:
+    """Write the profile's tree (its cards of PCI vendor `vendor`) under `root` and return a
+    reader for it."""
     sys = root / "sys"
     slots = switch_slots(profile)
-    for address, files in pci_functions(profile).items():
+    for address, files in pci_functions(profile, vendor).items():
         _add_device(sys, address, files, slots.get(address))
     if profile.network:
         _write_network(sys, profile, slots)
@@ -211,10 +211,11 @@ def write_sysfs(profile: Profile, root: Path) -> Sysfs:
 
 
 @contextmanager
-def simulated_node(profile: Profile) -> Iterator[tuple[SimulatedNvml, Sysfs]]:
-    """A simulated NVML and a throwaway sysfs tree for `profile`, removed on exit."""
+def simulated_node(profile: Profile, vendor: str) -> Iterator[tuple[SimulatedNvml, Sysfs]]:
+    """A simulated NVML and a throwaway sysfs tree for `profile` (its cards of PCI vendor
+    `vendor`), removed on exit."""
     with tempfile.TemporaryDirectory(prefix="gpustack-sim-") as folder:
-        yield SimulatedNvml(profile), write_sysfs(profile, Path(folder))
+        yield SimulatedNvml(profile), write_sysfs(profile, Path(folder), vendor)
 
 
 def write_pci_sysfs(

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from nodeagent.plugin.mig import ProfileNaming
 from nodeagent.simulate.base import HostSimulator
+from nodeagent.staging import Staging
 from nodeagent.vendors.amd.vendor import VENDOR as AMD
 from nodeagent.vendors.ascend.vendor import VENDOR as ASCEND
 from nodeagent.vendors.cambricon.vendor import VENDOR as CAMBRICON
@@ -36,6 +37,10 @@ VENDORS: tuple[Vendor, ...] = (
     MTHREADS,
     THEAD,
 )
+
+SIMULATED_WHEN_UNNAMED = NVIDIA.name
+"""Whose hardware a simulated profile without a `manufacturer:` describes: the NVML profiles
+came before any other manufacturer's and name none."""
 
 
 def vendor_named(name: str) -> Vendor | None:
@@ -76,3 +81,6 @@ DIRECT_LINKS: Mapping[str, DirectLinks] = ByManufacturer(lambda vendor: vendor.d
 """The manufacturers whose library reports card-to-card fabric links (NVIDIA's NVLink today);
 every other manufacturer's cards reach each other over the PCIe tree only, as far as the agent
 knows (docs/topology.md, "Network cards")."""
+
+STAGINGS: Mapping[str, Staging] = ByManufacturer(lambda vendor: vendor.staging)
+"""The manufacturers whose agents stage an isolation library (`nodeagent.staging`)."""

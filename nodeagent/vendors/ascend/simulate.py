@@ -43,7 +43,7 @@ def _host(recorded: RecordedHost) -> SimulatedHost:
     share = cast(RecordedDcmi, recorded.library)
     return replace(
         plain_host(recorded, ASCEND),
-        ascend_share=share,
+        container_share=share,
         simulated_responders={ASCEND: Ascend(lambda: share)},
     )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from nodeagent.detect.base import library_detector
 from nodeagent.vendors.ascend.detect import ASCEND, AscendDetector
 from nodeagent.vendors.ascend.grants import Ascend
+from nodeagent.vendors.ascend.preflight import HOST_READER, dry_responder
 from nodeagent.vendors.ascend.simulate import SIMULATOR
 from nodeagent.vendors.interface import Vendor
 
@@ -13,4 +14,6 @@ VENDOR = Vendor(
     detector=library_detector(ASCEND, AscendDetector),
     responder=Ascend(),
     simulator=SIMULATOR,
+    host_reader=HOST_READER,
+    dry_responder=dry_responder,
 )

@@ -8,6 +8,7 @@ from nodeagent.detect.base import library_detector
 from nodeagent.plugin.grants import Responder
 from nodeagent.vendors.cambricon.detect import CAMBRICON, CambriconDetector
 from nodeagent.vendors.cambricon.grants import Cambricon, CambriconReclaimer
+from nodeagent.vendors.cambricon.preflight import dry_responder
 from nodeagent.vendors.cambricon.simulate import SIMULATOR
 from nodeagent.vendors.interface import Reconcile, Vendor
 
@@ -27,4 +28,5 @@ VENDOR = Vendor(
     responder=Cambricon(),
     slice_reclaimer=reclaim_slices,
     simulator=SIMULATOR,
+    dry_responder=dry_responder,
 )

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 from nodeagent.detect.base import library_detector
 from nodeagent.plugin.grants import Responder
-from nodeagent.vendors.interface import Reconcile, Vendor
+from nodeagent.vendors.interface import AgentPod, Reconcile, Vendor
 from nodeagent.vendors.metax.detect import METAX, MetaxDetector
 from nodeagent.vendors.metax.grants import Metax, MetaxReclaimer
+from nodeagent.vendors.metax.preflight import dry_responder
 from nodeagent.vendors.metax.simulate import SIMULATOR
 
 
@@ -27,4 +28,13 @@ VENDOR = Vendor(
     responder=Metax(),
     slice_reclaimer=reclaim_slices,
     simulator=SIMULATOR,
+    # sgpu subdevices are made by writing the card's sysfs files (`sgpu.py`).
+    agent=AgentPod(
+        writable=("/sys",),
+        note="""\
+#   MetaX's agent also mounts the host's /sys writable: its slices are sgpu subdevices made
+#   through the card's sysfs.
+""",
+    ),
+    dry_responder=dry_responder,
 )

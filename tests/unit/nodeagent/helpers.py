@@ -19,10 +19,11 @@ from chain.manufacturers import manufacturers
 from chain.settings import StartupEnv
 from nodeagent.detect.registry import DETECTORS, DetectorSetup
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.simulate import Profile, SimulatedNvml, load_profile, simulated_node
-from nodeagent.simulate.host import simulated_host
-from nodeagent.simulate.profile import parse_profile, profile_manufacturer, read_profile_file
+from nodeagent.simulate import Profile, SimulatedNvml, simulated_node
+from nodeagent.simulate.host import profile_manufacturer, simulated_host
+from nodeagent.simulate.profile import parse_profile, read_profile_file
 from nodeagent.vendors.nvidia.detect import NvidiaDetector
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR, load_profile
 
 
 @contextmanager
@@ -31,7 +32,7 @@ def nvidia_node(
 ) -> Iterator[tuple[NvidiaDetector, SimulatedNvml, Sysfs]]:
     """The real NVIDIA detector over a simulated node."""
     loaded = load_profile(profile) if isinstance(profile, str) else profile
-    with simulated_node(loaded) as (nvml, sysfs):
+    with simulated_node(loaded, PCI_VENDOR) as (nvml, sysfs):
         detector = NvidiaDetector(
             nvml=nvml,
             sysfs=sysfs,

@@ -15,13 +15,14 @@ from nodeagent.detect.sysfs import pci_address
 from nodeagent.simulate.base import SimulatedHost
 from nodeagent.simulate.host import simulated_host
 from nodeagent.simulate.nvml import Handle, SimulatedNvml
-from nodeagent.simulate.profile import load_profile, parse_profile
+from nodeagent.simulate.profile import parse_profile
 from nodeagent.simulate.sysfs import write_sysfs
 from nodeagent.topology.links import Link
 from nodeagent.topology.nics import network_cards, render_network
 from nodeagent.topology.node import fabric_pairs, node_links, read_node_links
 from nodeagent.topology.pcie import PciePlace, link_matrix, pcie_link, pcie_place
 from nodeagent.vendors.nvidia.links import nvlink_pairs
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR, load_profile
 
 
 def _device(root: Path, chain: str, numa: int = -1) -> None:
@@ -115,7 +116,7 @@ def test_the_matrix_puts_a_direct_fabric_above_pcie_and_leaves_the_unknown_at_sy
 
 def _host(tmp_path: Path, name: str) -> tuple[Path, dict[str, PciePlace | None]]:
     profile = load_profile(name)
-    write_sysfs(profile, tmp_path)
+    write_sysfs(profile, tmp_path, PCI_VENDOR)
     cards = {pci_address(c.bus_id): pcie_place(tmp_path, c.bus_id) for c in profile.cards}
     return tmp_path, cards
 
@@ -171,7 +172,7 @@ def test_the_ethernet_host_has_no_rdma_and_no_virtual_interface(tmp_path: Path) 
 
 
 def test_a_host_without_network_entries_writes_no_class_tree(tmp_path: Path) -> None:
-    write_sysfs(load_profile("t4x4"), tmp_path)
+    write_sysfs(load_profile("t4x4"), tmp_path, PCI_VENDOR)
     assert not (tmp_path / "sys/class").exists()
     assert network_cards(tmp_path) == []
 

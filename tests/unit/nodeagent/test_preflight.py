@@ -19,12 +19,12 @@ from nodeagent.detect.remembered import DetectionPass
 from nodeagent.plugin.grants import DeviceNodes
 from nodeagent.preflight import (
     Depth,
-    ReadOnlyShare,
     State,
     count_host_cards,
     preflight,
 )
 from nodeagent.simulate import shipped_profiles
+from nodeagent.vendors.ascend.preflight import ReadOnlyShare
 from nodeagent.vendors.mthreads.grants import MThreads
 from tests.unit.nodeagent.helpers import detect, nodeagent_command, shared_object
 

@@ -12,7 +12,8 @@ from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.capacity import desired_counting_keys
 from nodeagent.report import node_feature_labels
 from nodeagent.simulate import shipped_profiles
-from nodeagent.simulate.profile import profile_manufacturer, read_profile_file
+from nodeagent.simulate.host import profile_manufacturer
+from nodeagent.simulate.profile import read_profile_file
 from tests.unit.nodeagent.helpers import detect
 
 

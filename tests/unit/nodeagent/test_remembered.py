@@ -9,6 +9,7 @@ from nodeagent.detect.base import CardMetrics
 from nodeagent.detect.remembered import ManufacturerDetection
 from nodeagent.detect.sysfs import Sysfs
 from nodeagent.simulate import simulated_node
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR
 from tests.unit.nodeagent.helpers import nvidia_node, small_profile, write
 
 GROUP = DevicesGroup("t4", "nvidia", "Tesla T4", 16384, accelerators=(Accelerator("GPU-0", 0),))
@@ -104,6 +105,6 @@ def test_simulated_panic_then_recovery() -> None:
 
 def test_simulated_node_without_cards_on_the_bus() -> None:
     # The real pre-check over the simulated tree: AMD has no device there.
-    with simulated_node(small_profile()) as (_, sysfs):
+    with simulated_node(small_profile(), PCI_VENDOR) as (_, sysfs):
         assert sysfs.has_device("10de", ("03",))
         assert not sysfs.has_device("1002", ("03",))

@@ -13,15 +13,15 @@ from nodeagent.agent import Reporter
 from nodeagent.detect.loop import DetectionRound
 from nodeagent.detect.remembered import DetectionPass
 from nodeagent.report import NODE_FEATURE_KIND, card_addresses, devices_object, node_feature
-from nodeagent.simulate.profile import load_profile
 from nodeagent.simulate.sysfs import write_sysfs
 from nodeagent.topology.nics import NodeNetwork, read_network
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR, load_profile
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.test_slicing_gate import FakeApi
 
 
 def _network(tmp_path: Path, profile: str) -> NodeNetwork:
-    write_sysfs(load_profile(profile), tmp_path)
+    write_sysfs(load_profile(profile), tmp_path, PCI_VENDOR)
     return read_network(tmp_path)
 
 
@@ -101,7 +101,7 @@ def test_the_rdma_label_follows_an_rdma_port_that_is_up(tmp_path: Path) -> None:
 def _reported(tmp_path: Path, profile: str) -> FakeApi:
     """What one round of a Reporter reading the simulated host's ports writes."""
     groups = detect(profile)
-    write_sysfs(load_profile(profile), tmp_path)
+    write_sysfs(load_profile(profile), tmp_path, PCI_VENDOR)
     api = FakeApi(groups[0])
     reporter = Reporter(
         api,  # type: ignore[arg-type]

@@ -154,7 +154,7 @@ def test_hosts_whose_cards_are_named_by_variables_need_no_nodes(profile: str) ->
 def test_the_ascend_host_hands_its_dcmi_to_the_responder() -> None:
     (group,) = detect("atlas-800t-a2")
     with simulated_host("atlas-800t-a2") as host:
-        share = host.ascend_share
+        share = host.container_share
         assert share is not None and host.injected["ascend"]["dcmi"] is share
         runtime = host.injected["ascend"]["runtime_version"]
         assert callable(runtime) and runtime() == "8.0.RC2"

@@ -9,6 +9,7 @@ import pytest
 from chain.settings import StartupEnv
 from nodeagent.detect.sysfs import Sysfs, pci_address
 from nodeagent.simulate import write_sysfs
+from nodeagent.vendors.nvidia.simulate import PCI_VENDOR
 from tests.unit.nodeagent.helpers import small_profile, write
 
 
@@ -90,7 +91,7 @@ def test_topology_without_numa_or_device(tree: Path) -> None:
 
 def test_root_port_through_links(tmp_path: Path) -> None:
     profile = small_profile(cards=[{"model": "t4", "busId": "00000000:3B:00.0", "numaNode": 0}])
-    sysfs = write_sysfs(profile, tmp_path)
+    sysfs = write_sysfs(profile, tmp_path, PCI_VENDOR)
     assert sysfs.topology("0000:3b:00.0").pci_root_id == "0000:30:01.0"
     assert sysfs.topology("0000:00:05.0").pci_root_id == "0000:00:05.0"
 

@@ -17,7 +17,8 @@ from nodeagent.plugin.mig import (
     card_instances,
     in_use,
 )
-from nodeagent.simulate import SimulatedNvml, load_profile
+from nodeagent.simulate import SimulatedNvml
+from nodeagent.vendors.nvidia.simulate import load_profile
 
 pynvml: Any = importlib.import_module("pynvml")  # untyped; its error classes are checked here
 P = Placement

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -34,13 +34,14 @@ from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
 from nodeagent.plugin.allocator import Attempt
 from nodeagent.plugin.identify import PodResourcesClient
-from nodeagent.plugin.mig import Markers, Partitioner
+from nodeagent.plugin.mig import Markers, MigNvml, Partitioner
 from nodeagent.plugin.node import Late, NodeState
 from nodeagent.plugin.partitioned import PARTITION_DEADLINE_S, PartitionedAllocator
 from nodeagent.plugin.reclaim import MigReclaimer
 from nodeagent.plugin.running import DevicePlugins, NodeRecords
 from nodeagent.plugin.server import PluginServer, plugin_servers
-from nodeagent.simulate import SimulatedNvml, load_profile
+from nodeagent.simulate import SimulatedNvml
+from nodeagent.vendors.nvidia.simulate import load_profile
 from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.helpers import detect
 from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster, FakeKube, partition_limits
@@ -328,7 +329,7 @@ def test_serve_starts_the_partitioned_plugin_and_its_reclaimer() -> None:
         str(kubelet.plugin_dir),
         str(kubelet.pod_resources_socket),
         str(root / "pods"),
-        nvml=nvml,
+        partition_libraries={"nvidia": cast(MigNvml, nvml)},
         mig_dir=str(root / "mig"),
     )
     try:

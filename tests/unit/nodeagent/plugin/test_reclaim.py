@@ -12,7 +12,8 @@ import pytest
 from chain.partitions import Placement
 from nodeagent.plugin.mig import Markers, Partitioner
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
-from nodeagent.simulate import SimulatedNvml, load_profile
+from nodeagent.simulate import SimulatedNvml
+from nodeagent.vendors.nvidia.simulate import load_profile
 
 P = Placement
 CARD_MIB = 40960

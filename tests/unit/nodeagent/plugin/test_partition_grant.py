@@ -17,7 +17,9 @@ from chain.ledger import (
 )
 from chain.ledger_rebuild import AllocationRecord, CardRef, Holder, PodAllocations, rebuild_status
 from chain.manufacturers import manufacturers
-from chain.partition_grant import (
+from chain.partitions import Placement
+from chain.units import RESOURCE_MAX_UNITS
+from nodeagent.plugin.partition_grant import (
     PartitionRequest,
     choose_site,
     decide_partition,
@@ -28,8 +30,6 @@ from chain.partition_grant import (
     requested_profile,
     with_partition_id,
 )
-from chain.partitions import Placement
-from chain.units import RESOURCE_MAX_UNITS
 
 P = Placement
 NVIDIA = manufacturers({})["nvidia"]
