@@ -88,7 +88,7 @@ from nodeagent.plugin.node import (
 )
 from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
-from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks, best_connected
+from nodeagent.topology.choice import UNKNOWN_LINKS, LinksSource, best_connected, current_links
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -295,13 +295,13 @@ class Allocator:
         nodes: DeviceNodes | None = None,
         responder: Responder | None = None,
         lib_dir: str = OPERATOR_LIB_DIR,
-        links: NodeLinks = UNKNOWN_LINKS,
+        links: LinksSource = UNKNOWN_LINKS,
     ) -> None:
         """`lib_dir`: where a sliced grant's isolation libraries are staged on the host (the
         directory the agent's isolation check reads, so the two agree). `links`: how the node's
         cards and RDMA network cards connect; a multi-card hint names the best-connected set
         and a grant names its cards' nearest RDMA devices (`NCCL_IB_HCA`). Unknown: plain
-        packing, no NIC named."""
+        packing, no NIC named. A callable is read at each hint and grant."""
         if mode not in self.MODES:
             raise ValueError(f"{mode} plugins are not served yet")
         self.node = node
@@ -430,7 +430,7 @@ class Allocator:
         return list(preferred_allocation(spec, status, request, room, self._best_connected))
 
     def _best_connected(self, ranked: Sequence[str], must: Sequence[str], size: int) -> list[str]:
-        return list(best_connected(ranked, must, size, self.links))
+        return list(best_connected(ranked, must, size, current_links(self.links)))
 
     # --- Allocate ---------------------------------------------------------------------------
 
@@ -543,7 +543,9 @@ class Allocator:
         cards = granted_cards(record, self.node.spec(), self.maker.name)
         if self.mode != Mode.SLICED:
             return with_rdma(
-                responder.shown(cards, self.mode, channel, self.nodes), self.links, cards
+                responder.shown(cards, self.mode, channel, self.nodes),
+                current_links(self.links),
+                cards,
             )
         request = SliceRequest(
             SlicedLimits.from_container(found.container, self.maker.resource_name),
@@ -557,7 +559,7 @@ class Allocator:
         response = responder.sliced(cards, request, self.nodes)
         for directory in response.directories:
             self.make_dirs(directory)
-        return with_rdma(response, self.links, cards)
+        return with_rdma(response, current_links(self.links), cards)
 
 
 def _cards_of(device_ids: Sequence[str]) -> set[str]:

@@ -264,14 +264,17 @@ class DevicePlugins:
         (from a following thread) after the node's Pods changed, or what the journal cannot
         land did: the agent writes the ledger then. `links(manufacturer, cards)`: how that
         manufacturer's cards (card id -> PCI bus id) and the node's RDMA network cards connect
-        (the workload plugins' best-connected hint and `NCCL_IB_HCA`), read when its servers
-        start; a reading that fails leaves the plain packing hint and names no NIC."""
+        (the workload plugins' best-connected hint and `NCCL_IB_HCA`), read again whenever
+        the Devices spec lists other cards for it; a reading that fails leaves the plain
+        packing hint and names no NIC."""
         switches = env or StartupEnv()
         self.records = records
         self.node = records.node
         self.environ: Mapping[str, str] = environ or {}
         self.on_pods = on_pods
         self.links = links
+        self._links_read: dict[str, tuple[dict[str, str], NodeLinks]] = {}
+        """By manufacturer: the cards its links were last read for, and that reading."""
         self.follower: Follower | None = None
         self.unlanded_follower = Follower(records.unlanded, self._pods_changed, "follow-records")
         """The ledger follows what the journal cannot land, from a thread of its own: the
@@ -349,7 +352,7 @@ class DevicePlugins:
                 nodes=self.device_nodes,
                 responder=self.responders.get(name),
                 lib_dir=self.lib_dir,
-                links=self._links_of(name),
+                links=partial(self._links_of, name),
             )
             if partitioner is not None:
                 self._start_reclaim(name, partitioner)
@@ -397,18 +400,25 @@ class DevicePlugins:
         self._reclaim(MigReclaimer(partitioner, cards).reconcile)
 
     def _links_of(self, maker: str) -> NodeLinks:
-        """How `maker`'s cards connect, from the node's Devices spec and the host."""
+        """How `maker`'s cards connect, read from the host again only when the node's Devices
+        spec lists other cards for it (the plugins start before the first report may have
+        written the spec; a hint must not read sysfs each time: the kubelet waits on it)."""
         spec = self.node.spec()
         cards = {
             card.id: card.topology.pci_bus_id
             for group, card in spec.cards()
             if group.manufacturer == maker and card.topology.pci_bus_id
         }
+        known = self._links_read.get(maker)
+        if known is not None and known[0] == cards:
+            return known[1]
         try:
-            return self.links(maker, cards)
+            links = self.links(maker, cards) if cards else UNKNOWN_LINKS
         except Exception as err:  # the links only refine a hint: serve without them
             log.warning("%s: card links not read (%s): plain packing hints", maker, err)
-            return UNKNOWN_LINKS
+            links = UNKNOWN_LINKS
+        self._links_read[maker] = (cards, links)
+        return links
 
     def _bus_ids(self, maker: str) -> list[str]:
         """The PCI addresses of a manufacturer's cards, as the node's Devices spec lists them."""

@@ -37,7 +37,7 @@ from nodeagent.plugin.responders import responder_for
 from nodeagent.plugin.response import ContainerResponse
 from nodeagent.plugin.visibility import LivePartition, VisibilityAllocator
 from nodeagent.plugin.workdirs import WorkDirGC
-from nodeagent.topology.choice import UNKNOWN_LINKS, NodeLinks
+from nodeagent.topology.choice import UNKNOWN_LINKS, LinksSource
 
 grpc = protos.grpc_runtime()
 
@@ -325,7 +325,7 @@ def plugin_servers(
     nodes: DeviceNodes | None = None,
     responder: Responder | None = None,
     lib_dir: str = OPERATOR_LIB_DIR,
-    links: NodeLinks = UNKNOWN_LINKS,
+    links: LinksSource = UNKNOWN_LINKS,
 ) -> list[PluginServer]:
     """One (not yet started) server per mode the manufacturer offers and this package serves;
         the sliced one also collects the per-Pod work dirs its grants create. The partitioned one

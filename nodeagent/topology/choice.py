@@ -25,8 +25,9 @@ hundred steps: docs/benchmarks.md, "Preferred allocation").
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from nodeagent.topology.links import CardLinks, Link
 
@@ -66,6 +67,16 @@ class NodeLinks:
 
 UNKNOWN_LINKS = NodeLinks()
 """A node whose topology is not read: every choice is the plain packing hint, no NIC is named."""
+
+LinksSource: TypeAlias = NodeLinks | Callable[[], NodeLinks]
+"""The links a plugin is given: a fixed reading, or where to read the current one at each hint
+(the agent's plugins start before the node's Devices spec may list the cards the links are
+read for)."""
+
+
+def current_links(source: LinksSource) -> NodeLinks:
+    """The reading `source` gives now."""
+    return source if isinstance(source, NodeLinks) else source()
 
 
 def set_score(cards: Sequence[str], links: NodeLinks) -> tuple[int, int, int]:

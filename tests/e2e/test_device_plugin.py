@@ -360,3 +360,41 @@ def test_the_agent_stops_at_once_on_sigterm(testbed: Testbed, plugin_node: Plugi
     wait_for(lambda: not pid_alive(pid), 10, "the agent to exit on SIGTERM")
     assert time.monotonic() - started < 5
     assert not [s for s in sockets if s.exists()]
+
+
+def _gpus(node: PluginNode, name: str, count: int) -> Obj:
+    pod = _pod(node)
+    pod["metadata"]["name"] = name
+    limits = {GPU: str(count)}
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+    return pod
+
+
+def test_a_two_card_hint_keeps_one_pcie_switch_and_names_its_rdma_port(
+    testbed: Testbed, chain: Installed
+) -> None:
+    """Simulated hardware: four L4 on two PCIe switches, one per socket, each switch with a RoCE
+    port (`l4-x4-roce`). The agent reads the links from the simulated sysfs and NVML when its
+    plugins start; after one card of the first switch is taken, a two-card request is hinted
+    the other switch's pair (plain packing would cross the sockets), and the grant names that
+    switch's RDMA port in `NCCL_IB_HCA` (docs/topology.md, "Best-connected card sets")."""
+    with agent_node(testbed, "l4-x4-roce") as node:
+        kubelet = node.kubelet
+        tokens = kubelet.wait_devices(GPU, lambda d: len(d) == 4, timeout=90)
+        spec = Devices.parse(testbed.kube.get(WORKER, "Devices", node.name) or {}).spec
+        switch = {
+            card.id: 0 if card.topology.pci_bus_id.lower().endswith(("1a:00.0", "1b:00.0")) else 1
+            for _, card in spec.cards()
+        }
+        assert sorted(switch.values()) == [0, 0, 1, 1] and len(tokens) == 4
+        first = testbed.kube.create(_gpus(node, "one", 1))
+        kubelet.admit(first)
+        [taken] = kubelet.known[(node.namespace, "one")]["main"][GPU]
+        taken_switch = switch[taken.split(":")[1]]
+        second = testbed.kube.create(_gpus(node, "two", 2))
+        kubelet.admit(second)
+        pair = kubelet.known[(node.namespace, "two")]["main"][GPU]
+        assert kubelet.hints[-1] == ("main", pair)
+        assert {switch[token.split(":")[1]] for token in pair} == {1 - taken_switch}
+        (_, _, response) = kubelet.responses[-1]
+        assert response.envs["NCCL_IB_HCA"] == f"=mlx5_{1 - taken_switch}"
