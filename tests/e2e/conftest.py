@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from kubeapi import wait_for
+from kubeapi import Kube, KubeError, Obj, wait_for
 from testbed.harness import Testbed
 from testbed.install import Installed, install
 
@@ -31,3 +31,20 @@ def scratch_namespace(testbed: Testbed, prefix: str) -> Iterator[str]:
         yield name
     finally:
         kube.delete("v1", "Namespace", name)
+
+
+def create_in_new_namespace(kube: Kube, obj: Obj, timeout: float = 60) -> Obj:
+    """Create `obj` in a namespace made a moment ago. Kueue's Pod webhook looks the namespace up
+    in its own informer cache and answers 404 "Namespace ... not found" until that cache has
+    seen it (seconds on a loaded machine); any client must retry then, and so does the test."""
+
+    def attempt() -> Obj | None:
+        try:
+            return kube.create(obj)
+        except KubeError as err:
+            if err.status == 404 and "Namespace" in str(err) and "not found" in str(err):
+                return None
+            raise
+
+    created: Obj = wait_for(attempt, timeout, "the webhook to know the new namespace")
+    return created

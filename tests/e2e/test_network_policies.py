@@ -18,6 +18,7 @@ from kubeapi import Obj, wait_for
 from testbed import images, network
 from testbed.harness import Testbed
 from testbed.kubectl import kubectl
+from tests.e2e.conftest import create_in_new_namespace
 
 NAMESPACE = "gpustack-system"
 OPEN = "OPEN"
@@ -38,7 +39,8 @@ def tenant(real_chain: Testbed) -> Iterator[tuple[Testbed, str]]:
     namespace = f"tenant-{uuid.uuid4().hex[:6]}"
     bed.kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     for node in ("node-a", "node-b"):
-        bed.kube.create(
+        create_in_new_namespace(
+            bed.kube,
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -55,7 +57,7 @@ def tenant(real_chain: Testbed) -> Iterator[tuple[Testbed, str]]:
                         }
                     ],
                 },
-            }
+            },
         )
     for node in ("node-a", "node-b"):
         wait_for(lambda n=node: _running(bed, namespace, f"prober-{n}"), 120, f"prober-{node}")
