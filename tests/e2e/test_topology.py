@@ -13,6 +13,12 @@ topology assignment, which is what Kueue's ungater pins each Pod to.
 
 1. A 4-Pod gang (`batch/v1` Job, parallelism 4, 2 cards a Pod) requiring one rack is admitted,
    every Pod's node in one rack.
+1b. Asking for RDMA (docs/topology.md, "Asking for RDMA"): two nodes of rack-1 carry
+   `feature.gpustack.ai/rdma.capable=true`, written by the test when it registers them, as the
+   agent's NodeFeature would have nfd-master write it. A rack gang of 2 Pods x 4 cards whose
+   template selects that label is admitted with every Pod on an RDMA node; the same gang of 3
+   Pods (12 cards, within the queue's 24) stays pending with Kueue's message and is never placed
+   on a node without the label.
 2. A gang that fits the cluster's 24 cards but no single rack's 12 stays pending with Kueue's
    message and is never split.
 3. A gang whose Pods fit a rack's totals but not its whole cards (two cards of every node held
@@ -37,7 +43,7 @@ from collections.abc import Iterator
 import pytest
 
 from chain.apis import CHAIN_API
-from chain.labels import HOSTNAME
+from chain.labels import HOSTNAME, RDMA_CAPABLE
 from chain.names import local_queue_name
 from chain.queues import NODE_DEVICES_CHECK
 from chain.topology_assignment import hostname_domains
@@ -61,13 +67,16 @@ WORKER = "worker.gpustack.ai/v1alpha1"
 HALF_HELD = (0, 1)
 
 
-def _gang(name: str, namespace: str, pods: int, cards: int) -> Obj:
-    """A Job of `pods` Pods of `cards` whole cards each, all in one rack."""
+def _gang(name: str, namespace: str, pods: int, cards: int, rdma: bool = False) -> Obj:
+    """A Job of `pods` Pods of `cards` whole cards each, all in one rack; with `rdma`, only on
+    RDMA-capable nodes (the tenant's node selector, as docs/topology.md, "Asking for RDMA")."""
     job = queued_job(
         name, namespace, local_queue_name(T4_POOL), {GPU: str(cards)}, "busybox", "true"
     )
     job["spec"].update(parallelism=pods, completions=pods)
     job["spec"]["template"]["metadata"]["annotations"] = {REQUIRED: RACK}
+    if rdma:
+        job["spec"]["template"]["spec"]["nodeSelector"] = {RDMA_CAPABLE: "true"}
     return job
 
 
@@ -95,16 +104,18 @@ def _placement(wl: Obj, podset: str = "main") -> dict[str, int]:
 
 @pytest.fixture
 def racks(testbed: Testbed, chain: Installed) -> Iterator[dict[str, str]]:
-    """Six T4 nodes (rack by node name), the rack profile set, two drivers; all undone after."""
+    """Six T4 nodes (rack by node name), the first two of rack-1 RDMA-capable, the rack profile
+    set, two drivers; all undone after."""
     kube = testbed.kube
     forget_pool(kube, T4_POOL)
     tag = uuid.uuid4().hex[:5]
     rack_of = {f"rk{r}-{tag}-{i}": f"rack-{r}" for r in (1, 2) for i in range(3)}
+    rdma = {f"rk1-{tag}-{i}" for i in range(2)}
     wait_for(lambda: kube.get(CHAIN_API, "Settings", "default"), 60, "the Settings singleton")
     levels = json.dumps({"spec": {"topology-levels": [RACK, HOSTNAME]}})
     kubectl(testbed, "patch", "settings", "default", "--type=merge", "-p", levels)
     for name, rack in rack_of.items():
-        add_t4_node(kube, name, 4, {RACK: rack})
+        add_t4_node(kube, name, 4, {RACK: rack, **({RDMA_CAPABLE: "true"} if name in rdma else {})})
     try:
         with running_drivers(testbed):
             yield rack_of
@@ -129,6 +140,19 @@ def _rack_flavor(kube: Kube) -> Obj | None:
         ):
             return rf
     return None
+
+
+def _pending_message(kube: Kube, namespace: str, job: str) -> Obj | None:
+    """The Job's Workload once Kueue says, in its QuotaReserved condition, why it waits."""
+    wl = _workload_of(kube, namespace, job)
+    for found in ((wl or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == "QuotaReserved" and found["status"] == "False":
+            return wl if found.get("message") else None
+    return None
+
+
+def _message(wl: Obj, kind: str) -> str:
+    return str(next(c.get("message", "") for c in wl["status"]["conditions"] if c["type"] == kind))
 
 
 def _write_ledgers(kube: Kube, nodes: dict[str, str], held: tuple[int, ...]) -> None:
@@ -185,10 +209,12 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
         found = kube.get(WORKER, "InstanceType", T4_POOL) or {}
         return (found.get("status") or {}).get("topologyDomains")
 
-    shown = wait_for(domains, 60, "the pool's view per rack")
-    assert shown == [
+    # The keeper tallies nodes as their ledgers and Nodes arrive, so a first view may count
+    # only some of the six: wait for the settled one rather than take the first.
+    settled = [
         {"name": rack, "freeWholeCards": [4, 4, 4], "idleNodes": 3} for rack in ("rack-1", "rack-2")
-    ], shown
+    ]
+    wait_for(lambda: domains() == settled, 60, f"the pool's view per rack, {settled}")
     wide = kubectl(testbed, "get", "instancetypes", T4_POOL, "-o", "wide")
     assert "GANGS" in wide and "rack-1:3/3,rack-2:3/3" in wide, wide
 
@@ -207,23 +233,52 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
             lambda: _workload_of(kube, ns, "rack-gang") is None, 60, "the gang's Workload gone"
         )
 
+        # 1b. RDMA asked by the template's node selector: Kueue's TAS keeps only the nodes the
+        # selector matches, the per-card check judges those. Two RDMA nodes host 2 Pods x 4
+        # cards; 3 such Pods are within the queue's quota and still not placeable.
+        rdma_started = time.monotonic()
+        node_labels = {n: (kube.get("v1", "Node", n) or {})["metadata"]["labels"] for n in racks}
+        rdma_nodes = {n for n, labels in node_labels.items() if labels.get(RDMA_CAPABLE) == "true"}
+        assert len(rdma_nodes) == 2 and len({racks[n] for n in rdma_nodes}) == 1, rdma_nodes
+        kube.create(_gang("rdma-gang", ns, 2, 4, rdma=True))
+        admitted = wait_for(
+            lambda: _verdict(kube, ns, "rdma-gang"), 90, "a verdict on the RDMA gang"
+        )
+        assert condition(admitted, "Admitted") == "True", _check(admitted)
+        assert _placement(admitted) == dict.fromkeys(rdma_nodes, 1), _placement(admitted)
+        kube.delete("batch/v1", "Job", "rdma-gang", ns)
+        wait_for(
+            lambda: _workload_of(kube, ns, "rdma-gang") is None, 60, "the RDMA gang's Workload gone"
+        )
+        kube.create(_gang("rdma-three", ns, 3, 4, rdma=True))
+        pending = wait_for(
+            lambda: _pending_message(kube, ns, "rdma-three"), 60, "3 RDMA Pods pending"
+        )
+        message = _message(pending, "QuotaReserved")
+        print(f"three RDMA Pods: {message}")
+        assert "allows to fit only 2 out of 3 pod(s)" in message, message
+        assert "nodeSelector: 4" in message, message
+        wl = _workload_of(kube, ns, "rdma-three") or pending
+        assert condition(wl, "QuotaReserved") != "True"
+        assert not (wl["status"].get("admission") or {}), wl["status"]
+        kube.delete("batch/v1", "Job", "rdma-three", ns)
+        wait_for(
+            lambda: _workload_of(kube, ns, "rdma-three") is None, 60, "rdma-three's Workload gone"
+        )
+        print(f"RDMA step: {time.monotonic() - rdma_started:.1f} s")
+
         # 2. 4 Pods x 4 cards: 16 cards fit the cluster's 24 and no rack's 12. Pending with
         # Kueue's message, never split (no assignment at all).
         kube.create(_gang("too-big", ns, 4, 4))
 
-        def pending_with_message() -> Obj | None:
-            wl = _workload_of(kube, ns, "too-big")
-            for found in ((wl or {}).get("status") or {}).get("conditions") or []:
-                if found["type"] == "QuotaReserved" and found["status"] == "False":
-                    return wl if found.get("message") else None
-            return None
-
-        pending = wait_for(pending_with_message, 60, "the too-big gang pending with a message")
+        pending = wait_for(
+            lambda: _pending_message(kube, ns, "too-big"),
+            60,
+            "the too-big gang pending with a message",
+        )
         time.sleep(3)  # it stays so while nothing changes
         pending = _workload_of(kube, ns, "too-big") or pending
-        message = next(
-            c["message"] for c in pending["status"]["conditions"] if c["type"] == "QuotaReserved"
-        )
+        message = _message(pending, "QuotaReserved")
         print(f"too-big gang: {message}")
         assert condition(pending, "QuotaReserved") != "True"
         assert not (pending["status"].get("admission") or {}), pending["status"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from chain.labels import RDMA_CAPABLE
 from hooks.admission.pool_catalog import Catalog
 from tests.unit.hooks.admission.helpers import (
     CATALOG,
@@ -187,6 +188,25 @@ def test_shared_pin_joins_existing_terms() -> None:
     }
     again = pod({GPU + ".shared": "2"}, affinity=found)
     assert mutate(again) == {"uid": mutate(again)["uid"], "allowed": True}
+
+
+def test_a_tenants_rdma_request_is_kept_when_the_pod_is_pinned() -> None:
+    """docs/topology.md, "Asking for RDMA": the node selector is the tenant's and stays as
+    written; a required RDMA expression is ANDed with the pin, never replaced."""
+    rdma = {"key": RDMA_CAPABLE, "operator": "In", "values": ["true"]}
+    required = {"nodeSelectorTerms": [{"matchExpressions": [rdma]}]}
+    obj = pod(
+        {GPU + ".shared": "2"},
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
+    )
+    obj["spec"]["nodeSelector"] = {RDMA_CAPABLE: "true"}
+    response = mutate(obj)
+    assert response["allowed"] is True, response
+    spec = patched(obj, response)["spec"]
+    assert spec["nodeSelector"] == {RDMA_CAPABLE: "true"}
+    assert spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [{"matchExpressions": [rdma, pin(1)]}]
+    }
 
 
 def test_shared_one_is_not_pinned() -> None:
