@@ -110,8 +110,9 @@ def _pinned_when_created(bed: Testbed, namespace: str) -> bool:
     """Whether a sliced Workload entering the T4 queue now would be pinned: the Workload webhook
     reads the pool from its catalog file, which the kubelet refreshes in the webhook's Pod a
     while after the InstanceType hook wrote it; until then the webhook lets a Workload through
-    unpinned (docs/topology.md, "The webhooks"). A dry-run create asks without storing."""
-    limits = {SLICED: "1", f"{SLICED}.memory-percentage": "25"}
+    unpinned (docs/topology.md, "The webhooks"). A dry-run create asks without storing; its
+    PodSet is already folded (the Job webhook folds a Job's template before Kueue copies it)."""
+    limits = {SLICED: "1", f"{SLICED}.units": "400k"}
     probe = {
         "apiVersion": KUEUE,
         "kind": "Workload",
