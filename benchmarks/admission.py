@@ -19,9 +19,10 @@ node agents), every card free.
 3. Verdict latency: `--latency` Workloads at `--rate` per second for each of the driver and the
    trivial check, split over `--rounds` runs each in alternating order, on the first pool size
    and again after the pool grew to the second; QuotaReserved -> the check's entry Ready, as seen
-   by a watch, and driver / trivial of its p50 and p99; and, from the driver's
-   `gpustack_verdict_write_seconds`, how long its writes alone took (the API server's round trip,
-   Kueue's validating webhook on `workloads/status` included), which any check pays.
+   by a watch, and driver / trivial of its p50 and p99 (goal: p99 <= 1.2 at 1,000 nodes); and,
+   from the driver's `gpustack_verdict_write_seconds`, how long its writes alone took (the API
+   server's round trip, Kueue's validating webhook on `workloads/status` included), which any
+   check pays.
 
 Every Workload is deleted as soon as it is admitted (there is no job to run it), so cards never
 run out. The API server's request counters around both runs show what the check costs per
@@ -97,6 +98,10 @@ SETTLE_S = 3.0
 first pool tally, its garbage-collector freeze) is not part of any verdict."""
 DRIVER_ACCOUNT = ("gpustack-system", "gpustack-admission-driver")
 THREADS = 8
+LATENCY_RATIO_GOAL = 1.2
+"""Verdict latency goal, driver / trivial check at p99 on 1,000 nodes: the absolute time of a
+verdict is mostly the API server's write that any check pays, which a 2-core machine shared with
+the control plane cannot bring under 50 ms; the ratio says what the driver's judging adds."""
 
 
 # --- objects ----------------------------------------------------------------------------------
@@ -515,7 +520,7 @@ def latency(
         ratios = [percentile(driver, q) / percentile(trivial, q) for q in (0.5, 0.99)]
         print(
             f"verdict latency, {pool} nodes, driver / trivial check: p50 {ratios[0]:.2f},"
-            f" p99 {ratios[1]:.2f}",
+            f" p99 {ratios[1]:.2f} (goal: p99 <= {LATENCY_RATIO_GOAL:.2f} at 1,000 nodes)",
             flush=True,
         )
 

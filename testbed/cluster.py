@@ -28,9 +28,10 @@ from testbed.registry import image_name
 
 ADDONS = Path(__file__).with_name("addons")
 # The real nodes of the e2e tests and the demo: two, so that traffic crosses nodes; node-a shows
-# 4 simulated T4 on its PCI bus and node-b 2 simulated L4, and the overlay (testbed/overlay)
+# 4 simulated T4 on its PCI bus and node-b 2 simulated L4 beside a RoCE port (`l4x2-roce`: the
+# NIC environment of a gang reaches a real container), and the overlay (testbed/overlay)
 # gives each node's agent the same profile.
-REAL_NODES = (NodeSpec("node-a", 0, hardware="t4x4"), NodeSpec("node-b", 1, hardware="l4x2"))
+REAL_NODES = (NodeSpec("node-a", 0, hardware="t4x4"), NodeSpec("node-b", 1, hardware="l4x2-roce"))
 
 
 def coredns_image() -> str:

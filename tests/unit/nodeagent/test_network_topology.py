@@ -250,6 +250,16 @@ def test_a_pcie_only_board_reports_no_fabric_so_the_pcie_tree_decides() -> None:
     assert matrix.nearest_nics("0") == ["mlx5_0", "mlx5_1"]
 
 
+def test_the_real_node_testbeds_roce_host_puts_its_port_nearest_both_cards() -> None:
+    """`l4x2-roce`, node-b of the real-node testbed: both cards and the port under one switch, so
+    every grant there names `mlx5_0` (read in a container by tests/e2e/test_real_nodes_gangs.py)."""
+    with simulated_host("l4x2-roce") as host:
+        cards = {str(n): c.bus_id for n, c in enumerate(load_profile("l4x2-roce").cards)}
+        matrix = node_links(host.sysfs, cards, network_cards(host.sysfs.root), [])
+    assert matrix.link("0", "1") == Link.PCIE_SWITCH
+    assert matrix.nearest_nics("0") == matrix.nearest_nics("1") == ["mlx5_0"]
+
+
 def test_nvml_that_cannot_answer_gives_no_pair_rather_than_a_guess() -> None:
     profile = load_profile("h100-80gb-x8-rdma")
     nvml = SimulatedNvml(profile)

@@ -50,6 +50,9 @@ EXPECTED = {
     "l4-x4-roce": Expected(
         "l4", "NVIDIA L4", 24569, 7424, "550.90.07", "12.4", "8.9", "Ada-Lovelace", 4
     ),
+    "l4x2-roce": Expected(
+        "l4", "NVIDIA L4", 24569, 7424, "550.90.07", "12.4", "8.9", "Ada-Lovelace", 2
+    ),
     "h100-80gb-x8-rdma": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8-mig": Expected(*H100, "Hopper", 8, H100_PROFILES),
