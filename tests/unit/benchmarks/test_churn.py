@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from benchmarks.churn import PROFILES, MemoryApi, audit, churn, limits_for, pod_manifest
+from benchmarks.churn import (
+    PROFILES,
+    MemoryApi,
+    audit,
+    churn,
+    limits_for,
+    pod_manifest,
+    report,
+)
 from chain.ledger import AcceleratorAllocation, DevicesAllocationGroup, DevicesStatus, Mode
 from chain.ledger_rebuild import (
     ALLOCATED_ANNOTATION,
@@ -29,21 +37,24 @@ CARD = next(card.id for _, card in SPEC.cards())
 def test_the_short_profile_leaves_nothing_behind_and_never_holds_a_card_twice() -> None:
     profile = PROFILES["short"]
     result = churn(profile)
-    assert result.problems() == []  # the ledger equals the records at every sample and the end
-    assert result.left() == dict.fromkeys(result.left(), 0)
+    printed = "\n".join(report(result))  # every assertion says what the run printed
+    # The ledger equals the records at every sample and at the end; nothing is left.
+    assert result.problems() == [], printed
+    assert result.left() == dict.fromkeys(result.left(), 0), printed
     outcomes = result.outcomes
     granted = sum(outcomes.granted.values())
     refused = sum(outcomes.refused.values())
-    assert granted + refused == profile.lifecycles + 1  # and the held Pod
-    assert set(outcomes.granted) == {"exclusive", "shared", "sliced", "partitioned"}
+    assert granted + refused == profile.lifecycles + 1, printed  # and the held Pod
+    assert set(outcomes.granted) == {"exclusive", "shared", "sliced", "partitioned"}, printed
     # A refusal is the kubelet's count or the plugin's precondition, never an error.
     assert {code for _, code in outcomes.refused} <= {
         "Insufficient",
         "StatusCode.FAILED_PRECONDITION",
     }
     # Bounded: the held Pod's failing record kept the journal from emptying, so compaction did.
-    assert max(sample.journal_lines for sample in result.samples) <= profile.compact_lines + 1
-    assert any(sample.look.stuck for sample in result.samples)
+    lines = max(sample.journal_lines for sample in result.samples)
+    assert lines <= profile.compact_lines + 1, printed
+    assert any(sample.look.stuck for sample in result.samples), printed
 
 
 def _pod(api: MemoryApi, name: str, record: AllocationRecord) -> dict[str, Any]:
