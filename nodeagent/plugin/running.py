@@ -400,7 +400,10 @@ class DevicePlugins:
             spec = self.node.spec()
             return [c.id for g, c in spec.cards() if g.manufacturer == maker and c.is_partitioned]
 
-        self._reclaim(MigReclaimer(partitioner, cards).reconcile)
+        def live_now() -> frozenset[str]:
+            return frozenset(pod.uid for pod in self.node.pods())
+
+        self._reclaim(MigReclaimer(partitioner, cards, live_now=live_now).reconcile)
 
     def _links_of(self, maker: str) -> NodeLinks:
         """How `maker`'s cards connect, read from the host again only when the node's Devices
