@@ -63,8 +63,14 @@ class MigReclaimer:
         debounce_s: float = ORPHAN_DEBOUNCE_S,
         tries: int = IN_USE_TRIES,
         backoff_s: float = IN_USE_BACKOFF_S,
+        live_now: Callable[[], frozenset[str]] | None = None,
     ) -> None:
+        """`live_now` lists the node's Pod UIDs afresh: asked before a marked instance is unmade
+        or a marker dropped for a Pod missing from the sweep's set, read after the marker, since
+        that set may be older than a grant made during the sweep (a Pod listed before its
+        Allocate cuts the instance and writes the marker)."""
         self.partitioner = partitioner
+        self.live_now = live_now
         self.cards = cards
         self.clock = clock
         self.sleep = sleep
@@ -99,7 +105,7 @@ class MigReclaimer:
             for instance in instances:
                 key = (card, instance.placement.start)
                 marker = self.partitioner.markers.read(card, instance.placement.start)
-                if marker is not None and marker.pod_uid in live:
+                if marker is not None and self._alive(marker.pod_uid, live):
                     continue
                 if marker is None:
                     seen_orphans.add(key)
@@ -131,12 +137,23 @@ class MigReclaimer:
                 self.sleep(self.backoff_s)
         return False
 
+    def _alive(self, pod_uid: str, live: frozenset[str]) -> bool:
+        """Whether the Pod is in the sweep's set or, asked now, on the node."""
+        return pod_uid in live or (self.live_now is not None and pod_uid in self.live_now())
+
     def _drop_stale_markers(self, found: dict[str, list[Instance]], live: frozenset[str]) -> None:
+        stale = []
         for marker in self.partitioner.markers.all():
             present = found.get(marker.card)
             if present is None or marker.pod_uid in live:
                 continue  # a card not listed this sweep, or a live Pod's (being made) marker
             if not any(i.placement.start == marker.start for i in present):
+                stale.append(marker)
+        # The markers were read before the Pods are listed again: a marker written during the
+        # sweep (its instance made after the listing above) belongs to a Pod listed now.
+        now = self.live_now() if stale and self.live_now is not None else frozenset()
+        for marker in stale:
+            if marker.pod_uid not in now:
                 self.partitioner.markers.remove(marker.card, marker.start)
 
 

@@ -41,7 +41,7 @@ from nodeagent.plugin.injection import (
     read_node_facts,
     strategy_from_env,
 )
-from nodeagent.plugin.journal import Journal, JournaledWriter, recover
+from nodeagent.plugin.journal import COMPACT_LINES, Journal, JournaledWriter, recover
 from nodeagent.plugin.kube import KubeClient, KubeNode
 from nodeagent.plugin.mig import (
     OPERATOR_MIG_DIR,
@@ -171,12 +171,15 @@ class NodeRecords:
         journal: Path | None = None,
         env: StartupEnv | None = None,
         record_events: bool = True,
+        compact_lines: int = COMPACT_LINES,
     ) -> NodeRecords:
         """With `watch_pods` the Pods come from a watch on this node's Pods (started by the
         plugins' first `publish`). With `journal` (a file on the host) a grant is journaled
         before Allocate answers and its annotation written right after (`journal.py`);
         without, the annotation is written before the answer. `env` carries the switches the
-        node state reads (release of finished Pods, the sliced gate)."""
+        node state reads (release of finished Pods, the sliced gate). `compact_lines`: the
+        journal's length past which it is rewritten with only the records still to write
+        (`Journal`); the churn benchmark's short profile lowers it to compact within seconds."""
         watcher = (
             Watcher(watch_pods, "v1", "Pod", field_selector=f"spec.nodeName={node_name}")
             if watch_pods is not None
@@ -186,7 +189,7 @@ class NodeRecords:
         switches = env or StartupEnv()
         events = EventRecorder(kube, EVENTS_CONTROLLER, node_name) if record_events else None
         unlanded = Changes()
-        opened = Journal(journal) if journal is not None else None
+        opened = Journal(journal, compact_lines) if journal is not None else None
         writer = (
             JournaledWriter(
                 opened, io, io.cached_uid, io.current_uid, events=events, on_stuck=unlanded.bump
@@ -397,7 +400,10 @@ class DevicePlugins:
             spec = self.node.spec()
             return [c.id for g, c in spec.cards() if g.manufacturer == maker and c.is_partitioned]
 
-        self._reclaim(MigReclaimer(partitioner, cards).reconcile)
+        def live_now() -> frozenset[str]:
+            return frozenset(pod.uid for pod in self.node.pods())
+
+        self._reclaim(MigReclaimer(partitioner, cards, live_now=live_now).reconcile)
 
     def _links_of(self, maker: str) -> NodeLinks:
         """How `maker`'s cards connect, read from the host again only when the node's Devices

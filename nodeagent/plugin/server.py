@@ -135,6 +135,10 @@ class DevicePluginService:
             while seen == (now := node.wait_change(seen, WATCH_TICK_S)):
                 if not context.is_active() or self.stopped.is_set():
                     return
+                # The GC counts misses on idle ticks too: once the last Pods end, nothing may
+                # wake the stream again for a monitor period or more, and their work dirs
+                # would stay until the node's next change.
+                self._collect()
             seen = now
 
     def _collect(self) -> None:

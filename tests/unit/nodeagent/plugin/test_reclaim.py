@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from chain.partitions import Placement
-from nodeagent.plugin.mig import Markers, Partitioner
+from nodeagent.plugin.mig import Marker, Markers, Partitioner
 from nodeagent.plugin.reclaim import MigReclaimer, ReclaimLoop
 from nodeagent.simulate import SimulatedNvml
 from nodeagent.vendors.nvidia.simulate import load_profile
@@ -156,6 +157,34 @@ def test_a_marker_without_instance_is_dropped_once_its_pod_is_gone(rig: Rig) -> 
     assert rig.partitioner.markers.read(rig.cards[0], 4) is not None
     rig.reclaimer.reconcile(frozenset())
     assert rig.partitioner.markers.read(rig.cards[0], 4) is None
+
+
+def test_a_partition_made_during_a_sweep_keeps_its_instance_and_its_marker(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep's live set was listed before a new Pod's Allocate; its instance is cut after
+    the sweep listed the card and before it read the markers (found by benchmarks/churn.py: the
+    marker was dropped, the instance left without one, an orphan nobody reclaimed in time)."""
+    on_node = {"uid-new"}
+    rig.reclaimer.live_now = lambda: frozenset(on_node)
+    markers = rig.partitioner.markers
+    listed = markers.all
+
+    def granted_meanwhile() -> Iterator[Marker]:
+        if not rig.slots():
+            rig.make("uid-new", 2)
+        return listed()
+
+    monkeypatch.setattr(markers, "all", granted_meanwhile)
+    sweep = rig.reclaimer.reconcile(frozenset())
+    assert sweep.destroyed == []
+    assert rig.slots() == [(rig.cards[0], 2)]
+    assert markers.read(rig.cards[0], 2) is not None
+    # And swept again with the same stale set, its instance is not unmade either.
+    assert rig.reclaimer.reconcile(frozenset()).destroyed == []
+    assert rig.slots() == [(rig.cards[0], 2)]
+    on_node.clear()  # the Pod is gone: now it goes
+    assert rig.reclaimer.reconcile(frozenset()).destroyed == [(rig.cards[0], 2)]
 
 
 # --- the loop -----------------------------------------------------------------------------------

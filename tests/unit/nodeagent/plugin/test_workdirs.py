@@ -3,9 +3,13 @@ directory."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+
 from chain.ledger import Mode
+from nodeagent.plugin import server
 from nodeagent.plugin.workdirs import WorkDirGC
 from tests.unit.nodeagent.plugin.fakes import SLICED, rig
 
@@ -62,3 +66,19 @@ def test_sliced_list_and_watch_ticks_collect_gone_pods(tmp_path: Path) -> None:
         assert gc is not None and "uid-gone" not in gc.misses
         assert not (tmp_path / "uid-gone").exists()
         assert (tmp_path / "uid-here").exists()
+
+
+def test_a_quiet_node_still_collects_the_work_dirs_of_pods_gone_before_it_went_quiet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the last Pods end, nothing wakes the streams again (no grant, no Pod change, the
+    next report a monitor period away): the GC counts its misses on the streams' idle ticks
+    too, or the last Pods' work dirs stay until the node's next change."""
+    monkeypatch.setattr(server, "GC_PERIOD_S", 0.05)
+    (tmp_path / "uid-gone" / "c-main").mkdir(parents=True)
+    with rig(modes=(Mode.SLICED,), workdirs=tmp_path) as r:
+        r.ready()  # the first list: one miss, then no wake at all
+        deadline = time.monotonic() + 10
+        while (tmp_path / "uid-gone").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (tmp_path / "uid-gone").exists()
