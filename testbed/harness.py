@@ -342,6 +342,9 @@ class Testbed:
         for proc in reversed(procs):
             self._stop(proc)
             self._children.pop(proc.name, None)
+            # Forgotten until started again: the liveness check must not take one still down
+            # for a dead component while an earlier one is waited on.
+            del self.state.processes[proc.name]
         time.sleep(down_s)
         for proc in procs:
             again = self._spawn(proc.name, proc.argv, proc.env)

@@ -355,6 +355,11 @@ def burst(testbed: Testbed, chain: Installed) -> Iterator[Burst]:
     forget_pool(kube, T4_POOL)
     forget_pool(kube, L4_POOL)
     with contextlib.ExitStack() as stack:
+        # Registered first so they run last, once the nodes are gone (LIFO): a pool's derived
+        # type deleted while its nodes live comes back.
+        pooled: dict[str, tuple[str, ...]] = {}
+        for pool in (T4_POOL, L4_POOL):
+            stack.callback(lambda p=pool: forget_pool(kube, p, pooled.get(p, ())))
         t4a = stack.enter_context(agent_node(testbed, "t4x4", nfd=True))
         t4b = stack.enter_context(agent_node(testbed, "t4x4", nfd=True))
         l4 = stack.enter_context(agent_node(testbed, "l4x2", nfd=True))
@@ -383,8 +388,7 @@ def burst(testbed: Testbed, chain: Installed) -> Iterator[Burst]:
                 60,
                 f"the LocalQueue of {pool} in {namespace}",
             )
-        stack.callback(forget_pool, kube, L4_POOL, (l4.name,))
-        stack.callback(forget_pool, kube, T4_POOL, (t4a.name, t4b.name))
+        pooled.update({T4_POOL: (t4a.name, t4b.name), L4_POOL: (l4.name,)})
         owner = Owner(kube, namespace, nodes)
         yield Burst(testbed, owner, (t4a.name, t4b.name), l4.name, ports["a"])
 
@@ -416,14 +420,14 @@ def offer_cards(testbed: Testbed, node: PluginNode, cards: int) -> None:
 
 
 def _wave(burst: Burst, tag: str) -> None:
-    """More than fits: per T4 node 6 cards asked of 4, on the L4 node 3 whole cards and 2 shares
+    """More than fits: per T4 node 5 cards asked of 4, on the L4 node 3 whole cards and a share
     asked of 2 cards."""
     owner = burst.owner
     t4_queue, l4_queue = local_queue_name(T4_POOL), local_queue_name(L4_POOL)
     for node in burst.t4:
-        for i, cards in enumerate((2, 1, 2, 1)):
+        for i, cards in enumerate((2, 1, 2)):
             owner.submit(f"{tag}-{node}-{i}", node, t4_queue, {GPU: str(cards)})
-    asks = ({GPU: "1"}, {SHARED: "1"}, {GPU: "1"}, {SHARED: "1"}, {GPU: "1"})
+    asks = ({GPU: "1"}, {SHARED: "1"}, {GPU: "1"}, {GPU: "1"})
     for i, limits in enumerate(asks):
         owner.submit(f"{tag}-{burst.l4}-{i}", burst.l4, l4_queue, limits)
 
