@@ -97,6 +97,8 @@ class Process:
     pid: int = 0
     started: float = 0.0
     exe: str = ""  # the program that ends up running, when argv[0] execs it (nsenter, ...)
+    env: dict[str, str] = field(default_factory=dict)
+    """What the process got on top of the harness's own environment: a restart gives it again."""
 
 
 @dataclass
@@ -135,6 +137,8 @@ class Testbed:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._kube: Kube | None = None
         self._before_down: list[Callable[[], None]] = []
+        self._probes: dict[str, Callable[[], object]] = {}
+        """Per component, the readiness probe its start waited on last: a restart waits on it."""
 
     # -- paths ----------------------------------------------------------------------------
 
@@ -328,6 +332,29 @@ class Testbed:
         self._wait_ready(name, listening, 30)
         return url
 
+    def restart(self, names: tuple[str, ...], down_s: float = 2.0, timeout: float = 120.0) -> float:
+        """Stop `names` (the last first), keep them down `down_s` seconds, and start them again
+        in order with the same command line, environment and data folders (etcd's data dir, the
+        configuration files, the certificates), each waited on with the readiness probe of its
+        first start; what a node's reboot or a rolled control-plane Pod does to a component.
+        Returns the monotonic time the last of them was ready again."""
+        procs = [self.state.processes[name] for name in names]
+        for proc in reversed(procs):
+            self._stop(proc)
+            self._children.pop(proc.name, None)
+            # Forgotten until started again: the liveness check must not take one still down
+            # for a dead component while an earlier one is waited on.
+            del self.state.processes[proc.name]
+        time.sleep(down_s)
+        for proc in procs:
+            again = self._spawn(proc.name, proc.argv, proc.env)
+            again.exe = proc.exe
+            self.state.save()
+            probe = self._probes.get(proc.name)
+            if probe is not None:
+                self._wait_ready(proc.name, probe, timeout)
+        return time.monotonic()
+
     def _stop(self, proc: Process) -> None:
         if not pid_alive(proc.pid) or not self._owns(proc):
             return
@@ -445,6 +472,7 @@ class Testbed:
         return proc
 
     def wait_ready(self, name: str, probe: Callable[[], object], timeout: float) -> None:
+        self._probes[name] = probe
         self._wait_ready(name, probe, timeout)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Process:
@@ -460,7 +488,7 @@ class Testbed:
                 start_new_session=True,  # its own process group: `down` kills the whole tree
             )
         self._children[name] = child
-        proc = Process(name, argv, str(log), child.pid, time.time())
+        proc = Process(name, argv, str(log), child.pid, time.time(), env=dict(env or {}))
         self.state.processes[name] = proc
         self.state.save()
         return proc

@@ -95,3 +95,23 @@ def test_kueue_runs_with_the_tuning_of_its_release(testbed: Testbed) -> None:
     config = yaml.safe_load((testbed.root / "kueue-config.yaml").read_text())
     assert config["controller"]["groupKindConcurrency"]["Workload.kueue.x-k8s.io"] == 10
     assert config["clientConnection"] == {"qps": 300, "burst": 500}
+
+
+def test_restart_keeps_flags_and_data() -> None:
+    """`Testbed.restart` starts a component again with the same command line and data dir: an
+    object written before an API server and etcd restart is read back after it."""
+    root = Path(tempfile.mkdtemp(prefix="gpustack-testbed-restart-"))
+    bed = Testbed(root)
+    bed.up(components=("etcd", "kube-apiserver"))
+    try:
+        before = {name: (p.pid, p.argv) for name, p in bed.state.processes.items()}
+        bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kept"}})
+        bed.restart(("etcd", "kube-apiserver"), down_s=0.5)
+        bed.check_alive()
+        after = {name: (p.pid, p.argv) for name, p in bed.state.processes.items()}
+        assert set(after) == set(before)
+        for name, (pid, argv) in after.items():
+            assert pid != before[name][0] and argv == before[name][1], name
+        assert bed.kube.get("v1", "Namespace", "kept") is not None
+    finally:
+        bed.down()
