@@ -140,6 +140,33 @@ def admission_config(bed: Testbed) -> list[str]:
     return [f"--admission-control-config-file={path}"]
 
 
+AUDIT_POLICY: Obj = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "Metadata", "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+        {"level": "None"},
+    ],
+}
+"""Writes only, at Metadata level (who, verb, object, answer; no bodies): what a benchmark
+counting the control plane's writes needs, at the least cost to the server."""
+
+
+def audit_flags(bed: Testbed) -> list[str]:
+    """The audit log's flags when the testbed was asked for one: a JSON line per write served."""
+    if not bed.audit:
+        return []
+    policy = bed.root / "audit-policy.yaml"
+    policy.write_text(yaml.safe_dump(AUDIT_POLICY))
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={bed.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",
+    ]
+
+
 def start_apiserver(bed: Testbed, binary: Path, timeout: float) -> None:
     c = bed.certs
     port = bed.state.ports["apiserver"]
@@ -162,6 +189,7 @@ def start_apiserver(bed: Testbed, binary: Path, timeout: float) -> None:
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
             *admission_config(bed),
+            *audit_flags(bed),
         ],
     )
     bed.wait_ready("kube-apiserver", lambda: bed.https_ok(f"{bed.server}/readyz"), timeout)

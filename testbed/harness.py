@@ -126,14 +126,20 @@ class Testbed:
     __test__ = False  # not a pytest test class, despite the name
 
     def __init__(
-        self, root: Path, nfd_extra_label_ns: tuple[str, ...] = (), real_nodes: bool = False
+        self,
+        root: Path,
+        nfd_extra_label_ns: tuple[str, ...] = (),
+        real_nodes: bool = False,
+        audit: bool = False,
     ) -> None:
         """`real_nodes`: the control plane is also reached from a Pod network (the node bridge,
         the `kubernetes` Service, a scheduler, every default controller), so that
-        `testbed.realnode` nodes can join it."""
+        `testbed.realnode` nodes can join it. `audit`: the API server logs every write it
+        serves (who, what, the answer) to `audit_log`, for benchmarks that count writes."""
         self.root = root
         self.state = State(str(root), real_nodes=real_nodes)
         self.nfd_extra_label_ns = nfd_extra_label_ns
+        self.audit = audit
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._kube: Kube | None = None
         self._before_down: list[Callable[[], None]] = []
@@ -163,6 +169,11 @@ class Testbed:
             d / "sa.key",
             d / "sa.pub",
         )
+
+    @property
+    def audit_log(self) -> Path:
+        """Where the API server logs the writes it serves, when started with `audit`."""
+        return self.logs / "audit.log"
 
     @property
     def network(self) -> network.Network:
