@@ -213,6 +213,16 @@ def build_metacontroller(pins: dict[str, str], work: Path, bindir: Path) -> None
     )
 
 
+def build_jobset(pins: dict[str, str], work: Path, bindir: Path) -> None:
+    # The manager is the module's root package; built as the main module from a copy of the
+    # module cache's source, so exactly upstream's go.mod and go.sum decide every dependency.
+    module, version = pins["module"], pins["version"]
+    src = Path(mod_download(f"{module}@{version}")["Dir"])
+    ldflags = f"-s -w -X {module}/pkg/version.GitVersion={version}"
+    out = str(bindir / "jobset")
+    _build_copied_module(src, work, ["build", "-trimpath", "-ldflags", ldflags, "-o", out, "."], {})
+
+
 def build_nfd(pins: dict[str, str], work: Path, bindir: Path) -> None:
     module, version = pins["module"], pins["version"]
     info = mod_download(f"{module}@{version}")
@@ -318,6 +328,7 @@ COMPONENTS: dict[str, Component] = {
     "helm": Component("helm", ("helm",), build_helm),
     "etcd": Component("etcd", ("etcd",), build_etcd),
     "kueue": Component("kueue", ("kueue",), build_kueue),
+    "jobset": Component("jobset", ("jobset",), build_jobset),
     "metacontroller": Component("metacontroller", ("metacontroller",), build_metacontroller),
     "nfd": Component("nfd", ("nfd-master", "nfd-worker", "nfd-gc"), build_nfd),
 }

@@ -1,6 +1,6 @@
 """How the testbed starts each upstream component (etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, Kueue, Metacontroller, nfd-master) as a process of a `Testbed`, with the flags
-and configuration running outside a cluster needs."""
+kube-scheduler, Kueue, the JobSet controller, Metacontroller, nfd-master) as a process of a
+`Testbed`, with the flags and configuration running outside a cluster needs."""
 
 from __future__ import annotations
 
@@ -28,6 +28,12 @@ KUEUE_FRAGMENT = (
 )
 KUEUE_STOCK_CONFIG = "config/components/manager/controller_manager_config.yaml"
 """Kueue's own Configuration, what its release manifests install."""
+FRAMEWORKS_RUN_HERE = ("batch/job", "jobset.x-k8s.io/jobset")
+"""The job frameworks Kueue integrates on the emulated testbed: of Kueue's stock
+`integrations.frameworks`, those whose CRDs the testbed installs (Jobs are built in; JobSet's
+CRD and its real controller come with Kueue). The others' CRDs are absent, and their webhooks
+would refuse Pods and Deployments. No Job controller runs emulated, so a Job, a JobSet's child
+Jobs included, makes no Pods."""
 CONTROL_PLANE_NODE = "testbed-control-plane"
 FRONT_PROXY_CLIENT = "front-proxy-client"
 
@@ -282,7 +288,7 @@ def kueue_base_config(bed: Testbed, p: dict[str, int]) -> Obj:
         },
         "metrics": {"bindAddress": f"127.0.0.1:{p['kueue_metrics']}"},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{p['kueue_health']}"},
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {"frameworks": kueue_frameworks()},
         # No kubelet runs Pods here: an admitted Workload never becomes PodsReady, and
         # waitForPodsReady (on by default since 0.19) would evict it after 30 minutes.
         "featureGates": {"VisibilityOnDemand": False, "DisableWaitForPodsReady": True},
@@ -291,29 +297,60 @@ def kueue_base_config(bed: Testbed, p: dict[str, int]) -> Obj:
 
 def start_kueue(bed: Testbed, binary: Path, timeout: float) -> None:
     c = bed.certs
-    certdir = bed.root / "kueue-webhook-certs"
-    certdir.mkdir(exist_ok=True)
-    shutil.copy(c.serving_crt, certdir / "tls.crt")
-    shutil.copy(c.serving_key, certdir / "tls.key")
+    _serving_pair(bed, "kueue-webhook-certs")  # the certDir of kueue_config
     KUEUE_METRICS_CERTS.mkdir(parents=True, exist_ok=True)
     for src, dst in ((c.serving_crt, "tls.crt"), (c.serving_key, "tls.key")):
         shutil.copy(src, KUEUE_METRICS_CERTS / dst)
     config = bed.root / "kueue-config.yaml"
     config.write_text(yaml.safe_dump(kueue_config(bed)))
     bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KUEUE_NAMESPACE}})
-    bed.spawn(
-        "kueue",
-        [
-            str(binary),
-            f"--config={config}",
-            f"--kubeconfig={bed.kubeconfig}",
-            "--zap-log-level=2",
-        ],
-    )
-    health = f"http://127.0.0.1:{bed.state.ports['kueue_health']}/readyz"
-    bed.wait_ready("kueue", lambda: http_ok(health), timeout)
+    _run_manager(bed, "kueue", binary, config, "kueue_health", timeout)
     for hook_config in crds.kueue_webhooks(bed):
         bed.kube.apply(hook_config)
+
+
+def start_jobset(bed: Testbed, binary: Path, timeout: float) -> None:
+    """The JobSet controller, as its release runs it but on the host: its stock Configuration
+    with internal cert management off and its webhook server on 127.0.0.1 with the testbed's
+    serving certificate (as Kueue's); then its webhook configurations, pointed at it."""
+    certdir = _serving_pair(bed, "jobset-webhook-certs")
+    p = bed.state.ports
+    config = {
+        **crds.jobset_stock_config(),
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": p["jobset_webhook"], "host": "127.0.0.1", "certDir": str(certdir)},
+        "metrics": {"bindAddress": f"127.0.0.1:{p['jobset_metrics']}", "certDir": str(certdir)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{p['jobset_health']}"},
+    }
+    path = bed.root / "jobset-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    _run_manager(bed, "jobset", binary, path, "jobset_health", timeout)
+    for hook_config in crds.jobset_webhooks(bed):
+        bed.kube.apply(hook_config)
+
+
+def _serving_pair(bed: Testbed, folder: str) -> Path:
+    """A folder under the run folder holding the testbed's serving pair as `tls.crt` and
+    `tls.key`, the names controller-runtime's webhook server reads."""
+    certdir = bed.root / folder
+    certdir.mkdir(exist_ok=True)
+    shutil.copy(bed.certs.serving_crt, certdir / "tls.crt")
+    shutil.copy(bed.certs.serving_key, certdir / "tls.key")
+    return certdir
+
+
+def _run_manager(
+    bed: Testbed, name: str, binary: Path, config: Path, health_port: str, timeout: float
+) -> None:
+    """A controller-runtime manager (Kueue, JobSet) started with its Configuration file and the
+    admin kubeconfig, waited for until its readiness probe answers."""
+    bed.spawn(
+        name,
+        [str(binary), f"--config={config}", f"--kubeconfig={bed.kubeconfig}", "--zap-log-level=2"],
+    )
+    health = f"http://127.0.0.1:{bed.state.ports[health_port]}/readyz"
+    bed.wait_ready(name, lambda: http_ok(health), timeout)
 
 
 def start_metacontroller(bed: Testbed, binary: Path, timeout: float) -> None:
@@ -375,6 +412,14 @@ def start_nfd(bed: Testbed, binary: Path, timeout: float) -> None:
         }
     )
     bed.wait_ready("nfd-master", lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), timeout)
+
+
+def kueue_frameworks() -> list[str]:
+    """Kueue's stock `integrations.frameworks`, read from the pinned module, less those the
+    emulated testbed runs nothing for."""
+    stock = load_yaml_documents(build.module_dir("kueue") / KUEUE_STOCK_CONFIG)[0]
+    frameworks = (stock.get("integrations") or {}).get("frameworks") or []
+    return [name for name in frameworks if name in FRAMEWORKS_RUN_HERE]
 
 
 def kueue_stock_tuning() -> Obj:

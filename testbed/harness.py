@@ -35,6 +35,7 @@ COMPONENT_ORDER = (
     "kube-apiserver",
     "kube-controller-manager",
     "kueue",
+    "jobset",
     "metacontroller",
     "nfd-master",
 )
@@ -202,7 +203,8 @@ class Testbed:
         """Start `components`, in COMPONENT_ORDER's order: etcd, the API server and the controller
         manager always; of Kueue, Metacontroller and NFD master any (the CRDs of all three are
         installed as soon as one of them is, or with real nodes, whose installs run them in
-        Pods)."""
+        Pods). The JobSet controller runs exactly where Kueue does: Kueue's stock frameworks
+        include JobSet, and its JobSet webhook and CRD come with it."""
         base = COMPONENT_ORDER[:3]
         ordered = tuple(c for c in COMPONENT_ORDER if c in components)
         started = tuple(c for c in components if c in base)
@@ -215,6 +217,8 @@ class Testbed:
             raise ValueError(
                 f"components: a prefix of {base}, then any of {COMPONENT_ORDER[3:]} in order"
             )
+        if ("kueue" in components) != ("jobset" in components):
+            raise ValueError("components: kueue and jobset run together or not at all")
         binaries = {name: build.binary(name) for name in components}
         missing = [str(p) for p in binaries.values() if not p.is_file()]
         if missing:
@@ -232,6 +236,9 @@ class Testbed:
             "kueue_webhook",
             "kueue_health",
             "kueue_metrics",
+            "jobset_webhook",
+            "jobset_health",
+            "jobset_metrics",
             "metacontroller",
             "nfd",
         ):
@@ -246,6 +253,7 @@ class Testbed:
             "kube-apiserver": launchers.start_apiserver,
             "kube-controller-manager": launchers.start_kcm,
             "kueue": launchers.start_kueue,
+            "jobset": launchers.start_jobset,
             "metacontroller": launchers.start_metacontroller,
             "nfd-master": launchers.start_nfd,
         }
