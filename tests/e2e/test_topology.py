@@ -4,12 +4,13 @@ across nodes").
 Six emulated T4 nodes of 4 cards in two racks (`cloud.provider.com/topology-rack` = rack-1,
 rack-2), the rack profile set as docs/topology.md, "Topology profiles" tells a user
 (`kubectl patch settings default`), two verdict drivers. What is real: the API server, Kueue
-with TAS and its Job integration, Metacontroller, the chain's hooks and webhooks as shipped, the
-drivers. What is simulated: the nodes are registered Node objects (no kubelet), NFD's features
-and each node's `Devices` ledger are written by the test (no node agent: the labels are those
-the agent mirrors, the ledger rows those it reports), and no job controller runs in the emulated
-cluster, so an admitted Job makes no Pods: where its Pods land is read from the Workload's
-topology assignment, which is what Kueue's ungater pins each Pod to.
+with TAS and its Job and JobSet integrations, the JobSet controller and its webhooks,
+Metacontroller, the chain's hooks and webhooks as shipped, the drivers. What is simulated: the
+nodes are registered Node objects (no kubelet), NFD's features and each node's `Devices` ledger
+are written by the test (no node agent: the labels are those the agent mirrors, the ledger rows
+those it reports), and no Job controller runs in the emulated cluster, so an admitted Job makes
+no Pods: where its Pods land is read from the Workload's topology assignment, which is what
+Kueue's ungater pins each Pod to.
 
 1. A 4-Pod gang (`batch/v1` Job, parallelism 4, 2 cards a Pod) requiring one rack is admitted,
    every Pod's node in one rack.
@@ -21,12 +22,21 @@ topology assignment, which is what Kueue's ungater pins each Pod to.
    on a node without the label.
 2. A gang that fits the cluster's 24 cards but no single rack's 12 stays pending with Kueue's
    message and is never split.
+2b. `podset-preferred-topology`: a gang preferring a rack (its PodSet's topology request says
+   `preferred`) lands in one rack when one fits; the gang of step 2, which fits no rack whole,
+   is admitted across both racks when it prefers instead of requires (Kueue's documented
+   behaviour for a preferred level), judged Ready node by node (no false Retry); with two cards
+   of every node held, a preferred gang of 4 Pods x 3 cards, whose 12 cards equal the cluster's
+   12 free whole cards, is answered Retry naming a node (no false Ready from a total).
 3. A gang whose Pods fit a rack's totals but not its whole cards (two cards of every node held
    half sliced in the ledger) is held by the per-card check (Retry naming a node), then
    admitted once the cards free.
-4. A Workload of two PodSets (prefill, decode) each requiring a rack: the per-card verdict names
-   the starved role. A bare Workload, as the emulated testbed runs no JobSet or
-   LeaderWorkerSet controller.
+4. A JobSet of two replicatedJobs (prefill, decode) each requiring a rack, run by the real
+   JobSet controller (its webhook defaults the template, Kueue's suspends it, the controller
+   makes its child Jobs suspended): Kueue's JobSet integration makes one Workload of two
+   PodSets. With every card free it is admitted, each role in one rack, and the controller
+   resumes both child Jobs with Kueue's node labels and topology gate; with one card of every
+   node held, the per-card verdict names the starved role (decode) and not the other.
 0. The pool's InstanceType shows, per rack, each node's free whole cards (`kubectl get
    instancetypes -o wide`: the Gangs column).
 5. The setting set back to the default re-points the pool's queue to the hostname flavor and
@@ -62,29 +72,37 @@ RACK = "cloud.provider.com/topology-rack"
 RACK_PROFILE = "fnv64-58d7a1ce21b8b67c"
 """FNV-1a 64 of the rack key, NUL, the hostname key (as tests/unit/chain/test_profiles.py)."""
 REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+JOBSET = "jobset.x-k8s.io/v1alpha2"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+"""The scheduling gate Kueue puts on an admitted TAS PodSet's Pods; its ungater lifts it per Pod
+once it pins the Pod to its assigned node."""
 GPU = "nvidia.com/gpu"
 WORKER = "worker.gpustack.ai/v1alpha1"
 HALF_HELD = (0, 1)
 
 
-def _gang(name: str, namespace: str, pods: int, cards: int, rdma: bool = False) -> Obj:
-    """A Job of `pods` Pods of `cards` whole cards each, all in one rack; with `rdma`, only on
-    RDMA-capable nodes (the tenant's node selector, as docs/topology.md, "Asking for RDMA")."""
+def _gang(
+    name: str, namespace: str, pods: int, cards: int, rdma: bool = False, request: str = REQUIRED
+) -> Obj:
+    """A Job of `pods` Pods of `cards` whole cards each, all in one rack (`request` PREFERRED:
+    in one rack if one fits); with `rdma`, only on RDMA-capable nodes (the tenant's node
+    selector, as docs/topology.md, "Asking for RDMA")."""
     job = queued_job(
         name, namespace, local_queue_name(T4_POOL), {GPU: str(cards)}, "busybox", "true"
     )
     job["spec"].update(parallelism=pods, completions=pods)
-    job["spec"]["template"]["metadata"]["annotations"] = {REQUIRED: RACK}
+    job["spec"]["template"]["metadata"]["annotations"] = {request: RACK}
     if rdma:
         job["spec"]["template"]["spec"]["nodeSelector"] = {RDMA_CAPABLE: "true"}
     return job
 
 
-def _workload_of(kube: Kube, namespace: str, job: str) -> Obj | None:
-    """The Workload Kueue's Job integration made for `job`."""
+def _workload_of(kube: Kube, namespace: str, job: str, kind: str = "Job") -> Obj | None:
+    """The Workload Kueue's integration for `kind` made for the object `job`."""
     for wl in kube.list(KUEUE, "Workload", namespace):
         owners = wl["metadata"].get("ownerReferences") or []
-        if any(o.get("kind") == "Job" and o.get("name") == job for o in owners):
+        if any(o.get("kind") == kind and o.get("name") == job for o in owners):
             return wl
     return None
 
@@ -160,9 +178,9 @@ def _write_ledgers(kube: Kube, nodes: dict[str, str], held: tuple[int, ...]) -> 
         kube.apply(_ledger(name, held), subresource="status")
 
 
-def _verdict(kube: Kube, namespace: str, job: str) -> Obj | None:
-    """The Job's Workload once admitted or answered Retry by the per-card check."""
-    wl = _workload_of(kube, namespace, job)
+def _verdict(kube: Kube, namespace: str, job: str, kind: str = "Job") -> Obj | None:
+    """The Workload of `job` (a `kind`) once admitted or answered Retry by the per-card check."""
+    wl = _workload_of(kube, namespace, job, kind)
     if condition(wl, "Admitted") == "True" or _retry_note(kube, namespace, wl):
         return wl
     return None
@@ -286,6 +304,44 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
         kube.delete("batch/v1", "Job", "too-big", ns)
         wait_for(lambda: _workload_of(kube, ns, "too-big") is None, 60, "too-big's Workload gone")
 
+        # 2b. Preferred, not required: one rack when one fits, both racks when none does; the
+        # per-card check judges every node of either placement for its own share.
+        preferred_started = time.monotonic()
+        kube.create(_gang("prefers", ns, 4, 2, request=PREFERRED))
+        admitted = wait_for(lambda: _verdict(kube, ns, "prefers"), 90, "a verdict on 'prefers'")
+        assert condition(admitted, "Admitted") == "True", _check(admitted)
+        asked = admitted["spec"]["podSets"][0]["topologyRequest"]
+        assert asked.get("preferred") == RACK and "required" not in asked, asked
+        placed = _placement(admitted)
+        assert sum(placed.values()) == 4 and len({racks[h] for h in placed}) == 1, placed
+        _delete_job(kube, ns, "prefers")
+
+        # 4 Pods x 4 cards fit no rack's 12: admitted across the racks, every node's share
+        # (one Pod, four cards) on that node's four free cards, so Ready (no false Retry).
+        kube.create(_gang("spills", ns, 4, 4, request=PREFERRED))
+        admitted = wait_for(lambda: _verdict(kube, ns, "spills"), 90, "a verdict on 'spills'")
+        assert condition(admitted, "Admitted") == "True", _check(admitted)
+        placed = _placement(admitted)
+        print(f"preferred gang of 16 cards placed: {placed}")
+        assert sorted(placed.values()) == [1, 1, 1, 1], placed
+        assert {racks[h] for h in placed} == {"rack-1", "rack-2"}, placed
+        _delete_job(kube, ns, "spills")
+
+        # Two cards of every node held: 12 whole cards free in all, exactly the 12 that 4 Pods
+        # x 3 cards ask, and no node with 3. Kueue sees 4 a node and spreads the gang; the
+        # check answers Retry naming a node of it (no false Ready from the total).
+        _write_ledgers(kube, racks, HALF_HELD)
+        kube.create(_gang("spills-held", ns, 4, 3, request=PREFERRED))
+        held = wait_for(lambda: _verdict(kube, ns, "spills-held"), 90, "a verdict on 'spills-held'")
+        assert condition(held, "Admitted") != "True", _check(held)
+        retry = _retry_note(kube, ns, held)
+        print(f"preferred gang, cards held: {retry}")
+        named = retry.split('"')[1] if retry.startswith('no card on the node "') else ""
+        assert named in racks and "Kueue assigned" in retry, retry
+        _delete_job(kube, ns, "spills-held")
+        _write_ledgers(kube, racks, ())
+        print(f"preferred step: {time.monotonic() - preferred_started:.1f} s")
+
         # 3. Two cards of every node held half sliced: 2 whole cards free a node, Kueue still
         # sees 4. 3 Pods x 3 cards fit a rack's totals (one Pod a node) but no node's cards.
         _write_ledgers(kube, racks, HALF_HELD)
@@ -308,23 +364,69 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
         kube.delete("batch/v1", "Job", "held", ns)
         wait_for(lambda: _workload_of(kube, ns, "held") is None, 60, "the held Workload gone")
 
-        # 4. Two roles, one starved: decode's 3 Pods x 4 cards fill three nodes of a rack (as
-        # Kueue counts), where the ledger holds one card each; prefill's 1 card fits anywhere.
+        # 4. Two roles. Every card free: the JobSet is admitted, each role placed in one rack,
+        # and the JobSet controller resumes each role's child Job with what Kueue injected
+        # (the flavor's node labels, the topology scheduling gate its ungater lifts per Pod).
+        roles_started = time.monotonic()
+        kube.create(_roles_jobset("roles-fit", ns))
+        admitted = wait_for(
+            lambda: _verdict(kube, ns, "roles-fit", "JobSet"), 90, "a verdict on 'roles-fit'"
+        )
+        assert condition(admitted, "Admitted") == "True", _check(admitted)
+        for role, pods in (("prefill", [1]), ("decode", [1, 1, 1])):
+            placed = _placement(admitted, role)
+            assert sorted(placed.values()) == pods and len({racks[h] for h in placed}) == 1, (
+                role,
+                placed,
+            )
+        resumed = wait_for(
+            lambda: _child_jobs(kube, ns, "roles-fit", suspended=False), 60, "child Jobs resumed"
+        )
+        for job in resumed:
+            pod = job["spec"]["template"]["spec"]
+            assert TOPOLOGY_GATE in [g["name"] for g in pod.get("schedulingGates") or []], pod
+            assert flavor["spec"]["nodeLabels"].items() <= (pod.get("nodeSelector") or {}).items()
+        kube.delete(JOBSET, "JobSet", "roles-fit", ns)
+        wait_for(
+            lambda: _workload_of(kube, ns, "roles-fit", "JobSet") is None,
+            60,
+            "the roles-fit Workload gone",
+        )
+
+        # One role starved: decode's 3 Pods x 4 cards fill three nodes of a rack (as Kueue
+        # counts), where the ledger holds one card each; prefill's 1 card fits anywhere.
         _write_ledgers(kube, racks, (0,))
-        kube.create(_roles_workload("roles", ns))
+        kube.create(_roles_jobset("roles", ns))
+        created = kube.get(JOBSET, "JobSet", "roles", ns) or {}
+        assert created["spec"].get("suspend") is True, created["spec"]  # Kueue's webhook
+        for role in created["spec"]["replicatedJobs"]:  # JobSet's own defaulting webhook
+            assert role["template"]["spec"]["template"]["spec"]["restartPolicy"] == "OnFailure"
 
-        def roles_verdict() -> Obj | None:
-            wl = kube.get(KUEUE, "Workload", "roles", ns)
-            return wl if condition(wl, "Admitted") == "True" or _retry_note(kube, ns, wl) else None
-
-        judged = wait_for(roles_verdict, 90, "a verdict on the two-role Workload")
+        judged = wait_for(
+            lambda: _verdict(kube, ns, "roles", "JobSet"), 90, "a verdict on the two-role JobSet"
+        )
         assert condition(judged, "Admitted") != "True", _check(judged)
+        podsets = {ps["name"]: ps for ps in judged["spec"]["podSets"]}
+        assert {name: ps["count"] for name, ps in podsets.items()} == {"prefill": 1, "decode": 3}
+        assert all(ps["topologyRequest"]["required"] == RACK for ps in podsets.values()), podsets
         message = _retry_note(kube, ns, judged)
         print(f"two roles: {message}")
         assert 'for role "decode"' in message and "prefill" not in message, message
         decode_nodes = _placement(judged, "decode")
         assert any(f'node "{host}"' in message for host in decode_nodes), (message, decode_nodes)
-        kube.delete(KUEUE, "Workload", "roles", ns)
+        # The JobSet controller made each role's child Job, suspended while Kueue holds it.
+        children = wait_for(
+            lambda: _child_jobs(kube, ns, "roles", suspended=True), 60, "the suspended child Jobs"
+        )
+        assert sorted(job["metadata"]["name"] for job in children) == [
+            "roles-decode-0",
+            "roles-prefill-0",
+        ]
+        kube.delete(JOBSET, "JobSet", "roles", ns)
+        wait_for(
+            lambda: _workload_of(kube, ns, "roles", "JobSet") is None, 60, "the roles Workload gone"
+        )
+        print(f"two-role JobSet step: {time.monotonic() - roles_started:.1f} s")
 
     # 5. The setting back to the default: the pool's queue is re-pointed to the hostname
     # profile's flavor; the ClusterQueue and the InstanceType are the same objects.
@@ -351,29 +453,50 @@ def test_gangs_are_placed_in_one_rack_and_judged_card_by_card(
     print(f"module body: {time.monotonic() - started:.1f} s")
 
 
-def _roles_workload(name: str, namespace: str) -> Obj:
-    """A bare Workload of two PodSets, each requiring one rack."""
+def _delete_job(kube: Kube, namespace: str, job: str) -> None:
+    kube.delete("batch/v1", "Job", job, namespace)
+    wait_for(lambda: _workload_of(kube, namespace, job) is None, 60, f"{job}'s Workload gone")
 
-    def podset(role: str, pods: int, cards: int) -> Obj:
+
+def _roles_jobset(name: str, namespace: str) -> Obj:
+    """A JobSet of two roles, each requiring one rack: prefill, 1 Pod of 1 card; decode, 3 Pods
+    of 4 cards. The queue label on the JobSet (Kueue's JobSet integration reads it there) and on
+    each Pod template (the chain's Pod webhook sees the Pods by it); the templates leave
+    `restartPolicy` to JobSet's webhook."""
+    queue = {"kueue.x-k8s.io/queue-name": local_queue_name(T4_POOL)}
+
+    def role(role_name: str, pods: int, cards: int) -> Obj:
         gpus = {GPU: str(cards)}
         container = {
             "name": "c",
             "image": "busybox",
+            "command": ["true"],
             "resources": {"requests": gpus, "limits": gpus},
         }
-        return {
-            "name": role,
-            "count": pods,
-            "topologyRequest": {"required": RACK},
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        pod = {
+            "metadata": {"labels": queue, "annotations": {REQUIRED: RACK}},
+            "spec": {"automountServiceAccountToken": False, "containers": [container]},
         }
+        job = {"parallelism": pods, "completions": pods, "backoffLimit": 0, "template": pod}
+        return {"name": role_name, "replicas": 1, "template": {"spec": job}}
 
     return {
-        "apiVersion": KUEUE,
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "queueName": local_queue_name(T4_POOL),
-            "podSets": [podset("prefill", 1, 1), podset("decode", 3, 4)],
-        },
+        "apiVersion": JOBSET,
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": queue},
+        "spec": {"replicatedJobs": [role("prefill", 1, 1), role("decode", 3, 4)]},
     }
+
+
+def _child_jobs(kube: Kube, namespace: str, jobset: str, suspended: bool) -> list[Obj] | None:
+    """The JobSet's two child Jobs (one a role) once both exist and are `suspended` or not."""
+    found = [
+        job
+        for job in kube.list("batch/v1", "Job", namespace)
+        if any(
+            o.get("kind") == "JobSet" and o.get("name") == jobset
+            for o in job["metadata"].get("ownerReferences") or []
+        )
+    ]
+    done = len(found) == 2 and all(bool(j["spec"].get("suspend")) == suspended for j in found)
+    return found if done else None
