@@ -79,6 +79,7 @@ WRONG_IMPORTS = {
     "hooks-credential-less": ("hooks/entrance/app.py", "import kubeapi\n"),
     "node-agent": ("nodeagent/report.py", "import verdictdriver\n"),
     "verdict-driver": ("verdictdriver/driver.py", "import nodeagent\n"),
+    "worker-gateway": ("workergateway/sums.py", "import verdictdriver\n"),
     "client": ("kubeapi/client.py", "import hooks\n"),
     "builders": ("builders/cluster.py", "import testbed\n"),
     "no-tests": ("benchmarks/pools_hook.py", "import tests\n"),

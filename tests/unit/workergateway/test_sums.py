@@ -1,0 +1,157 @@
+"""The fleet's views from the members' own objects (docs/fleet.md, "How the views sum").
+
+Each fixture in `fixtures/` holds the members as the gateway would read them (the manager's
+`MultiKueueCluster`, the member's InstanceTypes and ClusterQueues) and either the fleet it
+must make, written out by hand from the members' views, or the error it must raise (which
+member, which field). Properties beside them check the rules on random members."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chain.ledger import ProfileCount
+from chain.pools import PoolIdentity
+from chain.views import AcceleratorViews, PartitionView, View
+from workergateway.members import MemberError, MemberPool, MemberState, UnitSpec, read_member
+from workergateway.sums import PoolConflict, fleet_pools, sum_views
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CASES = sorted(path.stem for path in FIXTURES.glob("*.json"))
+
+
+def _fleet(members: list[dict[str, Any]]) -> dict[str, dict[str, object]]:
+    read = [
+        read_member(member["cluster"], member["instanceTypes"], member["clusterQueues"])
+        for member in members
+    ]
+    return {name: pool.render() for name, pool in fleet_pools(read).items()}
+
+
+def test_there_are_fixtures() -> None:
+    assert len(CASES) >= 10
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_fixture(case: str) -> None:
+    fixture = json.loads((FIXTURES / f"{case}.json").read_text())
+    assert fixture["description"]
+    if "fleet" in fixture:
+        assert _fleet(fixture["members"]) == fixture["fleet"]
+        return
+    expected = fixture["error"]
+    kind = {"MemberError": MemberError, "PoolConflict": PoolConflict}[expected["kind"]]
+    with pytest.raises(kind) as raised:
+        _fleet(fixture["members"])
+    err = raised.value
+    assert isinstance(err, MemberError | PoolConflict)
+    assert err.field == expected["field"]
+    if isinstance(err, MemberError):
+        assert err.member == expected["member"]
+        assert str(err).startswith(f"member {err.member}: {err.field}: ")
+    else:
+        assert isinstance(err, PoolConflict)
+        assert err.pool == expected["pool"]
+        assert list(err.members) == expected["members"]
+        assert all(member in str(err) for member in err.members)
+
+
+def test_a_member_listed_twice_is_refused() -> None:
+    fixture = json.loads((FIXTURES / "two-members.json").read_text())
+    twice = [fixture["members"][0], fixture["members"][0]]
+    with pytest.raises(ValueError, match="member west: listed twice"):
+        _fleet(twice)
+
+
+# --- properties -----------------------------------------------------------------------------
+
+POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
+IDENTITY = PoolIdentity(True, "generic", "nvidia-tesla-t4", "linux", "amd64")
+amounts = st.one_of(
+    st.integers(min_value=0, max_value=10_000),
+    st.fractions(min_value=0, max_value=10_000, max_denominator=1000),
+)
+views = st.builds(View, amounts, amounts, amounts)
+profiles = st.lists(
+    st.builds(ProfileCount, st.sampled_from(["1g.10gb", "2g.20gb", "7g.80gb"]), st.integers(0, 7)),
+    max_size=3,
+    unique_by=lambda entry: entry.name,
+)
+partitions = st.builds(PartitionView, views, profiles, profiles)
+accelerators = st.builds(AcceleratorViews, views, views, views, partitions)
+
+
+@st.composite
+def members(draw: st.DrawFn) -> list[tuple[MemberState, tuple[MemberPool, ...]]]:
+    names = draw(st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=6, unique=True))
+    found: list[tuple[MemberState, tuple[MemberPool, ...]]] = []
+    for name in names:
+        active = draw(st.booleans())
+        pool = MemberPool(
+            name,
+            POOL,
+            IDENTITY,
+            UnitSpec(),
+            draw(st.sampled_from(["Active", "Active", "Pending", "Inactive"])),
+            draw(accelerators),
+            draw(views),
+            (("credits.gpustack.ai/nvidia", Fraction(draw(st.integers(0, 64)) * 1_600_000)),),
+        )
+        found.append((MemberState(name, active, "Active" if active else "X", ""), (pool,)))
+    return found
+
+
+def _counted(fleet: list[tuple[MemberState, tuple[MemberPool, ...]]]) -> list[MemberPool]:
+    return [pool for state, pools in fleet if state.active for pool in pools if pool.counted]
+
+
+@settings(max_examples=40)
+@given(members())
+def test_sums_and_maxima_follow_the_counted_members(fleet: Any) -> None:
+    pools = fleet_pools(fleet)
+    counted = _counted(fleet)
+    if not any(state.active for state, _ in fleet):
+        assert pools == {}
+        return
+    pool = pools[POOL]
+    for attribute in ("exclusive", "shared", "sliced"):
+        theirs = [getattr(member.views, attribute) for member in counted]
+        ours = getattr(pool.views, attribute)
+        assert ours.remaining == sum(view.remaining for view in theirs)
+        assert ours.capacity == sum(view.capacity for view in theirs)
+        assert ours.once_max_request == max((v.once_max_request for v in theirs), default=0)
+    assert pool.cpu == sum_views(member.cpu for member in counted)
+    offered: dict[str, int] = {}
+    for member in counted:
+        for entry in member.views.partitioned.remaining_profiles:
+            offered[entry.name] = offered.get(entry.name, 0) + entry.count
+    assert {e.name: e.count for e in pool.views.partitioned.remaining_profiles} == offered
+    assert sum(amount for _, amount in pool.quota) == sum(
+        amount for member in counted for _, amount in member.quota
+    )
+    assert list(pool.members) == sorted(state.name for state, _ in fleet if state.active)
+
+
+@settings(max_examples=40)
+@given(members(), st.randoms())
+def test_the_order_members_arrive_in_changes_nothing(fleet: Any, random: Any) -> None:
+    shuffled = list(fleet)
+    random.shuffle(shuffled)
+    assert {n: p.render() for n, p in fleet_pools(shuffled).items()} == {
+        n: p.render() for n, p in fleet_pools(fleet).items()
+    }
+
+
+@settings(max_examples=40)
+@given(members())
+def test_an_inactive_member_is_as_good_as_absent(fleet: Any) -> None:
+    present = [(state, pools) for state, pools in fleet if state.active]
+    assert {n: p.render() for n, p in fleet_pools(fleet).items()} == {
+        n: p.render() for n, p in fleet_pools(present).items()
+    }
