@@ -204,14 +204,21 @@ class FleetPool:
         }
 
 
-def fleet_pools(
-    members: Iterable[tuple[MemberState, Sequence[MemberPool]]],
-) -> dict[str, FleetPool]:
-    """The fleet's pools by name, from each member's state and pools (`members.read_pools`).
+@dataclass(frozen=True)
+class Fleet:
+    """One pass's answer: the pools that sum, and the pools whose members disagree (each left
+    out of `pools`, so the gateway keeps what it last wrote for it and says why)."""
 
-    Inactive members are left out whole, their pools unread: what the gateway last saw of an
-    unreachable member is not what it has now. Members are taken by name, so the answer does
-    not depend on the order the watches delivered them in."""
+    pools: dict[str, FleetPool]
+    conflicts: tuple[PoolConflict, ...] = ()
+
+
+def fleet_pools(members: Iterable[tuple[MemberState, Sequence[MemberPool]]]) -> Fleet:
+    """The fleet's pools by name, from each member's state and pools (`members.read_member`).
+
+    Inactive members are left out whole. Members are taken by name, so the answer does not
+    depend on the order the watches delivered them in. A pool whose members disagree on its
+    identity is a conflict of that pool alone: the other pools still sum."""
     by_pool: dict[str, list[MemberPool]] = {}
     seen: set[str] = set()
     for state, pools in sorted(members, key=lambda member: member[0].name):
@@ -223,16 +230,22 @@ def fleet_pools(
         for pool in pools:
             by_pool.setdefault(pool.name, []).append(pool)
     fleet: dict[str, FleetPool] = {}
+    conflicts: list[PoolConflict] = []
     for name in sorted(by_pool):
         pools = by_pool[name]
+        try:
+            spec = _spec(name, pools)
+        except PoolConflict as conflict:
+            conflicts.append(conflict)
+            continue
         counted = [pool for pool in pools if pool.counted]
         fleet[name] = FleetPool(
             name=name,
-            spec=_spec(name, pools),
+            spec=spec,
             members=tuple(pool.member for pool in pools),
             views=sum_accelerators([pool.views for pool in counted]),
             cpu=sum_views(pool.cpu for pool in counted),
             quota=sum_quota(counted),
             breakdown=tuple(pools),
         )
-    return fleet
+    return Fleet(fleet, tuple(conflicts))
