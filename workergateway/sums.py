@@ -21,8 +21,9 @@ and why each:
 - Quota (credits or CPU, as each member's ClusterQueue counts it) adds: the manager's queue may
   admit what the members together could.
 - Members that disagree on the pool's identity (card group, CPU group, os, arch, acceleratable)
-  are an error naming both: one name must mean one kind of hardware, or a request admitted on
-  the manager could land on cards it did not ask for. On the unit's resources (`cpu`, `ram`,
+  make the pool a conflict naming both, and it does not sum: one name must mean one kind of
+  hardware, or a request admitted on the manager could land on cards it did not ask for. The
+  other pools are not held up by it. On the unit's resources (`cpu`, `ram`,
   `localStorage`) the smallest wins: the manager's webhooks default and bound a request by the
   fleet type, and the smallest is the one every member accepts. `displayName` and `description`
   are the first member's by name: words only, and a fixed order keeps them from flapping.
