@@ -48,7 +48,7 @@ class PoolConflict(ValueError):
 
     def __init__(
         self, pool: str, field: str, first: tuple[str, object], second: tuple[str, object]
-    ):
+    ) -> None:
         super().__init__(
             f"pool {pool}: members disagree on spec.{field}: "
             f"{first[0]} says {first[1]!r}, {second[0]} says {second[1]!r}"
@@ -109,12 +109,16 @@ def _render_quota(quota: Iterable[tuple[str, Fraction]]) -> list[Obj]:
     ]
 
 
-def sum_quota(pools: Iterable[MemberPool]) -> tuple[tuple[str, Fraction], ...]:
-    """Nominal quota per resource, added over the pools, resources in first-seen order."""
-    totals: dict[str, Fraction] = {}
-    for pool in pools:
+def sum_quota(
+    pools: Sequence[MemberPool], counted: Iterable[MemberPool]
+) -> tuple[tuple[str, Fraction], ...]:
+    """Nominal quota per resource, added over the `counted` pools. Every resource any member's
+    queue names is listed, at 0 when no counted pool has it: the manager's queue keeps covering
+    its resource while nothing counts, so it admits nothing rather than losing its shape."""
+    totals = {name: Fraction(0) for pool in pools for name, _ in pool.quota}
+    for pool in counted:
         for name, amount in pool.quota:
-            totals[name] = totals.get(name, Fraction(0)) + amount
+            totals[name] += amount
     return tuple(totals.items())
 
 
@@ -246,7 +250,7 @@ def fleet_pools(members: Iterable[tuple[MemberState, Sequence[MemberPool]]]) -> 
             members=tuple(pool.member for pool in pools),
             views=sum_accelerators([pool.views for pool in counted]),
             cpu=sum_views(pool.cpu for pool in counted),
-            quota=sum_quota(counted),
+            quota=sum_quota(pools, counted),
             breakdown=tuple(pools),
         )
     return Fleet(fleet, tuple(conflicts))

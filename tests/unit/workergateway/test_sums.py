@@ -132,6 +132,7 @@ def test_sums_and_maxima_follow_the_counted_members(fleet: Any) -> None:
         for entry in member.views.partitioned.remaining_profiles:
             offered[entry.name] = offered.get(entry.name, 0) + entry.count
     assert {e.name: e.count for e in pool.views.partitioned.remaining_profiles} == offered
+    assert [name for name, _ in pool.quota] == ["credits.gpustack.ai/nvidia"]
     assert sum(amount for _, amount in pool.quota) == sum(
         amount for member in counted for _, amount in member.quota
     )
