@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import threading
@@ -149,6 +150,13 @@ class Pool:
     free: Series = field(default_factory=Series)
     """Cards the view counts free."""
     admitted: dict[str, float] = field(default_factory=dict)
+    reserved: dict[str, float] = field(default_factory=dict)
+    """When Kueue first reserved quota for a Workload (before the verdict admits it)."""
+    labelled: dict[str, float] = field(default_factory=dict)
+    """When a Node first carried the T4 feature label (nfd-master's copy of the agent's
+    NodeFeature)."""
+    summarised: dict[str, float] = field(default_factory=dict)
+    """When a node's NodeFlavors summary first named the T4 flavor (the Node decorator)."""
     waiting: set[str] = field(default_factory=set)
     """Workloads Kueue has tried and found no quota for."""
     flavors: list[FlavorChange] = field(default_factory=list)
@@ -185,8 +193,22 @@ class Pool:
         with self.lock:
             if name not in self.admitted and condition(obj, "Admitted") == "True":
                 self.admitted[name] = at
+            if name not in self.reserved and condition(obj, "QuotaReserved") == "True":
+                self.reserved[name] = at
             if condition(obj, "QuotaReserved") == "False":
                 self.waiting.add(name)
+
+    def on_node(self, kind: str, obj: Obj, at: float) -> None:
+        name = key_of(obj)[1]
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if kind != "DELETED" and labels.get(T4_KEY) == TRUE:
+            with self.lock:
+                self.labelled.setdefault(name, at)
+
+    def on_summary(self, kind: str, obj: Obj, at: float) -> None:
+        if kind != "DELETED" and T4_FLAVOR in fed_flavors([obj]):
+            with self.lock:
+                self.summarised.setdefault(key_of(obj)[1], at)
 
     def counts(self) -> tuple[int, int, int]:
         with self.lock:
@@ -317,6 +339,12 @@ class Join:
     quota: float | None
     view: float | None
     admitted: float | None
+    labelled: float | None = None
+    """The Node carried the card labels (nfd-master)."""
+    summarised: float | None = None
+    """The node's NodeFlavors summary named the pool's flavor (the Node decorator)."""
+    reserved: float | None = None
+    """Kueue reserved quota for the waiting Workload (before the verdict)."""
 
     @property
     def complete(self) -> bool:
@@ -345,7 +373,7 @@ class Bench:
         self.cards = cards
         self.clients = Clients(bed.kubeconfig)
         self.pool = Pool()
-        self.summaries = Cache()
+        self.summaries = Stamped(self.pool.on_summary)
         self.pool.summaries = self.summaries
         self.nodes_cache = Stamped(self._node_seen)
         self.agents = Agents(self.clients, self.nodes_cache, cards)
@@ -365,6 +393,7 @@ class Bench:
         wait_for(lambda: all(w.cache.synced for w in self.watchers), 60, "the watches")
 
     def _node_seen(self, kind: str, obj: Obj, at: float) -> None:
+        self.pool.on_node(kind, obj, at)
         self.agents.node_changed(kind, obj, at)
 
     def stop(self) -> None:
@@ -444,14 +473,19 @@ class Bench:
         self.names.append(name)
         self.held += 1
 
+        def after(at: float | None) -> float | None:
+            return None if at is None else at - since
+
         def measured() -> Join:
             with self.pool.lock:
-                admitted = self.pool.admitted.get(waiting)
                 return Join(
                     self.pool.flavor.first_at_least(since, target),
                     self.pool.quota.first_at_least(since, target),
                     self.pool.view.first_at_least(since, target),
-                    None if admitted is None else admitted - since,
+                    after(self.pool.admitted.get(waiting)),
+                    after(self.pool.labelled.get(name)),
+                    after(self.pool.summarised.get(name)),
+                    after(self.pool.reserved.get(waiting)),
                 )
 
         with contextlib.suppress(TimeoutError):
@@ -485,6 +519,7 @@ class Bench:
 
     def stage(self, size: int, joins: int, frees: int) -> Stage:
         self.grow(size)
+        print(f"load average before the joins: {load()}", flush=True)
         stage = Stage(len(self.names))
         for _ in range(joins):
             stage.joins.append(self.join())
@@ -559,13 +594,34 @@ def _spread(samples: Iterable[float | None], label: str) -> str:
 
 def report_stage(stage: Stage) -> None:
     joins = stage.joins
-    print(f"pool of {stage.nodes} nodes, {len(joins)} joins one at a time:", flush=True)
+    print(
+        f"pool of {stage.nodes} nodes, {len(joins)} joins one at a time (load average now"
+        f" {load()}):",
+        flush=True,
+    )
+    print(_spread((j.labelled for j in joins), "    the Node labelled by nfd-master"))
+    print(_spread((j.summarised for j in joins), "    its NodeFlavors summary names the flavor"))
+    print(_spread((j.flavor for j in joins), "    the flavor"))
+    print(_spread((j.quota for j in joins), "    the quota"))
     print(_spread((j.capacity for j in joins), "(a) flavor and quota count the cards"))
-    print(_spread((j.flavor for j in joins), "    the flavor alone"))
-    print(_spread((j.quota for j in joins), "    the quota alone"))
     print(_spread((j.view for j in joins), "(b) the InstanceType view counts them"))
+    print(_spread((j.reserved for j in joins), "    Kueue reserved quota for the waiting Workload"))
     print(_spread((j.admitted for j in joins), "(c) the waiting Workload admitted"))
-    print(_spread(stage.frees, "free -> the view counts the card free"), flush=True)
+    print(_spread(stage.frees, "free -> the view counts the card free"))
+    print(
+        "  each join, seconds from the report:"
+        " labelled, summary, flavor, quota, view, reserved, admitted"
+    )
+    for join in joins:
+        steps = (join.labelled, join.summarised, join.flavor, join.quota, join.view)
+        print("   " + " ".join(_s(v) for v in (*steps, join.reserved, join.admitted)))
+    sys.stdout.flush()
+
+
+def load() -> str:
+    """The machine's load average over 1, 5 and 15 minutes (`uptime`'s), which other work on
+    this machine raises."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def report_writes(writes: list[Write], nodes: int, quiet_s: float, background: int) -> None:
@@ -613,15 +669,17 @@ def start_driver(bed: Testbed) -> None:
 
 
 @contextlib.contextmanager
-def testbed() -> Iterator[Testbed]:
+def testbed(keep: bool = False) -> Iterator[Testbed]:
     build.ensure()
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-bench-capacity-")), audit=True)
     bed.up()
+    if keep:
+        print(f"testbed folder (kept): {bed.root}", flush=True)
     try:
         install(bed)
         yield bed
     finally:
-        bed.down()
+        bed.down(keep_root=keep)
 
 
 def main() -> None:
@@ -633,6 +691,9 @@ def main() -> None:
     parser.add_argument("--cards", type=int, default=CARDS, help="T4 cards per node")
     parser.add_argument("--settle", type=float, default=10.0, help="quiet seconds around the storm")
     parser.add_argument("--quick", action="store_true", help="sizes 10 100, 10 joins, storm 20")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the testbed's folder (its logs, the audit log)"
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
     joins = args.joins if args.joins is not None else (10 if args.quick else 20)
@@ -640,7 +701,7 @@ def main() -> None:
     storm = args.storm if args.storm is not None else (20 if args.quick else 100)
 
     began = time.monotonic()
-    with testbed() as bed:
+    with testbed(keep=args.keep) as bed:
         bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         start_driver(bed)
         bench = Bench(bed, args.cards)
@@ -652,7 +713,9 @@ def main() -> None:
             bench.storm(storm, args.settle)
         finally:
             bench.stop()
-        print(f"done in {time.monotonic() - began:.0f}s ({now()})", flush=True)
+        print(
+            f"done in {time.monotonic() - began:.0f}s ({now()}), load average {load()}", flush=True
+        )
 
 
 if __name__ == "__main__":
