@@ -28,7 +28,8 @@ largest pool; the time until the flavor, the quota and the view count all of the
 writes the chain made meanwhile (Metacontroller for the hooks, the verdict driver for the
 keepers), from the audit log, per node and by kind, against the fewest a join needs
 (`benchmarks.capacity_events.minimum_per_node`). Every ResourceFlavor created or deleted during
-the run is listed, with whether a node still fed it when it was deleted.
+the run is listed, with the nodes whose summaries still named it just before it was deleted
+(ordered by the store's revision, not by when the watches delivered the events).
 """
 
 from __future__ import annotations
@@ -51,14 +52,17 @@ from benchmarks.admission import devices, free_ledger
 from benchmarks.capacity_events import (
     Series,
     Spread,
+    Versions,
     Write,
     chain_writes,
     fed_flavors,
+    feeders_at,
     flavor_cards,
     minimum_per_node,
     objects_written,
     per_node,
     queue_cards,
+    revision,
     view_cards,
     writes_by_kind,
 )
@@ -133,8 +137,8 @@ class FlavorChange:
     kind: str
     """ADDED or DELETED."""
     name: str
-    fed: bool
-    """Some NodeFlavors summary named it at that moment (for a deletion: a node still fed it)."""
+    revision: int
+    """The store's revision of the change (a deletion's own)."""
 
 
 @dataclass
@@ -160,8 +164,9 @@ class Pool:
     waiting: set[str] = field(default_factory=set)
     """Workloads Kueue has tried and found no quota for."""
     flavors: list[FlavorChange] = field(default_factory=list)
+    versions: dict[str, list[tuple[int, frozenset[str]]]] = field(default_factory=dict)
+    """Every NodeFlavors summary's versions as watched (`capacity_events.Versions`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    summaries: Cache | None = None
 
     def on_flavor(self, kind: str, obj: Obj, at: float) -> None:
         name = key_of(obj)[1]
@@ -171,8 +176,7 @@ class Pool:
             elif name == T4_FLAVOR:
                 self.flavor.add(at, 0)
             if kind in ("ADDED", "DELETED"):
-                fed = name in fed_flavors(self.summaries.items() if self.summaries else [])
-                self.flavors.append(FlavorChange(at, kind, name, fed))
+                self.flavors.append(FlavorChange(at, kind, name, revision(obj)))
 
     def on_queue(self, kind: str, obj: Obj, at: float) -> None:
         if key_of(obj)[1] == T4_POOL:
@@ -206,9 +210,20 @@ class Pool:
                 self.labelled.setdefault(name, at)
 
     def on_summary(self, kind: str, obj: Obj, at: float) -> None:
-        if kind != "DELETED" and T4_FLAVOR in fed_flavors([obj]):
-            with self.lock:
-                self.summarised.setdefault(key_of(obj)[1], at)
+        name = key_of(obj)[1]
+        names = frozenset() if kind == "DELETED" else frozenset(fed_flavors([obj]))
+        with self.lock:
+            self.versions.setdefault(name, []).append((revision(obj), names))
+            if T4_FLAVOR in names:
+                self.summarised.setdefault(name, at)
+
+    def feeders(self, change: FlavorChange) -> list[str]:
+        """For a deletion, the nodes whose summaries still named the flavor just before it."""
+        if change.kind != "DELETED":
+            return []
+        with self.lock:
+            versions: Versions = {k: list(v) for k, v in self.versions.items()}
+        return feeders_at(versions, change.name, change.revision)
 
     def counts(self) -> tuple[int, int, int]:
         with self.lock:
@@ -374,7 +389,6 @@ class Bench:
         self.clients = Clients(bed.kubeconfig)
         self.pool = Pool()
         self.summaries = Stamped(self.pool.on_summary)
-        self.pool.summaries = self.summaries
         self.nodes_cache = Stamped(self._node_seen)
         self.agents = Agents(self.clients, self.nodes_cache, cards)
         self.names: list[str] = []
@@ -535,8 +549,8 @@ class Bench:
         capacity and the chain's writes meanwhile."""
         if count <= 0:
             return
-        time.sleep(settle)  # a quiet spell: what the chain writes anyway shows as background
         quiet = now_utc()
+        time.sleep(settle)  # a quiet spell: what the chain writes anyway shows as background
         target = self.total + count * self.cards
         new = [f"storm-{i:04d}" for i in range(count)]
         flavors_before = len(self.pool.flavors)
@@ -562,13 +576,16 @@ class Bench:
         print(
             f"join storm: {count} nodes into a pool of {len(self.names) - count}, their writes"
             f" sent in {sent:.1f}s; all counted by "
-            + ", ".join(f"the {k} after {_s(v)}" for k, v in reached.items()),
+            + ", ".join(f"the {k} after {_s(v)}" for k, v in reached.items())
+            + " from the first report; from the last: "
+            + ", ".join(f"{k} {_s(None if v is None else v - sent)}" for k, v in reached.items())
+            + f" (load average {load()})",
             flush=True,
         )
         writes = read_writes(self.bed.audit_log, began, ended)
         background = read_writes(self.bed.audit_log, quiet, began)
         report_writes(writes, count, (began - quiet).total_seconds(), len(background))
-        report_flavors(self.pool.flavors[flavors_before:], "during the storm")
+        report_flavors(self.pool, self.pool.flavors[flavors_before:], "during the storm")
 
 
 def _s(value: float | None) -> str:
@@ -643,16 +660,20 @@ def report_writes(writes: list[Write], nodes: int, quiet_s: float, background: i
     print("", flush=True)
 
 
-def report_flavors(changes: list[FlavorChange], when: str) -> None:
+def report_flavors(pool: Pool, changes: list[FlavorChange], when: str) -> None:
+    """Every flavor created and deleted; a deletion whose flavor some node's summary still
+    named just before it (by the store's revision) is marked with those nodes."""
+    feeders = {id(c): pool.feeders(c) for c in changes}
     deleted = [c for c in changes if c.kind == "DELETED"]
-    fed = [c for c in deleted if c.fed]
+    fed = [c for c in deleted if feeders[id(c)]]
     print(
         f"ResourceFlavors {when}: {len(changes) - len(deleted)} created, {len(deleted)} deleted"
         f" ({len(fed)} while a node still fed them)"
     )
     for change in changes:
-        note = " (still fed)" if change.kind == "DELETED" and change.fed else ""
-        print(f"  {change.at:.2f} {change.kind} {change.name}{note}")
+        nodes = feeders[id(change)]
+        note = f" (still fed by {', '.join(nodes[:5])}{' ...' if len(nodes) > 5 else ''})"
+        print(f"  {change.at:.2f} {change.kind} {change.name}{note if nodes else ''}")
     sys.stdout.flush()
 
 
@@ -709,7 +730,7 @@ def main() -> None:
             print(f"testbed ready in {time.monotonic() - began:.0f}s", flush=True)
             for size in sizes:
                 bench.stage(size, joins, frees)
-            report_flavors(bench.pool.flavors, "over the whole run")
+            report_flavors(bench.pool, bench.pool.flavors, "over the whole run")
             bench.storm(storm, args.settle)
         finally:
             bench.stop()

@@ -15,11 +15,13 @@ from benchmarks.capacity_events import (
     Spread,
     chain_writes,
     fed_flavors,
+    feeders_at,
     flavor_cards,
     minimum_per_node,
     objects_written,
     per_node,
     queue_cards,
+    revision,
     view_cards,
     writes_by_kind,
 )
@@ -60,6 +62,24 @@ def test_the_pools_numbers_are_read_from_its_objects() -> None:
     assert view_cards({"status": status}) == (24, 23) and view_cards({}) == (0, 0)
     summary = {"spec": {"flavors": [{"name": "a"}, {"name": "b"}]}}
     assert fed_flavors([summary, {}]) == {"a", "b"}
+
+
+def test_who_still_fed_a_deleted_flavor_is_read_by_revision_not_by_arrival() -> None:
+    generic, cpu = frozenset({"generic"}), frozenset({"cpu"})
+    versions = {
+        # labelled before the deletion (revision 20), its change delivered after it: not a feeder
+        "n1": [(10, generic), (15, cpu)],
+        # still generic at revision 20, labelled only after it: a feeder
+        "n2": [(12, generic), (25, cpu)],
+        # first seen after the deletion: not a feeder
+        "n3": [(30, generic)],
+        # deleted before: not a feeder
+        "n4": [(5, generic), (18, frozenset())],
+    }
+    assert feeders_at(versions, "generic", 20) == ["n2"]
+    assert feeders_at(versions, "generic", 11) == ["n1", "n4"]
+    assert revision({"metadata": {"resourceVersion": "42"}}) == 42
+    assert revision({}) == 0
 
 
 def test_a_held_ledger_takes_the_first_cards_whole() -> None:
