@@ -138,7 +138,9 @@ class FlavorChange:
     """ADDED or DELETED."""
     name: str
     revision: int
-    """The store's revision of the change (a deletion's own)."""
+    """The store's revision of the change; for a deletion, of its request: the first version
+    with a `deletionTimestamp` (Kueue's `kueue.x-k8s.io/resource-in-use` finalizer holds a
+    flavor until Kueue lets it go, so it leaves the store later than the chain deleted it)."""
 
 
 @dataclass
@@ -165,6 +167,8 @@ class Pool:
     """Workloads Kueue has tried and found no quota for."""
     flavors: list[FlavorChange] = field(default_factory=list)
     versions: dict[str, list[tuple[int, frozenset[str]]]] = field(default_factory=dict)
+    deleting: dict[str, int] = field(default_factory=dict)
+    """Per flavor being deleted, the revision its deletion was asked at."""
     """Every NodeFlavors summary's versions as watched (`capacity_events.Versions`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -175,7 +179,12 @@ class Pool:
                 self.flavor.add(at, flavor_cards(obj, T4_KEY))
             elif name == T4_FLAVOR:
                 self.flavor.add(at, 0)
-            if kind in ("ADDED", "DELETED"):
+            if kind != "DELETED" and obj.get("metadata", {}).get("deletionTimestamp"):
+                self.deleting.setdefault(name, revision(obj))
+            if kind == "DELETED":
+                asked = self.deleting.pop(name, revision(obj))
+                self.flavors.append(FlavorChange(at, kind, name, asked))
+            elif kind == "ADDED":
                 self.flavors.append(FlavorChange(at, kind, name, revision(obj)))
 
     def on_queue(self, kind: str, obj: Obj, at: float) -> None:
