@@ -28,8 +28,9 @@ largest pool; the time until the flavor, the quota and the view count all of the
 writes the chain made meanwhile (Metacontroller for the hooks, the verdict driver for the
 keepers), from the audit log, per node and by kind, against the fewest a join needs
 (`benchmarks.capacity_events.minimum_per_node`). Every ResourceFlavor created or deleted during
-the run is listed, with the nodes whose summaries still named it just before it was deleted
-(ordered by the store's revision, not by when the watches delivered the events).
+the run is listed, with the nodes whose summaries still named it just before its deletion was
+asked (ordered by the store's revision, not by when the watches delivered the events; Kueue's
+finalizer makes the DELETED event itself come later).
 """
 
 from __future__ import annotations
