@@ -28,13 +28,16 @@ largest pool; the time until the flavor, the quota and the view count all of the
 writes the chain made meanwhile (Metacontroller for the hooks, the verdict driver for the
 keepers), from the audit log, per node and by kind, against the fewest a join needs
 (`benchmarks.capacity_events.minimum_per_node`). Every ResourceFlavor created or deleted during
-the run is listed, with whether a node still fed it when it was deleted.
+the run is listed, with the nodes whose summaries still named it just before its deletion was
+asked (ordered by the store's revision, not by when the watches delivered the events; Kueue's
+finalizer makes the DELETED event itself come later).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import tempfile
 import threading
@@ -50,14 +53,17 @@ from benchmarks.admission import devices, free_ledger
 from benchmarks.capacity_events import (
     Series,
     Spread,
+    Versions,
     Write,
     chain_writes,
     fed_flavors,
+    feeders_at,
     flavor_cards,
     minimum_per_node,
     objects_written,
     per_node,
     queue_cards,
+    revision,
     view_cards,
     writes_by_kind,
 )
@@ -132,8 +138,10 @@ class FlavorChange:
     kind: str
     """ADDED or DELETED."""
     name: str
-    fed: bool
-    """Some NodeFlavors summary named it at that moment (for a deletion: a node still fed it)."""
+    revision: int
+    """The store's revision of the change; for a deletion, of its request: the first version
+    with a `deletionTimestamp` (Kueue's `kueue.x-k8s.io/resource-in-use` finalizer holds a
+    flavor until Kueue lets it go, so it leaves the store later than the chain deleted it)."""
 
 
 @dataclass
@@ -149,11 +157,21 @@ class Pool:
     free: Series = field(default_factory=Series)
     """Cards the view counts free."""
     admitted: dict[str, float] = field(default_factory=dict)
+    reserved: dict[str, float] = field(default_factory=dict)
+    """When Kueue first reserved quota for a Workload (before the verdict admits it)."""
+    labelled: dict[str, float] = field(default_factory=dict)
+    """When a Node first carried the T4 feature label (nfd-master's copy of the agent's
+    NodeFeature)."""
+    summarised: dict[str, float] = field(default_factory=dict)
+    """When a node's NodeFlavors summary first named the T4 flavor (the Node decorator)."""
     waiting: set[str] = field(default_factory=set)
     """Workloads Kueue has tried and found no quota for."""
     flavors: list[FlavorChange] = field(default_factory=list)
+    versions: dict[str, list[tuple[int, frozenset[str]]]] = field(default_factory=dict)
+    deleting: dict[str, int] = field(default_factory=dict)
+    """Per flavor being deleted, the revision its deletion was asked at."""
+    """Every NodeFlavors summary's versions as watched (`capacity_events.Versions`)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    summaries: Cache | None = None
 
     def on_flavor(self, kind: str, obj: Obj, at: float) -> None:
         name = key_of(obj)[1]
@@ -162,9 +180,13 @@ class Pool:
                 self.flavor.add(at, flavor_cards(obj, T4_KEY))
             elif name == T4_FLAVOR:
                 self.flavor.add(at, 0)
-            if kind in ("ADDED", "DELETED"):
-                fed = name in fed_flavors(self.summaries.items() if self.summaries else [])
-                self.flavors.append(FlavorChange(at, kind, name, fed))
+            if kind != "DELETED" and obj.get("metadata", {}).get("deletionTimestamp"):
+                self.deleting.setdefault(name, revision(obj))
+            if kind == "DELETED":
+                asked = self.deleting.pop(name, revision(obj))
+                self.flavors.append(FlavorChange(at, kind, name, asked))
+            elif kind == "ADDED":
+                self.flavors.append(FlavorChange(at, kind, name, revision(obj)))
 
     def on_queue(self, kind: str, obj: Obj, at: float) -> None:
         if key_of(obj)[1] == T4_POOL:
@@ -185,8 +207,33 @@ class Pool:
         with self.lock:
             if name not in self.admitted and condition(obj, "Admitted") == "True":
                 self.admitted[name] = at
+            if name not in self.reserved and condition(obj, "QuotaReserved") == "True":
+                self.reserved[name] = at
             if condition(obj, "QuotaReserved") == "False":
                 self.waiting.add(name)
+
+    def on_node(self, kind: str, obj: Obj, at: float) -> None:
+        name = key_of(obj)[1]
+        labels = obj.get("metadata", {}).get("labels") or {}
+        if kind != "DELETED" and labels.get(T4_KEY) == TRUE:
+            with self.lock:
+                self.labelled.setdefault(name, at)
+
+    def on_summary(self, kind: str, obj: Obj, at: float) -> None:
+        name = key_of(obj)[1]
+        names = frozenset() if kind == "DELETED" else frozenset(fed_flavors([obj]))
+        with self.lock:
+            self.versions.setdefault(name, []).append((revision(obj), names))
+            if T4_FLAVOR in names:
+                self.summarised.setdefault(name, at)
+
+    def feeders(self, change: FlavorChange) -> list[str]:
+        """For a deletion, the nodes whose summaries still named the flavor just before it."""
+        if change.kind != "DELETED":
+            return []
+        with self.lock:
+            versions: Versions = {k: list(v) for k, v in self.versions.items()}
+        return feeders_at(versions, change.name, change.revision)
 
     def counts(self) -> tuple[int, int, int]:
         with self.lock:
@@ -317,6 +364,12 @@ class Join:
     quota: float | None
     view: float | None
     admitted: float | None
+    labelled: float | None = None
+    """The Node carried the card labels (nfd-master)."""
+    summarised: float | None = None
+    """The node's NodeFlavors summary named the pool's flavor (the Node decorator)."""
+    reserved: float | None = None
+    """Kueue reserved quota for the waiting Workload (before the verdict)."""
 
     @property
     def complete(self) -> bool:
@@ -345,8 +398,7 @@ class Bench:
         self.cards = cards
         self.clients = Clients(bed.kubeconfig)
         self.pool = Pool()
-        self.summaries = Cache()
-        self.pool.summaries = self.summaries
+        self.summaries = Stamped(self.pool.on_summary)
         self.nodes_cache = Stamped(self._node_seen)
         self.agents = Agents(self.clients, self.nodes_cache, cards)
         self.names: list[str] = []
@@ -365,6 +417,7 @@ class Bench:
         wait_for(lambda: all(w.cache.synced for w in self.watchers), 60, "the watches")
 
     def _node_seen(self, kind: str, obj: Obj, at: float) -> None:
+        self.pool.on_node(kind, obj, at)
         self.agents.node_changed(kind, obj, at)
 
     def stop(self) -> None:
@@ -444,14 +497,19 @@ class Bench:
         self.names.append(name)
         self.held += 1
 
+        def after(at: float | None) -> float | None:
+            return None if at is None else at - since
+
         def measured() -> Join:
             with self.pool.lock:
-                admitted = self.pool.admitted.get(waiting)
                 return Join(
                     self.pool.flavor.first_at_least(since, target),
                     self.pool.quota.first_at_least(since, target),
                     self.pool.view.first_at_least(since, target),
-                    None if admitted is None else admitted - since,
+                    after(self.pool.admitted.get(waiting)),
+                    after(self.pool.labelled.get(name)),
+                    after(self.pool.summarised.get(name)),
+                    after(self.pool.reserved.get(waiting)),
                 )
 
         with contextlib.suppress(TimeoutError):
@@ -485,6 +543,7 @@ class Bench:
 
     def stage(self, size: int, joins: int, frees: int) -> Stage:
         self.grow(size)
+        print(f"load average before the joins: {load()}", flush=True)
         stage = Stage(len(self.names))
         for _ in range(joins):
             stage.joins.append(self.join())
@@ -500,8 +559,8 @@ class Bench:
         capacity and the chain's writes meanwhile."""
         if count <= 0:
             return
-        time.sleep(settle)  # a quiet spell: what the chain writes anyway shows as background
         quiet = now_utc()
+        time.sleep(settle)  # a quiet spell: what the chain writes anyway shows as background
         target = self.total + count * self.cards
         new = [f"storm-{i:04d}" for i in range(count)]
         flavors_before = len(self.pool.flavors)
@@ -527,13 +586,16 @@ class Bench:
         print(
             f"join storm: {count} nodes into a pool of {len(self.names) - count}, their writes"
             f" sent in {sent:.1f}s; all counted by "
-            + ", ".join(f"the {k} after {_s(v)}" for k, v in reached.items()),
+            + ", ".join(f"the {k} after {_s(v)}" for k, v in reached.items())
+            + " from the first report; from the last: "
+            + ", ".join(f"{k} {_s(None if v is None else v - sent)}" for k, v in reached.items())
+            + f" (load average {load()})",
             flush=True,
         )
         writes = read_writes(self.bed.audit_log, began, ended)
         background = read_writes(self.bed.audit_log, quiet, began)
         report_writes(writes, count, (began - quiet).total_seconds(), len(background))
-        report_flavors(self.pool.flavors[flavors_before:], "during the storm")
+        report_flavors(self.pool, self.pool.flavors[flavors_before:], "during the storm")
 
 
 def _s(value: float | None) -> str:
@@ -559,13 +621,34 @@ def _spread(samples: Iterable[float | None], label: str) -> str:
 
 def report_stage(stage: Stage) -> None:
     joins = stage.joins
-    print(f"pool of {stage.nodes} nodes, {len(joins)} joins one at a time:", flush=True)
+    print(
+        f"pool of {stage.nodes} nodes, {len(joins)} joins one at a time (load average now"
+        f" {load()}):",
+        flush=True,
+    )
+    print(_spread((j.labelled for j in joins), "    the Node labelled by nfd-master"))
+    print(_spread((j.summarised for j in joins), "    its NodeFlavors summary names the flavor"))
+    print(_spread((j.flavor for j in joins), "    the flavor"))
+    print(_spread((j.quota for j in joins), "    the quota"))
     print(_spread((j.capacity for j in joins), "(a) flavor and quota count the cards"))
-    print(_spread((j.flavor for j in joins), "    the flavor alone"))
-    print(_spread((j.quota for j in joins), "    the quota alone"))
     print(_spread((j.view for j in joins), "(b) the InstanceType view counts them"))
+    print(_spread((j.reserved for j in joins), "    Kueue reserved quota for the waiting Workload"))
     print(_spread((j.admitted for j in joins), "(c) the waiting Workload admitted"))
-    print(_spread(stage.frees, "free -> the view counts the card free"), flush=True)
+    print(_spread(stage.frees, "free -> the view counts the card free"))
+    print(
+        "  each join, seconds from the report:"
+        " labelled, summary, flavor, quota, view, reserved, admitted"
+    )
+    for join in joins:
+        steps = (join.labelled, join.summarised, join.flavor, join.quota, join.view)
+        print("   " + " ".join(_s(v) for v in (*steps, join.reserved, join.admitted)))
+    sys.stdout.flush()
+
+
+def load() -> str:
+    """The machine's load average over 1, 5 and 15 minutes (`uptime`'s), which other work on
+    this machine raises."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def report_writes(writes: list[Write], nodes: int, quiet_s: float, background: int) -> None:
@@ -587,16 +670,20 @@ def report_writes(writes: list[Write], nodes: int, quiet_s: float, background: i
     print("", flush=True)
 
 
-def report_flavors(changes: list[FlavorChange], when: str) -> None:
+def report_flavors(pool: Pool, changes: list[FlavorChange], when: str) -> None:
+    """Every flavor created and deleted; a deletion whose flavor some node's summary still
+    named just before it (by the store's revision) is marked with those nodes."""
+    feeders = {id(c): pool.feeders(c) for c in changes}
     deleted = [c for c in changes if c.kind == "DELETED"]
-    fed = [c for c in deleted if c.fed]
+    fed = [c for c in deleted if feeders[id(c)]]
     print(
         f"ResourceFlavors {when}: {len(changes) - len(deleted)} created, {len(deleted)} deleted"
         f" ({len(fed)} while a node still fed them)"
     )
     for change in changes:
-        note = " (still fed)" if change.kind == "DELETED" and change.fed else ""
-        print(f"  {change.at:.2f} {change.kind} {change.name}{note}")
+        nodes = feeders[id(change)]
+        note = f" (still fed by {', '.join(nodes[:5])}{' ...' if len(nodes) > 5 else ''})"
+        print(f"  {change.at:.2f} {change.kind} {change.name}{note if nodes else ''}")
     sys.stdout.flush()
 
 
@@ -613,15 +700,17 @@ def start_driver(bed: Testbed) -> None:
 
 
 @contextlib.contextmanager
-def testbed() -> Iterator[Testbed]:
+def testbed(keep: bool = False) -> Iterator[Testbed]:
     build.ensure()
     bed = Testbed(Path(tempfile.mkdtemp(prefix="gpustack-bench-capacity-")), audit=True)
     bed.up()
+    if keep:
+        print(f"testbed folder (kept): {bed.root}", flush=True)
     try:
         install(bed)
         yield bed
     finally:
-        bed.down()
+        bed.down(keep_root=keep)
 
 
 def main() -> None:
@@ -633,6 +722,9 @@ def main() -> None:
     parser.add_argument("--cards", type=int, default=CARDS, help="T4 cards per node")
     parser.add_argument("--settle", type=float, default=10.0, help="quiet seconds around the storm")
     parser.add_argument("--quick", action="store_true", help="sizes 10 100, 10 joins, storm 20")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the testbed's folder (its logs, the audit log)"
+    )
     args = parser.parse_args()
     sizes = args.sizes or ([10, 100] if args.quick else [10, 100, 1000])
     joins = args.joins if args.joins is not None else (10 if args.quick else 20)
@@ -640,7 +732,7 @@ def main() -> None:
     storm = args.storm if args.storm is not None else (20 if args.quick else 100)
 
     began = time.monotonic()
-    with testbed() as bed:
+    with testbed(keep=args.keep) as bed:
         bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         start_driver(bed)
         bench = Bench(bed, args.cards)
@@ -648,11 +740,13 @@ def main() -> None:
             print(f"testbed ready in {time.monotonic() - began:.0f}s", flush=True)
             for size in sizes:
                 bench.stage(size, joins, frees)
-            report_flavors(bench.pool.flavors, "over the whole run")
+            report_flavors(bench.pool, bench.pool.flavors, "over the whole run")
             bench.storm(storm, args.settle)
         finally:
             bench.stop()
-        print(f"done in {time.monotonic() - began:.0f}s ({now()})", flush=True)
+        print(
+            f"done in {time.monotonic() - began:.0f}s ({now()}), load average {load()}", flush=True
+        )
 
 
 if __name__ == "__main__":

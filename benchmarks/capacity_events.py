@@ -124,6 +124,32 @@ def fed_flavors(summaries: Iterable[Mapping[str, object]]) -> set[str]:
     return names
 
 
+def revision(obj: Mapping[str, object]) -> int:
+    """An object's resourceVersion as a number: on this testbed's single etcd it is the
+    store's revision, one order across every resource (0 if absent or not a number)."""
+    meta = obj.get("metadata")
+    raw = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else 0
+
+
+Versions = Mapping[str, list[tuple[int, frozenset[str]]]]
+"""Per NodeFlavors summary, every version a watch saw: (revision, the flavors it named; none
+once deleted)."""
+
+
+def feeders_at(versions: Versions, flavor: str, at_revision: int) -> list[str]:
+    """The summaries whose newest version before `at_revision` named `flavor`: who still fed
+    it at that point of the store's history. Read by revision, not by arrival: the summaries'
+    watch and the flavors' watch are separate streams, so a deletion can arrive before the
+    summary changes that preceded it."""
+    feeders = []
+    for name, seen in versions.items():
+        before = [(rev, names) for rev, names in seen if rev < at_revision]
+        if before and flavor in max(before)[1]:
+            feeders.append(name)
+    return sorted(feeders)
+
+
 # --- the chain's writes -----------------------------------------------------------------------
 
 METACONTROLLER = "metacontroller"

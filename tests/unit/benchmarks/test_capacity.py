@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from benchmarks.capacity import Join, held_ledger
+from benchmarks.capacity import Join, Pool, held_ledger
 from benchmarks.capacity_events import (
     DRIVER,
     DRIVER_USER,
@@ -15,11 +15,13 @@ from benchmarks.capacity_events import (
     Spread,
     chain_writes,
     fed_flavors,
+    feeders_at,
     flavor_cards,
     minimum_per_node,
     objects_written,
     per_node,
     queue_cards,
+    revision,
     view_cards,
     writes_by_kind,
 )
@@ -60,6 +62,49 @@ def test_the_pools_numbers_are_read_from_its_objects() -> None:
     assert view_cards({"status": status}) == (24, 23) and view_cards({}) == (0, 0)
     summary = {"spec": {"flavors": [{"name": "a"}, {"name": "b"}]}}
     assert fed_flavors([summary, {}]) == {"a", "b"}
+
+
+def test_who_still_fed_a_deleted_flavor_is_read_by_revision_not_by_arrival() -> None:
+    generic, cpu = frozenset({"generic"}), frozenset({"cpu"})
+    versions = {
+        # labelled before the deletion (revision 20), its change delivered after it: not a feeder
+        "n1": [(10, generic), (15, cpu)],
+        # still generic at revision 20, labelled only after it: a feeder
+        "n2": [(12, generic), (25, cpu)],
+        # first seen after the deletion: not a feeder
+        "n3": [(30, generic)],
+        # deleted before: not a feeder
+        "n4": [(5, generic), (18, frozenset())],
+    }
+    assert feeders_at(versions, "generic", 20) == ["n2"]
+    assert feeders_at(versions, "generic", 11) == ["n1", "n4"]
+    assert revision({"metadata": {"resourceVersion": "42"}}) == 42
+    assert revision({}) == 0
+
+
+def _versioned(kind: str, name: str, rev: int, **meta: object) -> dict[str, object]:
+    return {"kind": kind, "metadata": {"name": name, "resourceVersion": str(rev), **meta}}
+
+
+def test_a_flavor_held_by_a_finalizer_was_deleted_when_the_chain_asked() -> None:
+    pool = Pool()
+    summary = _versioned("NodeFlavors", "n1", 10)
+    summary["spec"] = {"flavors": [{"name": "generic"}]}
+    pool.on_summary("ADDED", summary, 1.0)
+    pool.on_flavor("ADDED", _versioned("ResourceFlavor", "generic", 5), 1.0)
+    labelled = _versioned("NodeFlavors", "n1", 15)
+    labelled["spec"] = {"flavors": [{"name": "cpu"}]}
+    pool.on_summary("MODIFIED", labelled, 2.0)
+    deleting = _versioned("ResourceFlavor", "generic", 20, deletionTimestamp="now")
+    pool.on_flavor("MODIFIED", deleting, 3.0)
+    # a new node's summary names the flavor after the deletion was asked, before Kueue let go
+    newcomer = _versioned("NodeFlavors", "n2", 25)
+    newcomer["spec"] = {"flavors": [{"name": "generic"}]}
+    pool.on_summary("ADDED", newcomer, 3.5)
+    pool.on_flavor("DELETED", _versioned("ResourceFlavor", "generic", 30), 4.0)
+    deleted = pool.flavors[-1]
+    assert (deleted.kind, deleted.revision) == ("DELETED", 20)
+    assert pool.feeders(deleted) == []
 
 
 def test_a_held_ledger_takes_the_first_cards_whole() -> None:
