@@ -22,12 +22,14 @@ from hypothesis import strategies as st
 
 from chain.fleet_pools import FleetPoolView, fleet_check_name
 from hooks.fleet.app import app
-from tests.unit.hooks.fleet.cases import gateway_pool, pool_request
+from tests.unit.hooks.fleet.cases import CASES, gateway_pool, pool_request
 from tests.unit.hooks.test_fuzz import mutated
+from tests.unit.test_crds import description_problems
 from workergateway.members import read_member
 from workergateway.sums import FleetPool, fleet_pools
 
 GATEWAY_FIXTURES = Path(__file__).parents[2] / "workergateway" / "fixtures"
+MANIFESTS = Path(__file__).parents[4] / "manifests"
 
 
 def _gateway_pools() -> list[FleetPool]:
@@ -113,7 +115,7 @@ def test_the_property_sees_a_refusal_and_an_answer() -> None:
 
 
 def _crd_schema() -> dict[str, Any]:
-    path = Path(__file__).parents[4] / "manifests" / "fleet" / "crds" / "fleetpools.yaml"
+    path = MANIFESTS / "fleet" / "crds" / "fleetpools.yaml"
     schema: dict[str, Any] = yaml.safe_load(path.read_text())["spec"]["versions"][0]["schema"][
         "openAPIV3Schema"
     ]
@@ -130,3 +132,48 @@ def test_what_the_gateway_writes_fits_the_crd(pool: FleetPool) -> None:
     for member in pool.render()["memberViews"]:
         assert set(member) <= set(declared["memberViews"]["items"]["properties"])
     assert set(pool.spec) <= set(declared["instanceType"]["properties"])
+
+
+def _patched_instance_type_crd() -> dict[str, Any]:
+    """The InstanceType CRD as the manager gets it: the shipped one with manifests/fleet's
+    JSON patch applied (its operations are all `add`, to a map key or the end of a list)."""
+    crd: dict[str, Any] = yaml.safe_load((MANIFESTS / "crds" / "instancetypes.yaml").read_text())
+    ops = yaml.safe_load((MANIFESTS / "fleet" / "instancetypes-fleet-status.yaml").read_text())
+    for op in ops:
+        assert op["op"] == "add", op
+        *parents, last = op["path"].strip("/").split("/")
+        node: Any = crd
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if last == "-":
+            node.append(op["value"])
+        else:
+            assert last not in node, f"{op['path']} is there already"
+            node[last] = op["value"]
+    return crd
+
+
+STATUS_ANSWERS = [
+    (name, case["response"]["status"])
+    for name, case in sorted(CASES.items())
+    if case["path"] == "/status/sync" and "response" in case
+]
+
+
+@pytest.mark.parametrize(("name", "status"), STATUS_ANSWERS, ids=[n for n, _ in STATUS_ANSWERS])
+def test_the_fleet_status_fits_the_managers_instancetype_crd(
+    name: str, status: dict[str, Any]
+) -> None:
+    """Every field the status hook answers is declared by the patched CRD (none pruned), and
+    the answer is valid under it."""
+    crd = _patched_instance_type_crd()
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert set(status) <= set(schema["properties"])
+    jsonschema.validate(status, schema)
+
+
+def test_the_patch_describes_what_it_adds_and_adds_the_members_column() -> None:
+    crd = _patched_instance_type_crd()
+    assert description_problems([crd]) == []
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    assert {"name": "Members", "jsonPath": ".status.memberSummary"}.items() <= columns[-1].items()
