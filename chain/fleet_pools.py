@@ -161,6 +161,10 @@ class FleetPoolView:
         spec = fields.child(obj, "spec", "", required=True)
         instance_type = fields.child(spec, "instanceType", "spec", required=True)
         identity = PoolIdentity.of_spec(instance_type, "spec.instanceType")
+        # What the InstanceType webhook requires of the child, refused here by name rather
+        # than by the API server on Metacontroller's write.
+        for key in ("os", "arch", *(("acceleratorGroup",) if identity.acceleratable else ())):
+            fields.string(instance_type, key, "spec.instanceType", required=True)
         members = _members(spec, "spec")
         breakdown = tuple(
             MemberView.parse(entry, at) for entry, at in fields.items(spec, "memberViews", "spec")

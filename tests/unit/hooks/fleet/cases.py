@@ -343,6 +343,16 @@ def _cases() -> dict[str, Obj]:
             pool_request(spoiled(lambda p: p["spec"]["instanceType"].update(acceleratable="yes"))),
             "$.object.spec.instanceType.acceleratable",
         ),
+        "error-no-os": refusal(
+            "an instanceType without os is refused: the fleet InstanceType could not be created",
+            pool_request(spoiled(lambda p: p["spec"]["instanceType"].pop("os"))),
+            "$.object.spec.instanceType.os",
+        ),
+        "error-card-pool-without-group": refusal(
+            "a card pool's instanceType without acceleratorGroup is refused, naming it",
+            pool_request(spoiled(lambda p: p["spec"]["instanceType"].pop("acceleratorGroup"))),
+            "$.object.spec.instanceType.acceleratorGroup",
+        ),
         "error-member-view-of-a-stranger": refusal(
             "a breakdown entry of a member the pool does not list is refused",
             pool_request(spoiled(lambda p: p["spec"]["memberViews"][0].update(name="south"))),
