@@ -38,6 +38,8 @@ The pools, their queues and their views:
 - `requests`: a Pod's accelerator requests, the request rules and the fold.
 - `instances`: the Instance API's rules (its Pod, its stop).
 - `kvcache`: what the KV cache webhook makes of a Pod that asks for a pool.
+- `fleet_pools`: a fleet's `FleetPool` (docs/fleet.md): its reader and the manager-side names,
+  shared by the worker gateway that writes it and the fleet hooks that read it.
 
 The per-card verdict and the ledger it reads:
 - `allocation`: device-plugin tokens, their costs and who gets a card.

@@ -235,6 +235,18 @@ def free_whole_cards(node: PoolNode) -> int:
     )
 
 
+def shown_views(views: AcceleratorViews, cpu: View) -> Obj:
+    """The five views and the three printer columns' summaries, as an InstanceType's status
+    shows them (and a FleetPool's spec, which a fleet InstanceType's status copies)."""
+    return {
+        **views.render(),
+        "cpu": cpu.render(),
+        "acceleratorSummary": views.summary(),
+        "cpuSummary": cpu.summary(),
+        "partitionSummary": views.partition_summary(),
+    }
+
+
 def cpu_view(capacity: Fraction, reserved: Fraction, node_cores: Sequence[int]) -> View:
     """`capacity` cores of quota, `reserved` of them held by workloads, nodes of `node_cores`."""
     remaining = max(Fraction(0), capacity - reserved)

@@ -35,9 +35,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from chain.fleet_pools import fleet_pool_object
 from chain.ledger import ProfileCount
 from chain.quantity import format_quantity
-from chain.views import AcceleratorViews, Amount, PartitionView, View
+from chain.views import AcceleratorViews, Amount, PartitionView, View, shown_views
 from workergateway.members import MemberPool, MemberState
 
 Obj = dict[str, object]
@@ -194,19 +195,19 @@ class FleetPool:
         return f"{len(counted)}/{len(self.members)} {','.join(counted)}".rstrip()
 
     def render(self) -> Obj:
+        """The `FleetPool`'s spec (`chain.fleet_pools`, whose reader the fleet hooks use)."""
         return {
-            "name": self.name,
-            "spec": self.spec,
+            "instanceType": self.spec,
             "members": list(self.members),
             "quota": _render_quota(self.quota),
-            **self.views.render(),
-            "cpu": self.cpu.render(),
-            "acceleratorSummary": self.views.summary(),
-            "cpuSummary": self.cpu.summary(),
-            "partitionSummary": self.views.partition_summary(),
+            **shown_views(self.views, self.cpu),
             "memberSummary": self.member_summary(),
             "memberViews": [_render_member(pool) for pool in self.breakdown],
         }
+
+    def object(self) -> Obj:
+        """The `FleetPool` object the gateway applies on the manager, named after the pool."""
+        return fleet_pool_object(self.name, self.render())
 
 
 @dataclass(frozen=True)

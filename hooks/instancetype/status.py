@@ -19,7 +19,7 @@ from chain.pool_cards import POOL_CARDS_API, POOL_CARDS_RESOURCE
 from chain.pool_conditions import PoolState, pool_conditions
 from chain.pools import PoolIdentity, pool_flavor_selector
 from chain.queues import STOP_HOLD_AND_DRAIN
-from chain.views import AcceleratorViews, View, cpu_view
+from chain.views import AcceleratorViews, View, cpu_view, shown_views
 from hooks.instancetype.detail import detail
 from hooks.instancetype.request import (
     InstanceType,
@@ -94,11 +94,7 @@ def sync(request: DecoratorRequest, now: str) -> Obj:
         "entrance": local_queue_name(instance_type.name),
         "phase": state,
         "phaseMessage": message,
-        **views.render(),
-        "cpu": cpu.render(),
-        "acceleratorSummary": views.summary(),
-        "cpuSummary": cpu.summary(),
-        "partitionSummary": views.partition_summary(),
+        **shown_views(views, cpu),
         "conditions": merge(held, pool_conditions(pool), generation, now),
     }
     # Per topology domain (docs/topology.md, "Views"); a draining queue admits nothing.

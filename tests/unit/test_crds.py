@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-CRD_DIR = Path(__file__).resolve().parents[2] / "manifests" / "crds"
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+# The default install's CRDs and the fleet manager's (manifests/fleet, docs/fleet.md): a user of
+# either meets them through `kubectl`.
+CRD_DIRS = (MANIFESTS / "crds", MANIFESTS / "fleet" / "crds")
 # libyaml's loader where the build has it: the walks below read every CRD many times.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CATEGORY = "gpustack"
@@ -100,7 +103,8 @@ TAKEN = BUILTIN_SHORT_NAMES | KUEUE_SHORT_NAMES | NFD_SHORT_NAMES | METACONTROLL
 def _crds() -> list[dict[str, Any]]:
     docs = [
         d
-        for f in sorted(CRD_DIR.glob("*.yaml"))
+        for directory in CRD_DIRS
+        for f in sorted(directory.glob("*.yaml"))
         for d in yaml.load_all(f.read_text(), Loader=_LOADER)
     ]
     return [d for d in docs if d and d["kind"] == "CustomResourceDefinition"]
@@ -130,7 +134,7 @@ def name_problems(crds: list[dict[str, Any]]) -> list[str]:
 
 def test_crds_are_found() -> None:
     kinds = {c["spec"]["names"]["kind"] for c in _crds()}
-    assert {"Devices", "Instance", "InstanceType", "PoolCards", "Settings"} <= kinds
+    assert {"Devices", "FleetPool", "Instance", "InstanceType", "PoolCards", "Settings"} <= kinds
 
 
 def test_every_crd_is_in_the_category_and_no_short_name_collides() -> None:

@@ -95,7 +95,7 @@ def _tree(tmp: Path, wrong: tuple[str, str] | None) -> None:
     for package in _listed("importlinter", "root_packages"):
         (tmp / package).mkdir()
         (tmp / package / "__init__.py").write_text("")
-    for hook in ("admission", "entrance", "flavor", "instance", "instancetype", "queue"):
+    for hook in ("admission", "entrance", "flavor", "fleet", "instance", "instancetype", "queue"):
         (tmp / "hooks" / hook).mkdir()
         (tmp / "hooks" / hook / "__init__.py").write_text("")
     # The node agent's engine rooms and each manufacturer's package, as the contracts name them.

@@ -13,6 +13,7 @@ from flask import Flask
 
 from hooks.entrance.app import app as entrance_app
 from hooks.flavor.app import app as flavor_app
+from hooks.fleet.app import app as fleet_app
 from hooks.instancetype.app import app as instancetype_app
 from hooks.queue.app import app as queue_app
 from hooks.transport import WEBHOOK_BODY_LIMIT, make_app
@@ -24,6 +25,7 @@ CHECK = "AdmissionCheck.kueue.x-k8s.io/v1beta2"
 APPS = {
     "queue": (queue_app, "/sync"),
     "entrance": (entrance_app, "/sync"),
+    "fleet": (fleet_app, "/sync"),
     "flavor": (flavor_app, "/flavors/sync"),
     "instancetype": (instancetype_app, "/sync"),
 }

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hooks.admissionreview import review_uid
 from hooks.entrance.app import app as entrance_app
 from hooks.flavor.app import app as flavor_app
+from hooks.fleet.app import app as fleet_app
 from hooks.instancetype.app import app as instancetype_app
 from hooks.queue.app import app as queue_app
 from tests.unit.hooks.admission.helpers import CATALOG, GPU, QUEUE, review
@@ -44,6 +45,7 @@ HOOKS = Path(__file__).parent
 APPS: dict[str, Flask] = {
     "queue": queue_app,
     "entrance": entrance_app,
+    "fleet": fleet_app,
     "flavor": flavor_app,
     "instancetype": instancetype_app,
 }
