@@ -1,0 +1,7 @@
+"""`python -m workergateway` (`workergateway.cli`)."""
+
+import sys
+
+from workergateway.cli import main
+
+sys.exit(main())

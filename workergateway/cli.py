@@ -1,0 +1,151 @@
+"""`python -m workergateway`: the worker gateway's process, and its composition root (`serve`)
+(docs/fleet.md, "The gateway process"; exit statuses: `chain.cli`).
+
+Everything the gateway is made of is built here and handed in: the manager's client (in-cluster
+credentials, or `--kubeconfig`), the members' clients from their Secrets (`SecretClients`), the
+Event recorder, the pass (`Gateway`), a watch of the `MultiKueueCluster`s that wakes the loop as
+soon as Kueue marks a member Active or not, `/healthz` and `/metrics`. A pass runs at start, on
+every change to a `MultiKueueCluster`, and at least every `--resync` seconds, which is what
+picks up a change on a member (its InstanceTypes are listed each pass, not watched).
+
+No Lease: every replica computes the same `FleetPool`s from the same reads and applies them
+under the same field manager, so a second replica only repeats writes that change nothing. The
+Deployment runs one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+import requests
+
+from chain import cli
+from chain.apis import KUEUE_API
+from kubeapi import Kube, KubeError, kube_parser, run_connected
+from kubeapi.events import EventRecorder
+from kubeapi.watch import Watcher
+from workergateway import health
+from workergateway.clients import SecretClients
+from workergateway.gateway import EVENTS_CONTROLLER, WORKER_LOST_TIMEOUT, Gateway, PassReport
+from workergateway.kubeconfig import FLEET_NAMESPACE
+from workergateway.members import MULTIKUEUE_CLUSTER
+
+log = logging.getLogger("gpustack.workergateway")
+
+DESCRIPTION = """\
+The worker gateway of a fleet of clusters on Kueue's MultiKueue: on the manager cluster, reads
+each Active member's InstanceTypes and ClusterQueues (with the kubeconfig in the Secret
+gpustack-gateway-<member> of the fleet namespace) and writes one FleetPool per pool, the sums
+of the members' views and quota, for the fleet hooks to turn into the manager's queue, check,
+MultiKueueConfig and InstanceType."""
+
+
+def build_parser() -> cli.Parser:
+    parser = kube_parser("python -m workergateway", DESCRIPTION)
+    parser.add_argument(
+        "--identity",
+        default=os.environ.get("POD_NAME", "") or f"{socket.gethostname()}-{os.getpid()}",
+        help="this replica's name in the Events it writes (default: $POD_NAME, else this "
+        "host's name and this process's id)",
+    )
+    parser.add_argument(
+        "--resync",
+        type=float,
+        default=30.0,
+        help="seconds between passes at most (a MultiKueueCluster change starts one at once)",
+    )
+    parser.add_argument(
+        "--orphan-grace",
+        type=float,
+        default=WORKER_LOST_TIMEOUT,
+        help="seconds a FleetPool no Active member has is kept, at zero, before it is deleted "
+        "(default: Kueue's workerLostTimeout, 900)",
+    )
+    parser.add_argument(
+        "--fleet-namespace",
+        default=FLEET_NAMESPACE,
+        help="the namespace of the members' gpustack-gateway-<member> Secrets",
+    )
+    parser.add_argument(
+        "--health-port", type=int, default=8080, help="/healthz and /metrics; -1: none"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_connected(build_parser(), argv, serve)
+
+
+def _said(report: PassReport) -> None:
+    """One line for a pass that changed something or left a member out; quiet otherwise."""
+    if report.applied or report.deleted or report.unreadable or report.failed_writes:
+        log.info(
+            "pass: %d members read, %d unreadable; applied %s, deleted %s, %d writes failed",
+            len(report.members),
+            len(report.unreadable),
+            ",".join(report.applied) or "none",
+            ",".join(report.deleted) or "none",
+            len(report.failed_writes),
+        )
+
+
+def run(
+    gateway: Gateway,
+    wake: Callable[[int, float], int],
+    resync: float,
+    stopping: threading.Event,
+    liveness: health.Liveness,
+) -> None:
+    """Passes until `stopping`: one now, then on a change `wake` reports (a count other than the
+    one it was given) or after `resync` seconds. A pass that fails on the manager is logged and
+    made again: nothing carries over from it."""
+    seen = -1
+    while not stopping.is_set():
+        try:
+            _said(gateway.run_pass())
+            liveness.passed()
+        except (KubeError, requests.RequestException) as err:
+            log.warning("pass failed on the manager: %s", err)
+        due = time.monotonic() + resync
+        before = seen
+        # In slices, so that SIGTERM ends the wait within a second.
+        while not stopping.is_set() and (left := due - time.monotonic()) > 0:
+            seen = wake(before, min(1.0, left))
+            if seen != before:
+                break
+
+
+def serve(kube: Kube, args: argparse.Namespace) -> int:
+    if args.resync <= 0 or args.orphan_grace < 0:
+        raise cli.UsageError("--resync must be above 0 and --orphan-grace at least 0")
+    events = EventRecorder(kube, EVENTS_CONTROLLER, args.identity)
+    # The watch has a client of its own: it reads on a thread of its own, and a
+    # `requests.Session` is not meant to be shared between threads.
+    watcher = Watcher(Kube.from_environment(args.kubeconfig), KUEUE_API, MULTIKUEUE_CLUSTER)
+    gateway = Gateway(
+        kube, SecretClients(kube, args.fleet_namespace), events, grace=args.orphan_grace
+    )
+    liveness = health.Liveness(stale_after=3 * args.resync + 60)
+    if args.health_port >= 0:
+        health.serve(liveness, health.registry(gateway), args.health_port)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    watcher.start()
+    log.info("worker gateway %s: a pass every %.0fs at most", args.identity, args.resync)
+    run(gateway, watcher.cache.wait, args.resync, stopping, liveness)
+    watcher.stop()
+    events.drain(timeout=5.0)
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

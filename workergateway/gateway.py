@@ -1,0 +1,275 @@
+"""One pass of the worker gateway: read the members, sum, write the manager's `FleetPool`s
+(docs/fleet.md, "The gateway process").
+
+A pass keeps no state between passes: it lists the manager's `MultiKueueCluster`s, reads each
+Active member's InstanceTypes and ClusterQueues through that member's client, sums them
+(`workergateway.sums`), and brings the manager's `FleetPool`s to the answer, applying only those
+whose spec differs. Everything is computed from scratch and written by server-side apply under
+the gateway's own field manager with `force`, so a write lost to a conflict, a timeout or a
+crash is made again by the next pass: nothing remembers that it was ever tried.
+
+A member the gateway cannot read (its Secret missing or refused, its API server unreachable,
+its objects malformed) is counted as inactive for that pass, as a member Kueue marks inactive
+is: the gateway cannot vouch for its views. It is logged and reported as a Warning Event on its
+`MultiKueueCluster`, and the other members are read as usual. The `FleetPool` has no status yet
+to carry a condition (docs/fleet.md, "Not built yet").
+
+A pool no Active member has any more is first written with no counted member, its views and
+quota at zero and the time it was orphaned in an annotation, and deleted once `grace` has
+passed since (Kueue's `workerLostTimeout`, 15 minutes by default): the Workloads MultiKueue
+dispatched for it can then be dispatched again before their queue goes. The time lives on the
+object, so a restarted gateway keeps counting from it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import requests
+
+from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, WORKER_API
+from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API
+from chain.views import AcceleratorViews, View, shown_views
+from kubeapi import KubeError
+from workergateway.kubeconfig import KubeconfigRefused
+from workergateway.members import (
+    MULTIKUEUE_CLUSTER,
+    MemberError,
+    MemberPool,
+    MemberState,
+    read_cluster,
+    read_pools,
+)
+from workergateway.sums import fleet_pools
+
+log = logging.getLogger("gpustack.workergateway")
+
+Obj = dict[str, Any]
+
+FIELD_MANAGER = "gpustack-worker-gateway"
+EVENTS_CONTROLLER = "gpustack.ai/worker-gateway"
+ORPHANED_SINCE = "gpustack.ai/orphaned-since"
+"""On a `FleetPool` no Active member has: when the gateway first found it so (RFC 3339)."""
+WORKER_LOST_TIMEOUT = 15 * 60.0
+"""Kueue's `multiKueue.workerLostTimeout` default, in seconds."""
+UNREADABLE = "MemberUnreadable"
+CONFLICT = "PoolConflict"
+
+
+class Api(Protocol):
+    """What the gateway asks of a cluster's API (`kubeapi.Kube` has it)."""
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[Obj]: ...
+
+    def apply(self, obj: Obj, manager: str = ..., subresource: str | None = None) -> Obj: ...
+
+    def delete(
+        self, api_version: str, kind: str, name: str, namespace: str | None = None
+    ) -> None: ...
+
+
+class Reporter(Protocol):
+    """Where the gateway says what went wrong (`kubeapi.events.EventRecorder` has it)."""
+
+    def event(
+        self,
+        regarding: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        note: str,
+        action: str = ...,
+    ) -> None: ...
+
+
+class MemberUnreachable(Exception):
+    """A member whose client cannot be made (its Secret missing, say): the member, why."""
+
+    def __init__(self, member: str, message: str) -> None:
+        super().__init__(f"member {member}: {message}")
+        self.member = member
+
+
+MemberClients = Callable[[str], Api]
+"""The client of a member by name; raises MemberUnreachable or KubeconfigRefused."""
+
+READ_ERRORS = (
+    MemberUnreachable,
+    KubeconfigRefused,
+    MemberError,
+    KubeError,
+    requests.RequestException,
+)
+
+
+@dataclass
+class PassReport:
+    """What one pass did, for the log, the metrics and the tests."""
+
+    members: list[str] = field(default_factory=list)
+    """The Active members read and summed."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    applied: list[str] = field(default_factory=list)
+    orphaned: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    failed_writes: dict[str, str] = field(default_factory=dict)
+
+
+def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
+    """`spec` of a pool no Active member has: no member counted, views and quota at zero. The
+    members stay (a MultiKueueConfig may not be empty), and so does the fleet type's spec."""
+    zeroed = copy.deepcopy(dict(spec))
+    zeroed.update(shown_views(AcceleratorViews(), View()))
+    zeroed["quota"] = [
+        {"name": entry.get("name"), "nominalQuota": "0"}
+        for entry in spec.get("quota") or []
+        if isinstance(entry, Mapping)
+    ]
+    members = [name for name in spec.get("members") or [] if isinstance(name, str)]
+    zeroed["memberSummary"] = f"0/{len(members)}"
+    zeroed["memberViews"] = [
+        {**entry, "counted": False}
+        for entry in spec.get("memberViews") or []
+        if isinstance(entry, Mapping)
+    ]
+    return zeroed
+
+
+def _stamp(time: datetime) -> str:
+    return time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _since(obj: Mapping[str, Any]) -> datetime | None:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ORPHANED_SINCE)
+    try:
+        return datetime.strptime(str(raw), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None  # none, or not ours: counting starts again from now
+
+
+class Gateway:
+    """Reads, sums and writes; one `run_pass` at a time."""
+
+    def __init__(
+        self,
+        manager: Api,
+        members: MemberClients,
+        reporter: Reporter,
+        grace: float = WORKER_LOST_TIMEOUT,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.manager = manager
+        self.members = members
+        self.reporter = reporter
+        self.grace = grace
+        self.clock = clock
+        self.passes = 0
+        self.pools = 0
+        """Pools of the last pass's answer."""
+        self.last: PassReport = PassReport()
+
+    def _read(self, cluster: Obj, report: PassReport) -> tuple[MemberState, tuple[MemberPool, ...]]:
+        """A member and its pools; an unreadable one as inactive, reported."""
+        name = str((cluster.get("metadata") or {}).get("name") or "?")
+        try:
+            state = read_cluster(cluster)
+            if not state.active:
+                return state, ()
+            client = self.members(state.name)
+            types = client.list(WORKER_API, INSTANCE_TYPE)
+            # Only a pool's own queue holds its quota; another queue of the member (a tenant's,
+            # malformed or not) is none of the fleet's business.
+            names = {str((obj.get("metadata") or {}).get("name")) for obj in types}
+            queues = [
+                obj
+                for obj in client.list(KUEUE_API, CLUSTER_QUEUE)
+                if (obj.get("metadata") or {}).get("name") in names
+            ]
+            pools = read_pools(state.name, types, queues)
+        except READ_ERRORS as err:
+            message = str(err)
+            report.unreadable[name] = message
+            log.warning("member %s left out of this pass: %s", name, message)
+            self.reporter.event(cluster, "Warning", UNREADABLE, message, action="Read")
+            return MemberState(name, False, UNREADABLE, message), ()
+        report.members.append(state.name)
+        return state, pools
+
+    def run_pass(self) -> PassReport:
+        """One pass; a failed write is left to the next pass, a failed manager read raises."""
+        report = PassReport()
+        clusters = self.manager.list(KUEUE_API, MULTIKUEUE_CLUSTER)
+        read = [self._read(cluster, report) for cluster in clusters]
+        fleet = fleet_pools(read)
+        existing = {
+            str(obj["metadata"]["name"]): obj
+            for obj in self.manager.list(FLEET_POOL_API, FLEET_POOL)
+        }
+        for conflict in fleet.conflicts:
+            # Its last FleetPool stays as it was: the members' disagreement is not the fleet's
+            # answer, and the manager's queue keeps dispatching as before.
+            report.conflicts.append(conflict.pool)
+            log.warning("%s", conflict)
+            if conflict.pool in existing:
+                self.reporter.event(
+                    existing[conflict.pool], "Warning", CONFLICT, str(conflict), action="Sum"
+                )
+        for name, pool in fleet.pools.items():
+            want = pool.object()
+            have = existing.get(name)
+            if have is not None and have.get("spec") == want["spec"] and _since(have) is None:
+                continue
+            self._write(want, report, report.applied)
+        keep = set(fleet.pools) | set(report.conflicts)
+        for name, obj in sorted(existing.items()):
+            if name not in keep:
+                self._orphan(name, obj, report)
+        self.passes += 1
+        self.pools = len(fleet.pools)
+        self.last = report
+        return report
+
+    def _orphan(self, name: str, obj: Obj, report: PassReport) -> None:
+        now = self.clock()
+        since = _since(obj) or now
+        if now - since >= timedelta(seconds=self.grace):
+            try:
+                self.manager.delete(FLEET_POOL_API, FLEET_POOL, name)
+            except (KubeError, requests.RequestException) as err:
+                report.failed_writes[name] = str(err)
+                log.warning("could not delete fleetpools/%s: %s (next pass again)", name, err)
+                return
+            report.deleted.append(name)
+            log.info("fleetpools/%s deleted: no Active member has had the pool", name)
+            return
+        report.orphaned.append(name)
+        want = {
+            "apiVersion": FLEET_POOL_API,
+            "kind": FLEET_POOL,
+            "metadata": {"name": name, "annotations": {ORPHANED_SINCE: _stamp(since)}},
+            "spec": orphaned_spec(obj.get("spec") or {}),
+        }
+        if obj.get("spec") != want["spec"] or _since(obj) != since:
+            self._write(want, report, report.applied)
+
+    def _write(self, obj: Obj, report: PassReport, done: list[str]) -> None:
+        name = obj["metadata"]["name"]
+        try:
+            self.manager.apply(obj, FIELD_MANAGER)
+        except (KubeError, requests.RequestException) as err:
+            report.failed_writes[name] = str(err)
+            log.warning("could not apply fleetpools/%s: %s (next pass again)", name, err)
+            return
+        done.append(name)

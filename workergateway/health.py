@@ -1,0 +1,102 @@
+"""The gateway's `/healthz` and `/metrics` (port 8080 by default).
+
+`/healthz` is 200 while passes finish: a pass that hangs (a member's API server that accepts
+and never answers, past every timeout) would freeze the fleet's views unnoticed, so 503 then
+lets the kubelet's liveness probe restart the Pod. The metrics are read from the last pass at
+scrape time:
+
+- `gpustack_fleet_passes_total`: passes finished;
+- `gpustack_fleet_members`: Active members read and summed by the last pass;
+- `gpustack_fleet_members_unreadable`: Active members the last pass could not read;
+- `gpustack_fleet_pools`: pools of the last pass's answer;
+- `gpustack_fleet_pool_conflicts`: pools whose members disagree, kept as last written;
+- `gpustack_fleet_write_failures`: `FleetPool` writes of the last pass that did not land (the
+  next pass makes them again).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+
+from workergateway.gateway import Gateway
+
+
+class Liveness:
+    """Healthy while the last pass finished less than `stale_after` seconds ago (and, before
+    the first, while the process is younger than that)."""
+
+    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stale_after = stale_after
+        self.clock = clock
+        self.last = clock()
+
+    def passed(self) -> None:
+        self.last = self.clock()
+
+    def alive(self) -> bool:
+        return self.clock() - self.last <= self.stale_after
+
+
+def registry(gateway: Gateway) -> CollectorRegistry:
+    """The gateway's metrics, each read from `gateway` when scraped."""
+    found = CollectorRegistry(auto_describe=True)
+    readings: dict[str, tuple[str, Callable[[], float]]] = {
+        "gpustack_fleet_passes_total": ("Passes finished.", lambda: gateway.passes),
+        "gpustack_fleet_members": (
+            "Active members the last pass read and summed.",
+            lambda: len(gateway.last.members),
+        ),
+        "gpustack_fleet_members_unreadable": (
+            "Active members the last pass could not read (counted as inactive).",
+            lambda: len(gateway.last.unreadable),
+        ),
+        "gpustack_fleet_pools": (
+            "Pools of the last pass's answer.",
+            lambda: gateway.pools,
+        ),
+        "gpustack_fleet_pool_conflicts": (
+            "Pools whose members disagree on the hardware, kept as last written.",
+            lambda: len(gateway.last.conflicts),
+        ),
+        "gpustack_fleet_write_failures": (
+            "FleetPool writes of the last pass that did not land.",
+            lambda: len(gateway.last.failed_writes),
+        ),
+    }
+    for name, (text, read) in readings.items():
+        Gauge(name, text, registry=found).set_function(read)
+    return found
+
+
+def serve(liveness: Liveness, metrics: CollectorRegistry, port: int) -> ThreadingHTTPServer:
+    """`/healthz` and `/metrics` on a daemon thread; the server (its port when `port` is 0)."""
+
+    class Probe(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                status, body = 200, generate_latest(metrics)
+                kind = "text/plain; version=0.0.4; charset=utf-8"
+            elif self.path == "/healthz":
+                alive = liveness.alive()
+                status, body = (200, b"ok\n") if alive else (503, b"no pass finished lately\n")
+                kind = "text/plain"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # one line per probe would bury the passes' own lines
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Probe)
+    threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
+    return server
