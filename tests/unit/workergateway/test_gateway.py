@@ -1,0 +1,236 @@
+"""The gateway's pass against clusters in memory (docs/fleet.md, "The gateway process"): the
+members of the sums' fixtures behind their own fake API servers, the manager's
+`MultiKueueCluster`s and `FleetPool`s in another."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chain.fleet_pools import FLEET_POOL, FleetPoolView
+from workergateway.gateway import (
+    ORPHANED_SINCE,
+    UNREADABLE,
+    Api,
+    Gateway,
+    MemberUnreachable,
+    orphaned_spec,
+)
+from workergateway.members import read_member
+from workergateway.sums import fleet_pools
+
+from .fakes import MemoryCluster, Recorded
+
+FIXTURES = Path(__file__).parent / "fixtures"
+START = datetime(2026, 12, 4, 15, 0, tzinfo=UTC)
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((FIXTURES / f"{name}.json").read_text())
+    return loaded
+
+
+class Fleet:
+    """A manager and its members, from a sums fixture."""
+
+    def __init__(self, fixture: str, grace: float = 0.0) -> None:
+        self.fixture = _fixture(fixture)
+        members = self.fixture["members"]
+        self.manager = MemoryCluster(*(member["cluster"] for member in members))
+        self.members = {
+            member["cluster"]["metadata"]["name"]: MemoryCluster(
+                *member["instanceTypes"], *member["clusterQueues"]
+            )
+            for member in members
+        }
+        self.unreachable: set[str] = set()
+        self.events = Recorded()
+        self.now = START
+        self.gateway = Gateway(
+            self.manager, self.client, self.events, grace=grace, clock=lambda: self.now
+        )
+
+    def client(self, member: str) -> Api:
+        if member in self.unreachable:
+            raise MemberUnreachable(member, f"secrets/gpustack-gateway-{member}: not found")
+        return self.members[member]
+
+    def set_active(self, member: str, active: bool) -> None:
+        cluster = self.manager.get("", "MultiKueueCluster", member)
+        assert cluster is not None
+        condition = cluster["status"]["conditions"][0]
+        condition["status"] = "True" if active else "False"
+        condition["reason"] = "Active" if active else "ClientConnectionFailed"
+        self.manager.put(cluster)
+
+    def pools(self) -> dict[str, dict[str, Any]]:
+        return {name: obj["spec"] for name, obj in self.manager.of_kind(FLEET_POOL).items()}
+
+    def expected(self, leave_out: set[str] = frozenset()) -> dict[str, object]:
+        """The sums of the members not left out, straight from the pure core."""
+        read = [
+            read_member(m["cluster"], m["instanceTypes"], m["clusterQueues"])
+            for m in self.fixture["members"]
+            if m["cluster"]["metadata"]["name"] not in leave_out
+        ]
+        return {name: pool.render() for name, pool in fleet_pools(read).pools.items()}
+
+
+def test_a_pass_writes_the_fixtures_fleet() -> None:
+    fleet = Fleet("three-members")
+    report = fleet.gateway.run_pass()
+    assert fleet.pools() == fleet.fixture["fleet"]
+    assert report.members == ["east", "north", "west"]
+    assert sorted(report.applied) == sorted(fleet.fixture["fleet"])
+    # What the fleet hooks read back.
+    for obj in fleet.manager.of_kind(FLEET_POOL).values():
+        FleetPoolView.parse(obj)
+
+
+def test_a_pass_that_changes_nothing_writes_nothing() -> None:
+    fleet = Fleet("three-members")
+    fleet.gateway.run_pass()
+    fleet.manager.calls.clear()
+    report = fleet.gateway.run_pass()
+    assert report.applied == report.deleted == []
+    assert [call for call in fleet.manager.calls if call[0] != "list"] == []
+
+
+def test_a_member_turning_inactive_leaves_the_sums_on_the_next_pass() -> None:
+    fleet = Fleet("three-members")
+    fleet.gateway.run_pass()
+    fleet.set_active("north", False)
+    fleet.members["north"].calls.clear()
+    report = fleet.gateway.run_pass()
+    assert report.members == ["east", "west"]
+    assert fleet.pools() == fleet.expected(leave_out={"north"})
+    assert all("north" not in spec["members"] for spec in fleet.pools().values())
+    assert fleet.members["north"].calls == []  # an inactive member is not even read
+    fleet.set_active("north", True)
+    fleet.gateway.run_pass()
+    assert fleet.pools() == fleet.fixture["fleet"]
+
+
+def test_a_pool_no_active_member_has_is_deleted() -> None:
+    fleet = Fleet("two-members")
+    fleet.gateway.run_pass()
+    assert list(fleet.pools()) == ["gpustack--nvidia-tesla-t4-linux-amd64"]
+    fleet.set_active("east", False)
+    fleet.set_active("west", False)
+    report = fleet.gateway.run_pass()
+    assert report.deleted == ["gpustack--nvidia-tesla-t4-linux-amd64"]
+    assert fleet.pools() == {}
+
+
+def test_an_orphaned_pool_is_kept_at_zero_for_the_grace_then_deleted() -> None:
+    fleet = Fleet("two-members", grace=900)
+    fleet.gateway.run_pass()
+    name = "gpustack--nvidia-tesla-t4-linux-amd64"
+    before = fleet.pools()[name]
+    fleet.set_active("east", False)
+    fleet.set_active("west", False)
+    report = fleet.gateway.run_pass()
+    assert report.orphaned == [name] and report.deleted == []
+    obj = fleet.manager.of_kind(FLEET_POOL)[name]
+    assert obj["metadata"]["annotations"] == {ORPHANED_SINCE: "2026-12-04T15:00:00Z"}
+    zeroed = obj["spec"]
+    assert zeroed == orphaned_spec(before)
+    assert zeroed["members"] == before["members"]  # a MultiKueueConfig may not be empty
+    assert {entry["nominalQuota"] for entry in zeroed["quota"]} == {"0"}
+    assert zeroed["memberSummary"] == "0/2"
+    assert not any(entry["counted"] for entry in zeroed["memberViews"])
+    view = FleetPoolView.parse(obj)
+    assert view.views.exclusive.capacity == 0 and view.cpu.capacity == 0
+    fleet.now = START + timedelta(seconds=899)
+    assert fleet.gateway.run_pass().deleted == []
+    fleet.now = START + timedelta(seconds=900)
+    assert fleet.gateway.run_pass().deleted == [name]
+    assert fleet.pools() == {}
+
+
+def test_a_pool_back_within_the_grace_loses_its_mark() -> None:
+    fleet = Fleet("two-members", grace=900)
+    fleet.gateway.run_pass()
+    fleet.set_active("east", False)
+    fleet.set_active("west", False)
+    fleet.gateway.run_pass()
+    fleet.set_active("west", True)
+    fleet.gateway.run_pass()
+    obj = next(iter(fleet.manager.of_kind(FLEET_POOL).values()))
+    assert ORPHANED_SINCE not in (obj["metadata"].get("annotations") or {})
+    assert fleet.pools() == fleet.expected(leave_out={"east"})
+
+
+def test_a_lost_write_converges_on_the_next_pass() -> None:
+    fleet = Fleet("three-members")
+    fleet.manager.refusing.add("gpustack--generic-linux-amd64")
+    report = fleet.gateway.run_pass()
+    assert list(report.failed_writes) == ["gpustack--generic-linux-amd64"]
+    assert list(fleet.pools()) == ["gpustack--nvidia-a100-sxm4-80gb-linux-amd64"]
+    fleet.gateway.run_pass()
+    assert fleet.pools() == fleet.fixture["fleet"]
+
+
+def test_a_write_undone_behind_the_gateway_is_made_again() -> None:
+    fleet = Fleet("three-members")
+    fleet.gateway.run_pass()
+    name = "gpustack--generic-linux-amd64"
+    stale = copy.deepcopy(fleet.manager.of_kind(FLEET_POOL)[name])
+    stale["spec"]["members"] = ["east"]
+    fleet.manager.put(stale)
+    assert fleet.gateway.run_pass().applied == [name]
+    assert fleet.pools() == fleet.fixture["fleet"]
+
+
+def test_a_failed_delete_is_made_again() -> None:
+    fleet = Fleet("two-members")
+    fleet.gateway.run_pass()
+    fleet.set_active("east", False)
+    fleet.set_active("west", False)
+    fleet.manager.refusing.add("gpustack--nvidia-tesla-t4-linux-amd64")
+    assert fleet.gateway.run_pass().deleted == []
+    assert fleet.gateway.run_pass().deleted == ["gpustack--nvidia-tesla-t4-linux-amd64"]
+
+
+@pytest.mark.parametrize("how", ["no-secret", "malformed"])
+def test_an_unreadable_member_is_reported_and_the_others_still_sum(how: str) -> None:
+    fleet = Fleet("three-members")
+    if how == "no-secret":
+        fleet.unreachable.add("north")
+    else:
+        member = fleet.members["north"]
+        broken = next(iter(member.of_kind("InstanceType").values()))
+        del broken["status"]["cpu"]
+    report = fleet.gateway.run_pass()
+    assert list(report.unreadable) == ["north"]
+    assert report.members == ["east", "west"]
+    assert fleet.pools() == fleet.expected(leave_out={"north"})
+    [(regarding, type_, reason, note)] = fleet.events.events
+    assert (regarding, type_, reason) == ("MultiKueueCluster/north", "Warning", UNREADABLE)
+    assert note.startswith("member north: ")
+    if how == "malformed":
+        assert "status.cpu: required" in note
+
+
+def test_a_conflicting_pool_keeps_its_last_fleet_pool() -> None:
+    fleet = Fleet("two-members")
+    fleet.gateway.run_pass()
+    before = fleet.pools()
+    member = fleet.members["west"]
+    its = next(iter(member.of_kind("InstanceType").values()))
+    its["spec"]["arch"] = "arm64"
+    report = fleet.gateway.run_pass()
+    assert report.conflicts == ["gpustack--nvidia-tesla-t4-linux-amd64"]
+    assert report.deleted == report.applied == []
+    assert fleet.pools() == before
+    [(regarding, type_, reason, _)] = fleet.events.events
+    assert (regarding, type_, reason) == (
+        "FleetPool/gpustack--nvidia-tesla-t4-linux-amd64",
+        "Warning",
+        "PoolConflict",
+    )
