@@ -1,10 +1,13 @@
 """The worker gateway: a fleet of clusters on Kueue's MultiKueue, and its summed views
 (docs/fleet.md).
 
-Built so far, the pure core only (no I/O): `members` reads what the gateway reads of each member
-(the manager's `MultiKueueCluster` and its `Active` condition, the member's InstanceTypes and the
-ClusterQueues of the same names) into small typed views, naming the member and the field of
-anything it cannot read; `sums` turns the Active members' pools into one fleet view per pool
-name. The credentialed process around it (`python -m workergateway`: the member watches, the
-writes on the manager) is not built yet (docs/fleet.md, "Not built yet").
+The pure core (no I/O): `members` reads what the gateway reads of each member (the manager's
+`MultiKueueCluster` and its `Active` condition, the member's InstanceTypes and the ClusterQueues
+of the same names) into small typed views, naming the member and the field of anything it
+cannot read; `sums` turns the Active members' pools into one fleet view per pool name.
+
+The credentialed process around it, `python -m workergateway`: `cli` (the composition root),
+`gateway` (one pass: read, sum, write the manager's `FleetPool`s), `clients` and `kubeconfig`
+(each member's client from its Secret, read strictly), `health` (`/healthz`, `/metrics`). No
+Deployment runs it yet (docs/fleet.md, "Not built yet").
 """
