@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -169,25 +170,25 @@ class Gateway:
         reporter: Reporter,
         grace: float = WORKER_LOST_TIMEOUT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        readers: int = 8,
     ) -> None:
         self.manager = manager
         self.members = members
         self.reporter = reporter
         self.grace = grace
         self.clock = clock
+        self.readers = readers
+        """Members read at once."""
         self.passes = 0
         self.pools = 0
         """Pools of the last pass's answer."""
         self.last: PassReport = PassReport()
 
-    def _read(self, cluster: Obj, report: PassReport) -> tuple[MemberState, tuple[MemberPool, ...]]:
-        """A member and its pools; an unreadable one as inactive, reported."""
-        name = str((cluster.get("metadata") or {}).get("name") or "?")
+    @staticmethod
+    def _read(member: tuple[MemberState, Api]) -> tuple[MemberPool, ...] | str:
+        """An Active member's pools, or why they cannot be read."""
+        state, client = member
         try:
-            state = read_cluster(cluster)
-            if not state.active:
-                return state, ()
-            client = self.members(state.name)
             types = client.list(WORKER_API, INSTANCE_TYPE)
             # Only a pool's own queue holds its quota; another queue of the member (a tenant's,
             # malformed or not) is none of the fleet's business.
@@ -197,21 +198,44 @@ class Gateway:
                 for obj in client.list(KUEUE_API, CLUSTER_QUEUE)
                 if (obj.get("metadata") or {}).get("name") in names
             ]
-            pools = read_pools(state.name, types, queues)
+            return read_pools(state.name, types, queues)
         except READ_ERRORS as err:
-            message = str(err)
-            report.unreadable[name] = message
-            log.warning("member %s left out of this pass: %s", name, message)
-            self.reporter.event(cluster, "Warning", UNREADABLE, message, action="Read")
-            return MemberState(name, False, UNREADABLE, message), ()
-        report.members.append(state.name)
-        return state, pools
+            return str(err)
+
+    def _unreadable(self, cluster: Obj, message: str, report: PassReport) -> None:
+        """Counted as inactive: the gateway cannot vouch for its views. Left out of the sums
+        whole, as an inactive member is, and said."""
+        name = str((cluster.get("metadata") or {}).get("name") or "?")
+        report.unreadable[name] = message
+        log.warning("member %s left out of this pass: %s", name, message)
+        self.reporter.event(cluster, "Warning", UNREADABLE, message, action="Read")
 
     def run_pass(self) -> PassReport:
         """One pass; a failed write is left to the next pass, a failed manager read raises."""
         report = PassReport()
-        clusters = self.manager.list(KUEUE_API, MULTIKUEUE_CLUSTER)
-        read = [self._read(cluster, report) for cluster in clusters]
+        read: list[tuple[MemberState, tuple[MemberPool, ...]]] = []
+        active: list[tuple[Obj, tuple[MemberState, Api]]] = []
+        # On this thread: the manager's client (the Secrets' reads) is not shared between
+        # threads.
+        for cluster in self.manager.list(KUEUE_API, MULTIKUEUE_CLUSTER):
+            try:
+                state = read_cluster(cluster)
+                if state.active:
+                    active.append((cluster, (state, self.members(state.name))))
+                else:
+                    read.append((state, ()))
+            except READ_ERRORS as err:
+                self._unreadable(cluster, str(err), report)
+        # The members side by side, each on its own client: one slow to answer (up to its
+        # client's timeouts) holds up the pass once, not once per member behind it.
+        with ThreadPoolExecutor(max_workers=max(1, min(self.readers, len(active)))) as workers:
+            answers = list(workers.map(self._read, [member for _, member in active]))
+        for (cluster, (state, _)), answer in zip(active, answers, strict=True):
+            if isinstance(answer, str):
+                self._unreadable(cluster, answer, report)
+                continue
+            report.members.append(state.name)
+            read.append((state, answer))
         fleet = fleet_pools(read)
         existing = {
             str(obj["metadata"]["name"]): obj

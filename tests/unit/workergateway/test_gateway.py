@@ -197,11 +197,16 @@ def test_a_failed_delete_is_made_again() -> None:
     assert fleet.gateway.run_pass().deleted == ["gpustack--nvidia-tesla-t4-linux-amd64"]
 
 
-@pytest.mark.parametrize("how", ["no-secret", "malformed"])
+@pytest.mark.parametrize("how", ["no-secret", "malformed", "malformed-cluster"])
 def test_an_unreadable_member_is_reported_and_the_others_still_sum(how: str) -> None:
     fleet = Fleet("three-members")
     if how == "no-secret":
         fleet.unreachable.add("north")
+    elif how == "malformed-cluster":
+        cluster = fleet.manager.get("", "MultiKueueCluster", "north")
+        assert cluster is not None
+        del cluster["status"]["conditions"][0]["status"]
+        fleet.manager.put(cluster)
     else:
         member = fleet.members["north"]
         broken = next(iter(member.of_kind("InstanceType").values()))
