@@ -10,7 +10,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
 
 from chain.fleet_pools import FLEET_POOL, FleetPoolView
 from workergateway.gateway import (
@@ -239,3 +241,19 @@ def test_a_conflicting_pool_keeps_its_last_fleet_pool() -> None:
         "Warning",
         "PoolConflict",
     )
+
+
+def test_every_fleet_pool_a_pass_writes_fits_the_crd() -> None:
+    """Whole or orphaned (zeroed, annotated), so the API server neither refuses nor prunes it."""
+    path = Path(__file__).parents[3] / "manifests" / "fleet" / "crds" / "fleetpools.yaml"
+    version = yaml.safe_load(path.read_text())["spec"]["versions"][0]
+    schema = version["schema"]["openAPIV3Schema"]
+    fleet = Fleet("three-members", grace=900)
+    fleet.gateway.run_pass()
+    written = list(fleet.manager.of_kind(FLEET_POOL).values())
+    for member in fleet.members:
+        fleet.set_active(member, False)
+    assert len(fleet.gateway.run_pass().orphaned) == len(written)
+    written += fleet.manager.of_kind(FLEET_POOL).values()
+    for obj in written:
+        jsonschema.validate(obj, schema)
