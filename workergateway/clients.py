@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Callable
 from typing import Protocol
 
-from workergateway.gateway import Api, MemberUnreachable
+from workergateway.gateway import Api, MemberUnreachable, Obj
 from workergateway.kubeconfig import (
     FLEET_NAMESPACE,
     SECRET_KEY,
@@ -26,12 +26,10 @@ from workergateway.kubeconfig import (
 )
 
 
-class SecretReader(Api, Protocol):
-    """What `SecretClients` asks of the manager besides `Api`."""
+class SecretReader(Protocol):
+    """What `SecretClients` asks of the manager (`kubeapi.Kube` has it)."""
 
-    def get(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> dict[str, object] | None: ...
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> Obj | None: ...
 
 
 class SecretClients:

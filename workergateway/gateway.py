@@ -63,34 +63,21 @@ CONFLICT = "PoolConflict"
 
 
 class Api(Protocol):
-    """What the gateway asks of a cluster's API (`kubeapi.Kube` has it)."""
+    """What the gateway asks of a cluster's API: every kind it reads is cluster-scoped and read
+    whole, so no namespace and no selector (`kubeapi.Kube` has more)."""
 
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[Obj]: ...
+    def list(self, api_version: str, kind: str) -> list[Obj]: ...
 
-    def apply(self, obj: Obj, manager: str = ..., subresource: str | None = None) -> Obj: ...
+    def apply(self, obj: Obj, manager: str) -> Obj: ...
 
-    def delete(
-        self, api_version: str, kind: str, name: str, namespace: str | None = None
-    ) -> None: ...
+    def delete(self, api_version: str, kind: str, name: str) -> None: ...
 
 
 class Reporter(Protocol):
-    """Where the gateway says what went wrong (`kubeapi.events.EventRecorder` has it)."""
+    """Where the gateway says what went wrong (`kubeapi.events.EventRecorder`)."""
 
     def event(
-        self,
-        regarding: Mapping[str, Any],
-        type_: str,
-        reason: str,
-        note: str,
-        action: str = ...,
+        self, regarding: Mapping[str, Any], type_: str, reason: str, note: str, action: str
     ) -> None: ...
 
 

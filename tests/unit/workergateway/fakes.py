@@ -46,14 +46,7 @@ class MemoryCluster:
         found = self.objects.get(self._key(kind, name, namespace))
         return copy.deepcopy(found) if found is not None else None
 
-    def list(
-        self,
-        api_version: str,
-        kind: str,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[Obj]:
+    def list(self, api_version: str, kind: str) -> list[Obj]:
         self.calls.append(("list", kind))
         return [
             copy.deepcopy(obj)
@@ -66,17 +59,17 @@ class MemoryCluster:
             self.refusing.discard(name)
             raise KubeError(409, f"{name}: the object has been modified")
 
-    def apply(self, obj: Obj, manager: str = "", subresource: str | None = None) -> Obj:
+    def apply(self, obj: Obj, manager: str) -> Obj:
         name = obj["metadata"]["name"]
         self.calls.append(("apply", name))
         self._refuse(name)
         self.put(obj)
         return obj
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+    def delete(self, api_version: str, kind: str, name: str) -> None:
         self.calls.append(("delete", name))
         self._refuse(name)
-        self.remove(kind, name, namespace)
+        self.remove(kind, name)
 
 
 class Recorded:
@@ -86,12 +79,7 @@ class Recorded:
         self.events: list[tuple[str, str, str, str]] = []
 
     def event(
-        self,
-        regarding: Mapping[str, Any],
-        type_: str,
-        reason: str,
-        note: str,
-        action: str = "",
+        self, regarding: Mapping[str, Any], type_: str, reason: str, note: str, action: str
     ) -> None:
         what = f"{regarding['kind']}/{regarding['metadata']['name']}"
         self.events.append((what, type_, reason, note))
