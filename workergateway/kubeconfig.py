@@ -29,6 +29,7 @@ import yaml
 
 from chain import fields
 from kubeapi import Kube
+from workergateway.members import MemberError
 
 SECRET_PREFIX = "gpustack-gateway-"
 SECRET_KEY = "kubeconfig"
@@ -53,14 +54,13 @@ def secret_name(member: str) -> str:
     return SECRET_PREFIX + member
 
 
-class KubeconfigRefused(ValueError):
-    """A member's kubeconfig the gateway will not use: the member, the field, why."""
+class KubeconfigRefused(MemberError):
+    """A member's kubeconfig the gateway will not use. Its field starts with the Secret
+    (`secrets/gpustack-gateway-west.kubeconfig.users[gateway].user.tokenFile`), as a member's
+    malformed object starts with the object."""
 
     def __init__(self, member: str, field: str, message: str) -> None:
-        super().__init__(f"member {member}: secrets/{secret_name(member)}: {field}: {message}")
-        self.member = member
-        self.field = field
-        self.message = message
+        super().__init__(member, f"secrets/{secret_name(member)}.{field}", message)
 
 
 @dataclass(frozen=True)
