@@ -21,6 +21,7 @@ another name (docs/topology.md, "Topology profiles"). `flavor_count` reads both 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -47,8 +48,13 @@ _SEGMENT_DIGEST = 8
 _COUNT_SEGMENT = re.compile(r"([0-9]+)[cd]")
 
 
+@functools.lru_cache(maxsize=1024)
 def fnv64a(text: str) -> str:
-    """FNV-1a 64 of the UTF-8 bytes of `text`, as 16 lowercase hex digits."""
+    """FNV-1a 64 of the UTF-8 bytes of `text`, as 16 lowercase hex digits.
+
+    Remembered (bounded): a Python loop per byte, and the pools hook names each flavor's
+    profile by it, the same few profiles for hundreds of flavors on every sync.
+    """
     digest = _FNV64_OFFSET
     for byte in text.encode("utf-8"):
         digest = ((digest ^ byte) * _FNV64_PRIME) & _MASK64

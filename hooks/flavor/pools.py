@@ -169,8 +169,9 @@ def attachments(summaries: Iterable[Obj], observed: list[Obj], settings: Setting
         resource_flavor(flavor.entry, flavor.cpu, flavor.contributors, mixed, aware, flavor.levels)
         for flavor in flavors.values()
     ]
-    topologies = {flavor.levels: topology(flavor.levels) for flavor in flavors.values()}
-    result.extend(sorted(topologies.values(), key=lambda obj: str(obj["metadata"]["name"])))
+    profiles = {flavor.levels for flavor in flavors.values()}
+    topologies = [topology(levels) for levels in profiles]
+    result.extend(sorted(topologies, key=lambda obj: str(obj["metadata"]["name"])))
 
     types = {obj["metadata"]["name"]: obj for obj in observed}
     if settings.instance_type_derived_from_node:
