@@ -102,9 +102,10 @@ def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
     """
     groups: dict[str, list[Any]] = {}
     profiles: dict[tuple[str, ...], str] = {}
+    accepted: dict[Any, Obj] = {}
     for obj in summaries:
         try:
-            node, accelerated, cpu, entries = scan(obj, "")
+            node, accelerated, cpu, entries = scan(obj, "", accepted)
             levels = summary_levels(obj, "")
         except BadRequest as err:
             raise BadRequest(object_path("related", obj) + err.field, err.message) from None

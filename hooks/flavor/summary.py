@@ -129,7 +129,9 @@ class NodeSummary:
         }
 
 
-def scan(obj: Obj, path: str) -> tuple[str, bool, dict[str, str], list[Obj]]:
+def scan(
+    obj: Obj, path: str, accepted: dict[Any, Obj] | None = None
+) -> tuple[str, bool, dict[str, str], list[Obj]]:
     """Check a related summary in place: (node, acceleratable, cpu, flavor entries).
 
     The pools hook reads one summary per node on every sync, so this builds no object per
@@ -138,6 +140,11 @@ def scan(obj: Obj, path: str) -> tuple[str, bool, dict[str, str], list[Obj]]:
     rest of the sync. The field-by-field walk runs only to explain a failure. An accepted
     entry's `name` agrees with its identity fields; that name is computed once per identity
     (`_entry_name`), since thousands of nodes share a few hundred flavors.
+
+    `accepted` (one per sync, filled here) holds an accepted entry per flavor name: an entry
+    equal to it (one `==`, in C) passes without the field-by-field check. Equality stands for
+    that check because the accepted entry holds strings where it looks, and no other JSON value
+    equals a string; only `count` is checked again, since `true == 1` and `8.0 == 8`.
     """
     spec = obj.get("spec")
     # `type(x) is T` rather than isinstance: exact JSON types, and `True` is not a count.
@@ -156,8 +163,14 @@ def scan(obj: Obj, path: str) -> tuple[str, bool, dict[str, str], list[Obj]]:
             and set(map(type, cpu.values())) <= _ONLY_STR
         ):
             for index, entry in enumerate(raw):
+                if accepted is not None and type(entry) is dict:
+                    same = accepted.get(entry.get("name"))
+                    if same is not None and same == entry and type(entry["count"]) is int:
+                        continue
                 if not _entry_ok(entry):
                     raise _explain_entry(entry, f"{path}.spec.flavors[{index}]")
+                if accepted is not None:
+                    accepted[entry["name"]] = entry
             return node, acceleratable, cpu, raw
     raise _explain_summary(spec, f"{path}.spec")
 

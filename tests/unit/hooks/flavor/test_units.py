@@ -191,13 +191,30 @@ def test_remembered_levels_refuse_what_the_check_refuses(levels: object) -> None
 
 @pytest.mark.parametrize("count", [True, 8.0, "8", 0])
 def test_remembered_flavor_names_refuse_a_count_of_another_type(count: object) -> None:
-    """A flavor name is computed once per identity; `True == 1` and `8.0 == 8` must not let an
-    entry whose count is no integer share the name remembered for the integer."""
-    assert scan(_summary(count=8), "$.s")[3][0]["count"] == 8
-    name = "gpustack--amd-epyc-7763-linux-amd64-1c" if count is True else None
+    """A flavor name is computed once per identity, and an entry equal to one accepted in the
+    same sync is not checked again; `True == 1` and `8.0 == 8` must let neither accept an
+    entry whose count is no integer."""
+    for accepted in (None, {}):
+        assert scan(_summary(count=8), "$.s", accepted)[3][0]["count"] == 8
+        name = "gpustack--amd-epyc-7763-linux-amd64-1c" if count is True else None
+        if count is True:
+            assert scan(_summary(count=1, name=name), "$.s", accepted)[3][0]["count"] == 1
+        with pytest.raises(BadRequest) as caught:
+            scan(_summary(count=count, name=name), "$.s", accepted)
+        assert caught.value.field == "$.s.spec.flavors[0].count"
+
+
+def test_an_entry_equal_to_an_accepted_one_passes_and_any_other_is_checked() -> None:
+    accepted: dict[Any, Any] = {}
+    first = _summary()
+    assert scan(first, "$.s", accepted)[3] == first["spec"]["flavors"]
+    again = _summary()
+    assert scan(again, "$.s", accepted)[3] is again["spec"]["flavors"]
+    odd = _summary()
+    odd["spec"]["flavors"][0]["product"] = 7
     with pytest.raises(BadRequest) as caught:
-        scan(_summary(count=count, name=name), "$.s")
-    assert caught.value.field == "$.s.spec.flavors[0].count"
+        scan(odd, "$.s", accepted)
+    assert caught.value.field == "$.s.spec.flavors[0].product"
 
 
 def test_flavor_name_still_checked_against_its_fields() -> None:
