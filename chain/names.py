@@ -61,6 +61,7 @@ def fnv64a(text: str) -> str:
     return f"{digest:016x}"
 
 
+@functools.lru_cache(maxsize=4096)
 def name_segment(part: str) -> str:
     """`part` (a key, an os or an arch) as a segment of an object name.
 
@@ -70,6 +71,8 @@ def name_segment(part: str) -> str:
     FNV-1a is appended: `k100_ai` and `k100-ai` are different label keys, so they must not meet
     in one flavor or pool name. The result never holds `--` (the CPU/accelerator separator) and
     starts and ends alphanumeric, so a name built of such segments is a DNS-1123 subdomain.
+    Remembered (bounded): every flavor and pool name is rebuilt from the same few keys on every
+    sync.
     """
     if not part or _SEGMENT.fullmatch(part):
         return part
