@@ -21,6 +21,7 @@ another name (docs/topology.md, "Topology profiles"). `flavor_count` reads both 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -47,14 +48,20 @@ _SEGMENT_DIGEST = 8
 _COUNT_SEGMENT = re.compile(r"([0-9]+)[cd]")
 
 
+@functools.lru_cache(maxsize=1024)
 def fnv64a(text: str) -> str:
-    """FNV-1a 64 of the UTF-8 bytes of `text`, as 16 lowercase hex digits."""
+    """FNV-1a 64 of the UTF-8 bytes of `text`, as 16 lowercase hex digits.
+
+    Remembered (bounded): a Python loop per byte, and the pools hook names each flavor's
+    profile by it, the same few profiles for hundreds of flavors on every sync.
+    """
     digest = _FNV64_OFFSET
     for byte in text.encode("utf-8"):
         digest = ((digest ^ byte) * _FNV64_PRIME) & _MASK64
     return f"{digest:016x}"
 
 
+@functools.lru_cache(maxsize=4096)
 def name_segment(part: str) -> str:
     """`part` (a key, an os or an arch) as a segment of an object name.
 
@@ -64,6 +71,8 @@ def name_segment(part: str) -> str:
     FNV-1a is appended: `k100_ai` and `k100-ai` are different label keys, so they must not meet
     in one flavor or pool name. The result never holds `--` (the CPU/accelerator separator) and
     starts and ends alphanumeric, so a name built of such segments is a DNS-1123 subdomain.
+    Remembered (bounded): every flavor and pool name is rebuilt from the same few keys on every
+    sync.
     """
     if not part or _SEGMENT.fullmatch(part):
         return part

@@ -202,29 +202,42 @@ _SHALLOW_SCHEMA: Obj = {
 
 
 def _check_map(body: Mapping[str, Any], map_name: str) -> None:
+    """Check each entry's apiVersion, kind and metadata.name. The pools hook relates one object
+    per node, so the common case calls nothing and builds nothing per entry (no JSON path);
+    `_entry_problem` spells the path and the field only for the entry that fails."""
     groups = body.get(map_name)
     if groups is None:
         return
     for group, objects in groups.items():
-        group_path = f"$.{map_name}['{group}']"
         if objects is None:
             continue
         if not isinstance(objects, dict):
-            raise BadRequest(group_path, "expected a map of objects")
+            raise BadRequest(f"$.{map_name}['{group}']", "expected a map of objects")
         for key, obj in objects.items():
-            path = f"{group_path}['{key}']"
-            if not isinstance(obj, dict):
-                raise BadRequest(path, "expected an object")
-            for key_field in ("apiVersion", "kind"):
-                value = obj.get(key_field)
-                if not isinstance(value, str) or not value:
-                    raise BadRequest(f"{path}.{key_field}", "expected a non-empty string")
-            meta = obj.get("metadata")
-            if not isinstance(meta, dict):
-                raise BadRequest(f"{path}.metadata", "expected an object")
-            name = meta.get("name")
-            if not isinstance(name, str) or not name:
-                raise BadRequest(f"{path}.metadata.name", "expected a non-empty string")
+            # `type(x) is T`: exact JSON types; a str subclass cannot come out of a decode.
+            if type(obj) is dict:
+                api_version = obj.get("apiVersion")
+                kind = obj.get("kind")
+                meta = obj.get("metadata")
+                if type(api_version) is str and api_version and type(kind) is str and kind:
+                    name = meta.get("name") if type(meta) is dict else None
+                    if type(name) is str and name:
+                        continue
+            raise _entry_problem(f"$.{map_name}['{group}']['{key}']", obj)
+
+
+def _entry_problem(path: str, obj: Any) -> BadRequest:
+    """The BadRequest for a map entry `_check_map` refused: its first bad field."""
+    if not isinstance(obj, dict):
+        return BadRequest(path, "expected an object")
+    for key_field in ("apiVersion", "kind"):
+        value = obj.get(key_field)
+        if not isinstance(value, str) or not value:
+            return BadRequest(f"{path}.{key_field}", "expected a non-empty string")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return BadRequest(f"{path}.metadata", "expected an object")
+    return BadRequest(f"{path}.metadata.name", "expected a non-empty string")
 
 
 def parse_shallow(body: Any) -> DecoratorRequest:

@@ -6,6 +6,7 @@ depends on anything but its arguments, so equal inputs always give byte-equal ob
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 
@@ -160,6 +161,14 @@ def cpu_detail(cpu: Mapping[str, str], with_identity: bool) -> str:
     On a device flavor the CPU's own maker, product and family are included, since the flavor's
     top-level notes describe the card.
     """
+    return _cpu_detail(tuple(cpu.items()), with_identity)
+
+
+@functools.lru_cache(maxsize=1024)
+def _cpu_detail(items: tuple[tuple[str, str], ...], with_identity: bool) -> str:
+    """`cpu_detail` of a CPU's descriptors, remembered (bounded): a flavor's notes are rebuilt on
+    every sync, and the few CPU models of a cluster describe hundreds of flavors."""
+    cpu = dict(items)
     detail: dict[str, object] = {key: cpu[key] for key in _DETAIL_FIELDS if cpu.get(key)}
     cache = {short: cpu[key] for key, short in _CACHE_FIELDS if cpu.get(key)}
     if cache:

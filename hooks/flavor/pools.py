@@ -102,9 +102,10 @@ def gather(summaries: Iterable[Obj], mixed: bool) -> dict[str, Flavor]:
     """
     groups: dict[str, list[Any]] = {}
     profiles: dict[tuple[str, ...], str] = {}
+    accepted: dict[Any, Obj] = {}
     for obj in summaries:
         try:
-            node, accelerated, cpu, entries = scan(obj, "")
+            node, accelerated, cpu, entries = scan(obj, "", accepted)
             levels = summary_levels(obj, "")
         except BadRequest as err:
             raise BadRequest(object_path("related", obj) + err.field, err.message) from None
@@ -169,8 +170,9 @@ def attachments(summaries: Iterable[Obj], observed: list[Obj], settings: Setting
         resource_flavor(flavor.entry, flavor.cpu, flavor.contributors, mixed, aware, flavor.levels)
         for flavor in flavors.values()
     ]
-    topologies = {flavor.levels: topology(flavor.levels) for flavor in flavors.values()}
-    result.extend(sorted(topologies.values(), key=lambda obj: str(obj["metadata"]["name"])))
+    profiles = {flavor.levels for flavor in flavors.values()}
+    topologies = [topology(levels) for levels in profiles]
+    result.extend(sorted(topologies, key=lambda obj: str(obj["metadata"]["name"])))
 
     types = {obj["metadata"]["name"]: obj for obj in observed}
     if settings.instance_type_derived_from_node:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,7 @@ from chain.keys import CpuKey
 from chain.settings import Settings
 from hooks.flavor import node
 from hooks.flavor.objects import as_observed, cpu_detail
+from hooks.flavor.summary import scan, summary_levels
 from hooks.readers import read_settings
 from hooks.request import BadRequest, DecoratorRequest, parse_shallow
 
@@ -48,6 +50,26 @@ def test_read_settings_names_the_full_path() -> None:
                 "attachments": {"G.v1": {"a": "text"}},
             },
             "$.attachments['G.v1']['a']",
+        ),
+        *(
+            (
+                {
+                    "object": {"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}},
+                    "related": {
+                        "G.v1": {
+                            "ok": {"apiVersion": "v1", "kind": "G", "metadata": {"name": "ok"}},
+                            "a": {"apiVersion": "v1", "kind": "G", **bad},
+                        }
+                    },
+                },
+                f"$.related['G.v1']['a']{field}",
+            )
+            for bad, field in (
+                ({"kind": ""}, ".kind"),
+                ({"metadata": ["a"]}, ".metadata"),
+                ({"metadata": {}}, ".metadata.name"),
+                ({"metadata": {"name": 7}}, ".metadata.name"),
+            )
         ),
     ],
 )
@@ -134,3 +156,68 @@ def test_as_observed_strips_server_fields() -> None:
         "metadata": {"name": "t", "labels": {"l": "v"}},
         "spec": {"displayName": "d"},
     }
+
+
+def _summary(levels: object = None, count: object = 8, name: str | None = None) -> dict[str, Any]:
+    entry = {"generalKey": "amd-epyc-7763", "os": "linux", "arch": "amd64", "count": count}
+    entry["name"] = name or "gpustack--amd-epyc-7763-linux-amd64-8c"
+    spec: dict[str, Any] = {"node": "n", "flavors": [entry]}
+    if levels is not None:
+        spec["levels"] = levels
+    return {"apiVersion": "gpustack.ai/v1alpha1", "kind": "NodeFlavors", "spec": spec}
+
+
+RACK_LEVELS = ["cloud.provider.com/topology-rack", "kubernetes.io/hostname"]
+
+
+@pytest.mark.parametrize(
+    "levels",
+    [
+        [True, "kubernetes.io/hostname"],  # True == 1, never equal to a remembered string
+        [{"rack": 1}, "kubernetes.io/hostname"],  # unhashable: not looked up at all
+        ["kubernetes.io/hostname", "cloud.provider.com/topology-rack"],  # hostname not last
+        "cloud.provider.com/topology-rack",
+    ],
+)
+def test_remembered_levels_refuse_what_the_check_refuses(levels: object) -> None:
+    """Levels are checked once per distinct list; a list that is not one accepted before is
+    still refused, naming its field, before and after an accepted one is remembered."""
+    for _ in range(2):
+        with pytest.raises(BadRequest) as caught:
+            summary_levels(_summary(levels), "$.s")
+        assert caught.value.field.startswith("$.s.spec.levels")
+        assert summary_levels(_summary(RACK_LEVELS), "$.s") == tuple(RACK_LEVELS)
+
+
+@pytest.mark.parametrize("count", [True, 8.0, "8", 0])
+def test_remembered_flavor_names_refuse_a_count_of_another_type(count: object) -> None:
+    """A flavor name is computed once per identity, and an entry equal to one accepted in the
+    same sync is not checked again; `True == 1` and `8.0 == 8` must let neither accept an
+    entry whose count is no integer."""
+    for accepted in (None, {}):
+        assert scan(_summary(count=8), "$.s", accepted)[3][0]["count"] == 8
+        name = "gpustack--amd-epyc-7763-linux-amd64-1c" if count is True else None
+        if count is True:
+            assert scan(_summary(count=1, name=name), "$.s", accepted)[3][0]["count"] == 1
+        with pytest.raises(BadRequest) as caught:
+            scan(_summary(count=count, name=name), "$.s", accepted)
+        assert caught.value.field == "$.s.spec.flavors[0].count"
+
+
+def test_an_entry_equal_to_an_accepted_one_passes_and_any_other_is_checked() -> None:
+    accepted: dict[Any, Any] = {}
+    first = _summary()
+    assert scan(first, "$.s", accepted)[3] == first["spec"]["flavors"]
+    again = _summary()
+    assert scan(again, "$.s", accepted)[3] is again["spec"]["flavors"]
+    odd = _summary()
+    odd["spec"]["flavors"][0]["product"] = 7
+    with pytest.raises(BadRequest) as caught:
+        scan(odd, "$.s", accepted)
+    assert caught.value.field == "$.s.spec.flavors[0].product"
+
+
+def test_flavor_name_still_checked_against_its_fields() -> None:
+    with pytest.raises(BadRequest) as caught:
+        scan(_summary(name="gpustack--amd-epyc-7763-linux-amd64-16c"), "$.s")
+    assert caught.value.field == "$.s.spec.flavors[0].name"
