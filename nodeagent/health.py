@@ -10,12 +10,12 @@ Prometheus' text format when the agent hands it over (`metrics`).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+from probes import Probe
+from probes import serve as probes_serve
 
 
 class Health:
@@ -47,33 +47,8 @@ def serve(
 ) -> ThreadingHTTPServer:
     """Answer the probes (and the scrapes) from a daemon thread; `shutdown()` the returned
     server to stop."""
-    answers: dict[str, Callable[[], bool]] = {"/healthz": health.live, "/readyz": health.ready}
-
-    class Probe(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics" and metrics is not None:
-                self._answer(200, metrics().decode(), PROMETHEUS_TEXT)
-                return
-            check = answers.get(self.path)
-            if check is None:
-                self._answer(404, "not found\n")
-            elif check():
-                self._answer(200, "ok\n")
-            else:
-                self._answer(503, f"{self.path.strip('/')} failing\n")
-
-        def _answer(self, code: int, text: str, kind: str = "text/plain") -> None:
-            body = text.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # probes every few seconds would drown the agent's log
-
-    server = ThreadingHTTPServer((host, port), Probe)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
-    return server
+    probes = {
+        "/healthz": Probe(health.live, b"healthz failing\n"),
+        "/readyz": Probe(health.ready, b"readyz failing\n"),
+    }
+    return probes_serve(probes, port, host, "health", metrics=metrics, not_found=b"not found\n")

@@ -7,10 +7,11 @@ fail to take the Lease), so both replicas report healthy.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from probes import Probe, serve
 
 
 class Heartbeat:
@@ -43,31 +44,5 @@ def serve_health(
 ) -> ThreadingHTTPServer:
     """Serve `/healthz` (and `/metrics`, given `metrics`) on a daemon thread; returns the server
     (its port when `port` is 0)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics" and metrics is not None:
-                body = metrics()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-                return
-            if self.path != "/healthz":
-                self.send_error(404)
-                return
-            ok = heartbeat.healthy()
-            body = b"ok\n" if ok else b"no pass finished recently\n"
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # probes every few seconds would drown the verdict log
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="healthz", daemon=True).start()
-    return server
+    probes = {"/healthz": Probe(heartbeat.healthy, b"no pass finished recently\n")}
+    return serve(probes, port, host, "healthz", metrics=metrics)

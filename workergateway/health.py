@@ -16,13 +16,14 @@ scrape time:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
+from probes import Probe
+from probes import serve as probes_serve
 from workergateway.gateway import Gateway
 
 
@@ -75,28 +76,5 @@ def registry(gateway: Gateway) -> CollectorRegistry:
 
 def serve(liveness: Liveness, metrics: CollectorRegistry, port: int) -> ThreadingHTTPServer:
     """`/healthz` and `/metrics` on a daemon thread; the server (its port when `port` is 0)."""
-
-    class Probe(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/metrics":
-                status, body = 200, generate_latest(metrics)
-                kind = "text/plain; version=0.0.4; charset=utf-8"
-            elif self.path == "/healthz":
-                alive = liveness.alive()
-                status, body = (200, b"ok\n") if alive else (503, b"no pass finished lately\n")
-                kind = "text/plain"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # one line per probe would bury the passes' own lines
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Probe)
-    threading.Thread(target=server.serve_forever, name="probes", daemon=True).start()
-    return server
+    probes = {"/healthz": Probe(liveness.alive, b"no pass finished lately\n")}
+    return probes_serve(probes, port, "0.0.0.0", "probes", metrics=lambda: generate_latest(metrics))

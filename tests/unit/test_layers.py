@@ -149,3 +149,12 @@ def test_a_wrong_import_breaks_its_contract(tmp_path: Path, contract: str) -> No
     broken = re.sub(r"\s+", " ", done.stdout)
     assert f"{name} BROKEN" in broken
     assert broken.count("BROKEN") == 1, done.stdout
+
+
+def test_the_probe_server_is_held_to_the_standard_library(tmp_path: Path) -> None:
+    # Every credentialed process imports `probes`: a component imported there would reach them all.
+    _tree(tmp_path, ("probes/__init__.py", "import kubeapi\n"))
+    done = _lint(tmp_path)
+    name = _config()["importlinter:contract:stdlib-only"]["name"]
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{name} BROKEN" in re.sub(r"\s+", " ", done.stdout)
