@@ -216,6 +216,20 @@ def grow_pool(bed: Testbed, clients: Clients, names: list[str], cards: int, tota
     wait_for(lambda: _quota_cards(kube) == total * cards, 300, "the queue's credits", interval=1)
 
 
+def first_pool(bed: Testbed, clients: Clients, nodes: int, cards: int) -> None:
+    """The benchmark's namespace and a T4 pool of `nodes` nodes, its LocalQueue there, and its
+    ClusterQueue Active without the check (no controller answers it yet)."""
+    kube = bed.kube
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+    grow_pool(bed, clients, [f"t4-{i:04d}" for i in range(nodes)], cards, nodes)
+    wait_for(
+        lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), NAMESPACE),
+        120,
+        "the pool's LocalQueue",
+    )
+    wait_for(lambda: queue_ready(kube, False), 120, "the queue without the check")
+
+
 def _quota_cards(kube: Kube) -> int:
     """Whole cards the T4 ClusterQueue's nvidia credits stand for."""
     cq = kube.get(KUEUE, "ClusterQueue", T4_POOL) or {}
@@ -582,16 +596,8 @@ def main() -> None:
 
     began = time.monotonic()
     with testbed() as bed:
-        kube = bed.kube
         clients = Clients(bed.kubeconfig)
-        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-        grow_pool(bed, clients, [f"t4-{i:04d}" for i in range(small)], args.cards, small)
-        wait_for(
-            lambda: kube.get(KUEUE, "LocalQueue", local_queue_name(T4_POOL), NAMESPACE),
-            120,
-            "the pool's LocalQueue",
-        )
-        wait_for(lambda: queue_ready(kube, False), 120, "the queue without the check")
+        first_pool(bed, clients, small, args.cards)
         print(
             f"testbed ready in {time.monotonic() - began:.0f}s: {small} nodes x {args.cards} T4,"
             f" queue {T4_POOL}",
