@@ -24,7 +24,6 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from benchmarks.admission import (
     DRIVER,
@@ -123,6 +122,7 @@ def main() -> None:
         samples = [sample(pid, 0)]
         rates = []
         waits: list[float] = []
+        retried = 0
         for turn in range(rounds):
             started = time.monotonic()
             stages = submit(clients, f"churn-{turn:03d}", per_round, None, timeout)
@@ -130,6 +130,7 @@ def main() -> None:
             seconds = time.monotonic() - started
             rates.append(per_round / seconds)
             waits += [s.admitted - s.created for s in stages.values() if s.admitted and s.created]
+            retried += sum(s.retried for s in stages.values())
             samples.append(sample(pid, (turn + 1) * per_round))
             print(
                 f"round {turn + 1}/{rounds}: {per_round} Workloads judged, admitted and gone in"
@@ -140,12 +141,12 @@ def main() -> None:
         print(
             f"{rounds * per_round} Workloads at {statistics.median(rates):.1f} /s (median round);"
             f" create -> Admitted p50 {percentile(waits, 0.5):.2f} s,"
-            f" p99 {percentile(waits, 0.99):.2f} s",
+            f" p99 {percentile(waits, 0.99):.2f} s; {retried} given a Retry on the way",
             flush=True,
         )
         for line in report(samples, args.warmup, rounds):
             print(line, flush=True)
-        print(f"done in {time.monotonic() - began:.0f}s ({now()}); logs in {Path(bed.root)}")
+        print(f"done in {time.monotonic() - began:.0f}s ({now()})", flush=True)
 
 
 if __name__ == "__main__":
