@@ -14,26 +14,21 @@ import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 
-from probes import Probe
+from probes import Heartbeat, Probe
 from probes import serve as probes_serve
 
 
-class Health:
+class Health(Heartbeat):
     def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stale_after = stale_after
-        self.clock = clock
-        self.last_beat = clock()
+        super().__init__(stale_after, clock)
         self.reported = False
-
-    def beat(self) -> None:
-        self.last_beat = self.clock()
 
     def mark_reported(self) -> None:
         self.reported = True
         self.beat()
 
     def live(self) -> bool:
-        return self.clock() - self.last_beat <= self.stale_after
+        return self.fresh()
 
     def ready(self) -> bool:
         return self.reported and self.live()

@@ -3,13 +3,15 @@
 The verdict driver, the node agent and the worker gateway each decide what makes them healthy
 (`Probe.check`, theirs to keep) and hand this server the paths to answer: `200 ok` while a
 probe's check holds, `503` with the probe's own reason when it does not, `404` for any other
-path, and `/metrics` in Prometheus' text format when given the exposition to serve. Standard
+path, and `/metrics` in Prometheus' text format when given the exposition to serve. Each
+liveness is a `Heartbeat`: alive while the process's loop keeps finishing passes. Standard
 library only, so every process may import it whatever else it holds.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +19,28 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 PLAIN_TEXT = "text/plain"
 METRICS_PATH = "/metrics"
+
+
+class Heartbeat:
+    """When a loop last beat, on `clock` (monotonic): fresh while that was at most
+    `stale_after` seconds ago. Starting counts as a beat (a first pass may take a while) unless
+    `started` is False: then stale until the first beat."""
+
+    def __init__(
+        self,
+        stale_after: float,
+        clock: Callable[[], float] = time.monotonic,
+        started: bool = True,
+    ) -> None:
+        self.stale_after = stale_after
+        self.clock = clock
+        self.last_beat = clock() if started else -float("inf")
+
+    def beat(self) -> None:
+        self.last_beat = self.clock()
+
+    def fresh(self) -> bool:
+        return self.clock() - self.last_beat <= self.stale_after
 
 
 @dataclass(frozen=True)

@@ -7,33 +7,18 @@ fail to take the Lease), so both replicas report healthy.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 
+from probes import Heartbeat as LoopHeartbeat
 from probes import Probe, serve
 
 
-class Heartbeat:
+class Heartbeat(LoopHeartbeat):
     """When the loop last finished a pass, on the monotonic clock."""
 
-    def __init__(
-        self,
-        stale_after: float,
-        clock: Callable[[], float] = time.monotonic,
-        started: bool = True,
-    ) -> None:
-        self.stale_after = stale_after
-        self.clock = clock
-        # Starting counts as a beat (the first pass may take a moment) unless `started` is False:
-        # then unhealthy until the first beat.
-        self._beat = clock() if started else -float("inf")
-
-    def beat(self) -> None:
-        self._beat = self.clock()
-
     def healthy(self) -> bool:
-        return self.clock() - self._beat <= self.stale_after
+        return self.fresh()
 
 
 def serve_health(

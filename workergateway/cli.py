@@ -130,9 +130,8 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
     # The watch has a client of its own: it reads on a thread of its own, and a
     # `requests.Session` is not meant to be shared between threads.
     watcher = Watcher(Kube.from_environment(args.kubeconfig), KUEUE_API, MULTIKUEUE_CLUSTER)
-    gateway = Gateway(
-        kube, SecretClients(kube, args.fleet_namespace), events, grace=args.orphan_grace
-    )
+    clients = SecretClients(kube, args.fleet_namespace)
+    gateway = Gateway(kube, clients, events, grace=args.orphan_grace)
     liveness = health.Liveness(stale_after=3 * args.resync + 60)
     if args.health_port >= 0:
         health.serve(liveness, health.registry(gateway), args.health_port)
@@ -141,7 +140,10 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     watcher.start()
     log.info("worker gateway %s: a pass every %.0fs at most", args.identity, args.resync)
-    run(gateway, watcher.cache.wait, args.resync, stopping, liveness)
+    try:
+        run(gateway, watcher.cache.wait, args.resync, stopping, liveness)
+    finally:
+        clients.close()
     watcher.stop()
     events.drain(timeout=5.0)
     return cli.EXIT_OK

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from workergateway.gateway import Api, MemberUnreachable, Obj
 from workergateway.kubeconfig import (
@@ -30,6 +30,18 @@ class SecretReader(Protocol):
     """What `SecretClients` asks of the manager (`kubeapi.Kube` has it)."""
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> Obj | None: ...
+
+
+@runtime_checkable
+class Closing(Protocol):
+    """A client holding something to give back (`MemberKube`: its connections and files)."""
+
+    def close(self) -> None: ...
+
+
+def _release(client: Api) -> None:
+    if isinstance(client, Closing):
+        client.close()
 
 
 class SecretClients:
@@ -50,7 +62,9 @@ class SecretClients:
         name = secret_name(member)
         secret = self.manager.get("v1", "Secret", name, self.namespace)
         if secret is None:
-            self._clients.pop(member, None)
+            dropped = self._clients.pop(member, None)
+            if dropped is not None:
+                _release(dropped[1])
             raise MemberUnreachable(member, f"secrets/{name} in {self.namespace}: not found")
         meta = secret.get("metadata")
         version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
@@ -66,5 +80,12 @@ class SecretClients:
         except (binascii.Error, ValueError):
             raise KubeconfigRefused(member, SECRET_KEY, "not base64 UTF-8 text") from None
         client = self.connect(parse_kubeconfig(member, text))
+        if cached is not None:
+            _release(cached[1])
         self._clients[member] = (version, client)
         return client
+
+    def close(self) -> None:
+        """Give back every member's client (at shutdown): no file of theirs is left behind."""
+        while self._clients:
+            _release(self._clients.popitem()[1][1])

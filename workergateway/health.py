@@ -16,31 +16,25 @@ scrape time:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
-from probes import Probe
+from probes import Heartbeat, Probe
 from probes import serve as probes_serve
 from workergateway.gateway import Gateway
 
 
-class Liveness:
+class Liveness(Heartbeat):
     """Healthy while the last pass finished less than `stale_after` seconds ago (and, before
     the first, while the process is younger than that)."""
 
-    def __init__(self, stale_after: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.stale_after = stale_after
-        self.clock = clock
-        self.last = clock()
-
     def passed(self) -> None:
-        self.last = self.clock()
+        self.beat()
 
     def alive(self) -> bool:
-        return self.clock() - self.last <= self.stale_after
+        return self.fresh()
 
 
 def registry(gateway: Gateway) -> CollectorRegistry:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,22 +134,49 @@ def parse_kubeconfig(member: str, text: str) -> MemberCredentials:
     return MemberCredentials(server, ca, token, (cert, key) if cert and key else None)
 
 
-def member_kube(credentials: MemberCredentials, timeout: float = 10.0) -> Kube:
-    """A client of the member. The CA and the client pair go to files of a private directory
-    (`requests` takes them as paths only), removed with the process."""
-    directory = Path(tempfile.mkdtemp(prefix="gpustack-member-"))
+class MemberKube(Kube):
+    """A member's client and the private directory holding its CA and client pair, if any:
+    `requests` takes them as paths only, so they live as long as the client does."""
+
+    files: Path | None = None
+
+    def close(self) -> None:
+        """Drop the connections and the files; the client is not used after this."""
+        self.session.close()
+        if self.files is not None:
+            shutil.rmtree(self.files, ignore_errors=True)
+            self.files = None
+
+
+def _private(path: Path, data: bytes) -> None:
+    # Owner-only from creation on, whatever the umask: a key is never readable by others.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
+
+
+def member_kube(credentials: MemberCredentials, timeout: float = 10.0) -> MemberKube:
+    """A client of the member. The CA and the client pair go to files of a private directory,
+    removed by the client's `close()` (`SecretClients` closes a client it replaces or drops)."""
+    directory = None
+    if credentials.ca is not None or credentials.cert is not None:
+        directory = Path(tempfile.mkdtemp(prefix="gpustack-member-"))
     ca: Path | bool = True
-    if credentials.ca is not None:
+    if credentials.ca is not None and directory is not None:
         ca = directory / "ca.crt"
-        ca.write_bytes(credentials.ca)
+        _private(ca, credentials.ca)
     cert = key = None
-    if credentials.cert is not None:
+    if credentials.cert is not None and directory is not None:
         cert, key = directory / "tls.crt", directory / "tls.key"
-        cert.write_bytes(credentials.cert[0])
-        key.write_bytes(credentials.cert[1])
+        _private(cert, credentials.cert[0])
+        _private(key, credentials.cert[1])
     token = credentials.token
 
     def authorization() -> str | None:
         return f"Bearer {token}" if token else None
 
-    return Kube(credentials.server, ca, cert, key, timeout=timeout, authorization=authorization)
+    client = MemberKube(
+        credentials.server, ca, cert, key, timeout=timeout, authorization=authorization
+    )
+    client.files = directory
+    return client

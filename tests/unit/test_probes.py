@@ -8,7 +8,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from probes import PROMETHEUS_TEXT, Probe, serve
+from probes import PROMETHEUS_TEXT, Heartbeat, Probe, serve
 
 
 @contextmanager
@@ -62,3 +62,19 @@ def test_an_unknown_path_is_a_404_plain_when_a_body_is_given() -> None:
     with _served(probes) as base:
         status, kind, _ = _get(f"{base}/other")
         assert (status, kind) == (404, "text/html;charset=utf-8")
+
+
+def test_a_heartbeat_is_fresh_up_to_its_limit_and_starting_counts_unless_told_not() -> None:
+    now = [100.0]
+    started = Heartbeat(30, clock=lambda: now[0])
+    waiting = Heartbeat(30, clock=lambda: now[0], started=False)
+    assert started.fresh() and not waiting.fresh()
+    now[0] = 130.0
+    assert started.fresh()  # the limit itself is still fresh
+    now[0] = 130.5
+    assert not started.fresh()
+    waiting.beat()
+    started.beat()
+    assert waiting.fresh() and started.fresh()
+    now[0] = 161.0
+    assert not waiting.fresh() and not started.fresh()

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import base64
 import copy
+import stat
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +171,26 @@ def test_member_clients_come_from_their_secrets_and_are_kept_while_it_is_unchang
     manager.put(no_key)
     with pytest.raises(KubeconfigRefused, match="no such key"):
         clients("west")
+
+
+def test_a_rebuilt_member_client_leaves_the_files_of_one_client_and_closing_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue #32: each client made anew wrote its CA and client pair to a directory never removed.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    doc = copy.deepcopy(KUBECONFIG)
+    doc["users"][0]["user"] = {
+        "client-certificate-data": _b64(b"CERT"),
+        "client-key-data": _b64(b"KEY"),
+    }
+    manager = MemoryCluster()
+    clients = SecretClients(manager)
+    for version in range(5):
+        manager.put(_secret(yaml.safe_dump(doc), str(version)))
+        clients("west")
+    left = sorted(p.relative_to(tmp_path).parts[-1] for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["ca.crt", "tls.crt", "tls.key"]
+    (key,) = tmp_path.rglob("tls.key")
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    clients.close()
+    assert list(tmp_path.iterdir()) == []
