@@ -208,6 +208,19 @@ def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> No
     Settings annotation, a new namespace): the hook calls fail, nothing is deleted, and the
     Deployments bring the hooks back, after which the chain serves the new namespace."""
     bed = real_chain
+    # Earlier modules' scratch namespaces may still be terminating; their LocalQueues go with
+    # them, which is not the hooks' doing. Start from a cluster where none is.
+    wait_for(
+        lambda: (
+            not [
+                ns["metadata"]["name"]
+                for ns in bed.kube.list("v1", "Namespace")
+                if ns["metadata"].get("deletionTimestamp")
+            ]
+        ),
+        300,
+        "earlier modules' namespaces to be gone",
+    )
     before = _attachments(bed)
     assert any(kind == "InstanceType" for kind, _, _ in before)
     assert any(kind == "ClusterQueue" for kind, _, _ in before)

@@ -106,7 +106,21 @@ def test_running_pods_keep_their_cards_across_kubelet_and_containerd_restarts(
 ) -> None:
     bed = real_chain
     node = _node(bed)
-    wait_for(lambda: _ready_with_cards(bed), 120, f"{NODE} to offer its cards")
+    # Pods of earlier modules (Instances, gangs) may still be ending: a card held in another
+    # mode is listed Unhealthy, so the node offers all its whole cards only once they are gone.
+    try:
+        wait_for(lambda: _ready_with_cards(bed), 300, f"{NODE} to offer its cards")
+    except TimeoutError:
+        pods = [
+            f"{p['metadata']['namespace']}/{p['metadata']['name']} {p['status'].get('phase')}"
+            for p in bed.kube.list("v1", "Pod")
+            if p["spec"].get("nodeName") == NODE
+        ]
+        allocatable = (bed.kube.get("v1", "Node", NODE) or {}).get("status", {}).get("allocatable")
+        raise AssertionError(
+            f"{NODE} never offered its {CARDS} cards: allocatable {allocatable}, "
+            f"ledger {_ledger(bed)}, Pods on it {pods}"
+        ) from None
     held = {"first": _holder(bed, "restart-first")}
     wait_for(lambda: _ledger(bed) is not None, 30, "the ledger")
     try:
