@@ -56,7 +56,7 @@ class SecretClients:
         self.manager = manager
         self.namespace = namespace
         self.connect = connect
-        self._clients: dict[str, tuple[str, Api]] = {}
+        self._clients: dict[str, tuple[str, Api, MemberCredentials]] = {}
 
     def __call__(self, member: str) -> Api:
         name = secret_name(member)
@@ -79,11 +79,21 @@ class SecretClients:
             text = base64.b64decode(raw, validate=True).decode()
         except (binascii.Error, ValueError):
             raise KubeconfigRefused(member, SECRET_KEY, "not base64 UTF-8 text") from None
-        client = self.connect(parse_kubeconfig(member, text))
+        credentials = parse_kubeconfig(member, text)
+        client = self.connect(credentials)
         if cached is not None:
             _release(cached[1])
-        self._clients[member] = (version, client)
+        self._clients[member] = (version, client, credentials)
         return client
+
+    def credentials(self, member: str) -> MemberCredentials:
+        """What the member's current client was made from, for a watch's clients of its own
+        (`workergateway.watches`): the same Secret version, so the watch and the pass never
+        read the member as two different users."""
+        cached = self._clients.get(member)
+        if cached is None:
+            raise MemberUnreachable(member, "no client made from its Secret yet")
+        return cached[2]
 
     def close(self) -> None:
         """Give back every member's client (at shutdown): no file of theirs is left behind."""

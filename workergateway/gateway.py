@@ -81,6 +81,13 @@ class Reporter(Protocol):
     ) -> None: ...
 
 
+class Follower(Protocol):
+    """What wakes the loop when a member changes (`workergateway.watches.MemberWatches`): told
+    by every pass which members to watch."""
+
+    def follow(self, members: Mapping[str, Api]) -> None: ...
+
+
 class MemberUnreachable(Exception):
     """A member whose client cannot be made (its Secret missing, say): the member, why."""
 
@@ -158,6 +165,7 @@ class Gateway:
         grace: float = WORKER_LOST_TIMEOUT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         readers: int = 8,
+        watches: Follower | None = None,
     ) -> None:
         self.manager = manager
         self.members = members
@@ -166,6 +174,8 @@ class Gateway:
         self.clock = clock
         self.readers = readers
         """Members read at once."""
+        self.watches = watches
+        """Told the Active members each pass, so that a member's change wakes the next."""
         self.passes = 0
         self.pools = 0
         """Pools of the last pass's answer."""
@@ -213,6 +223,11 @@ class Gateway:
                     read.append((state, ()))
             except READ_ERRORS as err:
                 self._unreadable(cluster, str(err), report)
+        if self.watches is not None:
+            # Before the reads: a change that lands while this pass reads the member wakes the
+            # next one. A member that does not answer keeps its watch (it retries, and rings
+            # when the member is back); one without a client has none.
+            self.watches.follow({state.name: client for _, (state, client) in active})
         # The members side by side, each on its own client: one slow to answer (up to its
         # client's timeouts) holds up the pass once, not once per member behind it.
         with ThreadPoolExecutor(max_workers=max(1, min(self.readers, len(active)))) as workers:

@@ -1,11 +1,13 @@
 """An API server in memory for the gateway's tests: objects by kind and name, server-side apply
 as the gateway uses it (one field manager that owns everything it sends, so an apply replaces
-what it sent before), and writes that can be made to fail or to be lost."""
+what it sent before), writes that can be made to fail or to be lost, and watchers told of every
+change as a watch event would tell them."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubeapi import KubeError
@@ -20,6 +22,8 @@ class MemoryCluster:
         """Names whose next apply or delete is answered 409 (then no longer)."""
         self.calls: list[tuple[str, str]] = []
         self.version = 0
+        self.watchers: list[Callable[[str, Obj], None]] = []
+        """Told (event type, object) of every change, on the writer's thread."""
         for obj in objs:
             self.put(obj)
 
@@ -32,10 +36,19 @@ class MemoryCluster:
         self.version += 1
         stored = copy.deepcopy(obj)
         stored["metadata"]["resourceVersion"] = str(self.version)
-        self.objects[self._key(obj["kind"], meta["name"], meta.get("namespace"))] = stored
+        key = self._key(obj["kind"], meta["name"], meta.get("namespace"))
+        kind = "MODIFIED" if key in self.objects else "ADDED"
+        self.objects[key] = stored
+        self._tell(kind, stored)
+
+    def _tell(self, kind: str, obj: Obj) -> None:
+        for watcher in list(self.watchers):
+            watcher(kind, copy.deepcopy(obj))
 
     def remove(self, kind: str, name: str, namespace: str | None = None) -> None:
-        self.objects.pop(self._key(kind, name, namespace), None)
+        gone = self.objects.pop(self._key(kind, name, namespace), None)
+        if gone is not None:
+            self._tell("DELETED", gone)
 
     def of_kind(self, kind: str) -> dict[str, Obj]:
         return {key[2]: obj for key, obj in self.objects.items() if key[0] == kind}
@@ -83,3 +96,29 @@ class Recorded:
     ) -> None:
         what = f"{regarding['kind']}/{regarding['metadata']['name']}"
         self.events.append((what, type_, reason, note))
+
+
+class Clock:
+    """A clock of the test's own and a doorbell rung at set times on it, for the gateway's loop:
+    `wake` moves the clock to the next ring or to its timeout, whichever comes first, and
+    `stopping` is set once the clock reaches `end`. Nothing sleeps."""
+
+    def __init__(self, rings: list[float], end: float, stopping: threading.Event) -> None:
+        self.now = 0.0
+        self.rings = sorted(rings)
+        self.end = end
+        self.stopping = stopping
+
+    def count(self) -> int:
+        return sum(1 for at in self.rings if at <= self.now)
+
+    def advance(self, to: float) -> None:
+        self.now = to
+        if self.now >= self.end:
+            self.stopping.set()
+
+    def wake(self, seen: int, timeout: float) -> int:
+        if self.count() == seen:
+            later = [at for at in self.rings if at > self.now]
+            self.advance(min([self.now + timeout, *later[:1]]))
+        return self.count()

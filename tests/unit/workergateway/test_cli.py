@@ -15,27 +15,26 @@ from workergateway import health
 from workergateway.cli import build_parser, run
 from workergateway.gateway import Gateway
 
-from .fakes import MemoryCluster, Recorded
+from .fakes import Clock, MemoryCluster, Recorded
 from .test_gateway import Fleet
 
 
-def test_a_pass_runs_at_start_and_on_every_change_the_watch_reports() -> None:
+def test_a_pass_runs_at_start_and_on_every_change_the_watches_report() -> None:
     fleet = Fleet("two-members")
     stopping = threading.Event()
-    waits: list[int] = []
-
-    def wake(seen: int, timeout: float) -> int:
-        # Two changes, then none until the loop is stopped.
-        waits.append(seen)
-        if len(waits) >= 3:
-            stopping.set()
-            return seen
-        return seen + 1
-
+    clock = Clock([10.0, 20.0], end=60.0, stopping=stopping)
     liveness = health.Liveness(stale_after=60)
-    run(fleet.gateway, wake, resync=3600, stopping=stopping, liveness=liveness)
+    run(fleet.gateway, clock.wake, 3600, stopping, liveness, clock=lambda: clock.now)
     assert fleet.gateway.passes == 3
     assert list(fleet.pools()) == ["gpustack--nvidia-tesla-t4-linux-amd64"]
+
+
+def test_without_a_change_a_pass_runs_every_resync() -> None:
+    fleet = Fleet("two-members")
+    stopping = threading.Event()
+    clock = Clock([], end=95.0, stopping=stopping)
+    run(fleet.gateway, clock.wake, 30, stopping, health.Liveness(60), clock=lambda: clock.now)
+    assert fleet.gateway.passes == 4  # at 0, 30, 60 and 90
 
 
 def test_a_pass_failing_on_the_manager_is_logged_and_made_again() -> None:
@@ -50,15 +49,8 @@ def test_a_pass_failing_on_the_manager_is_logged_and_made_again() -> None:
 
     fleet.manager.list = flaky  # type: ignore[method-assign]
     stopping = threading.Event()
-    waits: list[int] = []
-
-    def wake(seen: int, timeout: float) -> int:
-        waits.append(seen)
-        if len(waits) == 2:
-            stopping.set()
-        return seen + 1
-
-    run(fleet.gateway, wake, resync=3600, stopping=stopping, liveness=health.Liveness(60))
+    clock = Clock([10.0], end=60.0, stopping=stopping)
+    run(fleet.gateway, clock.wake, 3600, stopping, health.Liveness(60), clock=lambda: clock.now)
     assert fleet.gateway.passes == 1
     assert list(fleet.pools()) == ["gpustack--nvidia-tesla-t4-linux-amd64"]
 
@@ -89,3 +81,4 @@ def test_healthz_and_metrics() -> None:
 def test_the_command_line() -> None:
     args = build_parser().parse(["--resync", "5", "--orphan-grace", "0"])
     assert (args.resync, args.orphan_grace, args.fleet_namespace) == (5.0, 0.0, "gpustack-fleet")
+    assert args.debounce == 0.1
