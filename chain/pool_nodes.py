@@ -117,7 +117,9 @@ def _count(value: object) -> TypeGuard[int]:
     return type(value) is int and value >= 0
 
 
-def _fast_profiles(raw: object) -> tuple[ProfileCount, ...] | None:
+def fast_profiles(raw: object) -> tuple[ProfileCount, ...] | None:
+    """A list of profile counts read fast, or None: the typed reader decides (shared with the
+    worker gateway's readers, which read the same wire shape)."""
     if raw is None:
         return ()
     if type(raw) is not list:
@@ -142,8 +144,8 @@ def _fast_row(item: object) -> AcceleratorAllocation | None:
         return None
     if type(mode) is not int or not 0 <= mode < len(_MODES):
         return None
-    allocated = _fast_profiles(item.get("allocatedProfiles"))
-    left = _fast_profiles(item.get("remainingProfiles"))
+    allocated = fast_profiles(item.get("allocatedProfiles"))
+    left = fast_profiles(item.get("remainingProfiles"))
     if allocated is None or left is None:
         return None
     return AcceleratorAllocation(

@@ -82,6 +82,8 @@ _SCALES = (("", 1), ("m", 10**3), ("u", 10**6), ("n", 10**9))
 def format_quantity(value: int | Fraction) -> str:
     """A decimal quantity string: whole numbers plain (`72`), fractions in the coarsest exact
     SI suffix (`68500m`), anything finer rounded up to nanos, as Kubernetes rounds."""
+    if type(value) is int:
+        return str(value)  # the common case, without a Fraction (`bool` is not taken here)
     amount = Fraction(value)
     for suffix, scale in _SCALES:
         scaled = amount * scale

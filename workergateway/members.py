@@ -16,6 +16,8 @@ with nobody told why.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -23,9 +25,10 @@ from typing import TypeVar
 
 from chain import fields
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_ACTIVE, KUEUE_API, WORKER_API
+from chain.pool_nodes import fast_profiles
 from chain.pools import PoolIdentity
 from chain.quantity import parse_quantity
-from chain.views import AcceleratorViews, View
+from chain.views import AcceleratorViews, Amount, PartitionView, View
 
 MULTIKUEUE_CLUSTER = "MultiKueueCluster"
 PHASES = ("Pending", "Active", "Inactive")
@@ -93,6 +96,86 @@ def read_cluster(obj: Mapping[str, object]) -> MemberState:
     return MemberState(name, False, NO_ACTIVE_CONDITION, "Kueue has not reported on the member")
 
 
+# Fast readers. A pass reads every Active member's every InstanceType and pool queue afresh
+# (docs/benchmarks.md, "Fleet": ten members of a thousand nodes), and nearly every amount there
+# is a plain whole number. These accept only exact, well-formed JSON (a digit string, an `int`
+# that is not a `bool`, lists and maps of the right types) and answer None on anything else;
+# the typed readers then read the same object and either name the broken field or accept what
+# the fast path was too strict for (`500m`, `16Gi`). So both read the same values.
+
+
+def _fast_amount(raw: object) -> Amount | None:
+    if type(raw) is str:
+        return int(raw) if raw.isascii() and raw.isdigit() else None
+    if type(raw) is int and raw >= 0:
+        return raw
+    return None
+
+
+def _fast_view(raw: object) -> View | None:
+    if type(raw) is not dict:
+        return None
+    once, remaining, capacity = raw.get("onceMaxRequest"), raw.get("remaining"), raw.get("capacity")
+    if type(once) is str and type(remaining) is str and type(capacity) is str:
+        # Three digit strings, checked at once: the joined text is all digits only if each is.
+        joined = once + remaining + capacity
+        if once and remaining and capacity and joined.isascii() and joined.isdigit():
+            return View(int(once), int(remaining), int(capacity))
+        return None
+    amounts = (_fast_amount(once), _fast_amount(remaining), _fast_amount(capacity))
+    if amounts[0] is None or amounts[1] is None or amounts[2] is None:
+        return None
+    return View(amounts[0], amounts[1], amounts[2])
+
+
+def _fast_views(status: Mapping[str, object]) -> tuple[AcceleratorViews, View] | None:
+    """(views, cpu) of a status, or None: the typed readers decide."""
+    exclusive = _fast_view(status.get("accelerator"))
+    shared = _fast_view(status.get("acceleratorShared"))
+    sliced = _fast_view(status.get("acceleratorSliced"))
+    partitioned = status.get("acceleratorPartitioned")
+    cpu = _fast_view(status.get("cpu"))
+    pt = _fast_view(partitioned)
+    if exclusive is None or shared is None or sliced is None or cpu is None or pt is None:
+        return None
+    assert type(partitioned) is dict  # _fast_view took it
+    allocated = fast_profiles(partitioned.get("allocatedProfiles"))
+    offered = fast_profiles(partitioned.get("remainingProfiles"))
+    if allocated is None or offered is None:
+        return None
+    return AcceleratorViews(exclusive, shared, sliced, PartitionView(pt, allocated, offered)), cpu
+
+
+def _fast_quota(queue: Mapping[str, object]) -> tuple[tuple[str, Fraction | int], ...] | None:
+    totals: dict[str, Fraction | int] = {}
+    spec = queue.get("spec")
+    if type(spec) is not dict:
+        return None
+    groups = spec.get("resourceGroups", [])
+    if type(groups) is not list:
+        return None
+    for group in groups:
+        flavors = group.get("flavors", []) if type(group) is dict else None
+        if type(flavors) is not list:
+            return None
+        for flavor in flavors:
+            resources = flavor.get("resources", []) if type(flavor) is dict else None
+            if type(resources) is not list:
+                return None
+            for resource in resources:
+                if type(resource) is not dict:
+                    return None
+                name, raw = resource.get("name"), resource.get("nominalQuota")
+                if type(raw) is str and raw.isascii() and raw.isdigit():
+                    amount: Amount | None = int(raw)
+                else:
+                    amount = _fast_amount(raw)
+                if type(name) is not str or not name or amount is None:
+                    return None
+                totals[name] = totals.get(name, 0) + amount
+    return tuple(totals.items())
+
+
 @dataclass(frozen=True)
 class Bound:
     """A quantity of the unit's spec: its value to compare, its text to write back as given."""
@@ -125,7 +208,7 @@ class MemberPool:
     """`Pending` also for a type whose status the member's hook has not written yet."""
     views: AcceleratorViews
     cpu: View
-    quota: tuple[tuple[str, Fraction], ...]
+    quota: tuple[tuple[str, Fraction | int], ...]
     """(resource, nominal quota) of the member's ClusterQueue of the same name, summed over its
     flavors, in the order the queue names them; empty while the member has no such queue."""
 
@@ -136,17 +219,40 @@ class MemberPool:
         return self.phase == ACTIVE_PHASE
 
 
+@functools.lru_cache(maxsize=1024)
+def _bound_of(text: str) -> Bound | None:
+    """A unit's bound from its text: a handful of distinct strings in a whole fleet, read on
+    every pass, so each is parsed once (a refused one raises, and is not remembered)."""
+    return Bound(parse_quantity(text), text) if text else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _unit_of(display: str, description: str, cpu: str, ram: str, storage: str) -> UnitSpec:
+    """The unit from its five strings; a fleet has a few distinct ones, the same every pass."""
+    return UnitSpec(display, description, _bound_of(cpu), _bound_of(ram), _bound_of(storage))
+
+
 def _bound(obj: fields.Obj, key: str, path: str) -> Bound | None:
     text = fields.string(obj, key, path)
-    if not text:
-        return None
     try:
-        return Bound(parse_quantity(text), text)
+        return _bound_of(text)
     except ValueError as err:
         raise ValueError(f"{fields.at(path, key)}: {err}") from None
 
 
 def _unit_spec(spec: fields.Obj) -> UnitSpec:
+    units = spec.get("unitResources", {})
+    if type(units) is dict:
+        texts = (
+            spec.get("displayName", ""),
+            spec.get("description", ""),
+            units.get("cpu", ""),
+            units.get("ram", ""),
+            spec.get("localStorage", ""),
+        )
+        if all(type(text) is str for text in texts):
+            with contextlib.suppress(ValueError):  # the typed reads below name the field
+                return _unit_of(*texts)
     units = fields.child(spec, "unitResources", "spec")
     return UnitSpec(
         fields.string(spec, "displayName", "spec"),
@@ -157,10 +263,13 @@ def _unit_spec(spec: fields.Obj) -> UnitSpec:
     )
 
 
-def _queue_quota(queue: fields.Obj) -> tuple[tuple[str, Fraction], ...]:
+def _queue_quota(queue: fields.Obj) -> tuple[tuple[str, Fraction | int], ...]:
     """Nominal quota per resource over every flavor of every group, as Kueue counts a queue's
     quota."""
-    totals: dict[str, Fraction] = {}
+    fast = _fast_quota(queue)
+    if fast is not None:
+        return fast
+    totals: dict[str, Fraction | int] = {}
     spec = fields.child(queue, "spec", "", required=True)
     for group, at in fields.items(spec, "resourceGroups", "spec"):
         for flavor, where in fields.items(group, "flavors", at):
@@ -174,7 +283,7 @@ def _queue_quota(queue: fields.Obj) -> tuple[tuple[str, Fraction], ...]:
                     amount = parse_quantity(str(raw))
                 except ValueError as err:
                     raise ValueError(f"{fields.at(place, key)}: {err}") from None
-                totals[name] = totals.get(name, Fraction(0)) + amount
+                totals[name] = totals.get(name, 0) + amount
     return tuple(totals.items())
 
 
@@ -189,6 +298,9 @@ def _status(obj: fields.Obj) -> tuple[str, AcceleratorViews, View]:
     phase = fields.string(status, "phase", "status", required=True)
     if phase not in PHASES:
         raise ValueError(f"status.phase: expected one of {', '.join(PHASES)}, got {phase!r}")
+    fast = _fast_views(status)
+    if fast is not None:
+        return (phase, *fast)
     views = AcceleratorViews.parse(status, "status")
     cpu = View.parse(fields.child(status, "cpu", "status", required=True), "status.cpu")
     return phase, views, cpu
@@ -206,6 +318,21 @@ def _by_name(
     field."""
     found: dict[str, T] = {}
     for number, obj in enumerate(objs):
+        # The usual object in a few lookups; anything unusual takes the checks that name it.
+        meta = obj.get("metadata") if type(obj) is dict else None
+        name = meta.get("name") if type(meta) is dict else None
+        if (
+            type(name) is str
+            and name
+            and name not in found
+            and obj.get("apiVersion") == kind[0]
+            and obj.get("kind") == kind[1]
+        ):
+            try:
+                found[name] = read(obj)
+            except ValueError as err:
+                raise _fail(member, f"{plural}/{name}", err) from None
+            continue
         prefix = f"{plural}[{number}]"
         try:
             meta = fields.child(obj, "metadata", "", required=True)

@@ -60,16 +60,20 @@ class PoolConflict(ValueError):
 
 
 def _plain(value: Fraction | int) -> Amount:
+    if type(value) is int:
+        return value  # the common case: whole amounts stay ints, no Fraction made
     value = Fraction(value)
     return value.numerator if value.denominator == 1 else value
 
 
 def sum_views(views: Iterable[View]) -> View:
     """`remaining` and `capacity` add; `onceMaxRequest` is the largest (one request, one
-    member)."""
-    once, remaining, capacity = Fraction(0), Fraction(0), Fraction(0)
+    member). Whole amounts add as ints, and a fraction among them makes the sum exact."""
+    once: Amount = 0
+    remaining: Amount = 0
+    capacity: Amount = 0
     for view in views:
-        once = max(once, Fraction(view.once_max_request))
+        once = max(once, view.once_max_request)
         remaining += view.remaining
         capacity += view.capacity
     return View(_plain(once), _plain(remaining), _plain(capacity))
@@ -104,7 +108,7 @@ def sum_accelerators(views: Sequence[AcceleratorViews]) -> AcceleratorViews:
     )
 
 
-def _render_quota(quota: Iterable[tuple[str, Fraction]]) -> list[Obj]:
+def _render_quota(quota: Iterable[tuple[str, Fraction | int]]) -> list[Obj]:
     return [
         {"name": name, "nominalQuota": format_quantity(_plain(amount))} for name, amount in quota
     ]
@@ -112,11 +116,11 @@ def _render_quota(quota: Iterable[tuple[str, Fraction]]) -> list[Obj]:
 
 def sum_quota(
     pools: Sequence[MemberPool], counted: Iterable[MemberPool]
-) -> tuple[tuple[str, Fraction], ...]:
+) -> tuple[tuple[str, Fraction | int], ...]:
     """Nominal quota per resource, added over the `counted` pools. Every resource any member's
     queue names is listed, at 0 when no counted pool has it: the manager's queue keeps covering
     its resource while nothing counts, so it admits nothing rather than losing its shape."""
-    totals = {name: Fraction(0) for pool in pools for name, _ in pool.quota}
+    totals: dict[str, Fraction | int] = {name: 0 for pool in pools for name, _ in pool.quota}
     for pool in counted:
         for name, amount in pool.quota:
             totals[name] += amount
@@ -185,7 +189,7 @@ class FleetPool:
     """The Active members that have the pool, by name: the MultiKueueConfig's `clusters`."""
     views: AcceleratorViews
     cpu: View
-    quota: tuple[tuple[str, Fraction], ...]
+    quota: tuple[tuple[str, Fraction | int], ...]
     breakdown: tuple[MemberPool, ...]
 
     def member_summary(self) -> str:

@@ -152,3 +152,55 @@ def test_the_order_members_arrive_in_changes_nothing(fleet: Any, random: Any) ->
 def test_an_inactive_member_is_as_good_as_absent(fleet: Any) -> None:
     present = [(state, pools) for state, pools in fleet if state.active]
     assert _rendered(fleet_pools(fleet)) == _rendered(fleet_pools(present))
+
+
+def _typed_only(*texts: str) -> UnitSpec:
+    raise ValueError("the typed readers only")
+
+
+def _without_fast_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from workergateway import members
+
+    monkeypatch.setattr(members, "_fast_views", lambda status: None)
+    monkeypatch.setattr(members, "_fast_quota", lambda queue: None)
+    monkeypatch.setattr(members, "_unit_of", _typed_only)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_fast_readers_read_what_the_typed_readers_read(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass reads the usual object through fast readers (docs/benchmarks.md, "Fleet"); they
+    answer exactly what the typed readers answer, and leave every error to them."""
+    members = json.loads((FIXTURES / f"{case}.json").read_text())["members"]
+
+    def read() -> object:
+        try:
+            return _rendered(_read(members))
+        except MemberError as err:
+            return str(err)
+
+    fast = read()
+    _without_fast_readers(monkeypatch)
+    assert read() == fast
+
+
+@pytest.mark.parametrize(
+    ("amount", "quota"),
+    [("500m", "1500m"), ("16Gi", "2Ki"), (7, 3), ("1e3", "12")],
+)
+def test_amounts_the_fast_readers_leave_are_read_as_before(
+    amount: object, quota: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = json.loads((FIXTURES / "two-members.json").read_text())["members"]
+    for member in members:
+        for obj in member["instanceTypes"]:
+            obj["status"]["acceleratorSliced"]["remaining"] = amount
+        for queue in member["clusterQueues"]:
+            for group in queue["spec"].get("resourceGroups") or []:
+                for flavor in group["flavors"]:
+                    for resource in flavor["resources"]:
+                        resource["nominalQuota"] = quota
+    fast = _rendered(_read(members))
+    _without_fast_readers(monkeypatch)
+    assert _rendered(_read(members)) == fast
