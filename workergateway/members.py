@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from chain import fields
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_ACTIVE, KUEUE_API, WORKER_API
@@ -263,9 +264,79 @@ def _unit_spec(spec: fields.Obj) -> UnitSpec:
     )
 
 
-def _queue_quota(queue: fields.Obj) -> tuple[tuple[str, Fraction | int], ...]:
+Quota = tuple[tuple[str, Fraction | int], ...]
+TypeParts = tuple[PoolIdentity, UnitSpec, str, AcceleratorViews, View]
+Version = tuple[str, str, str | int]
+"""(member, uid, version): one object's content for good, in one member."""
+KEPT = 4096
+"""Objects whose reading is remembered, per kind: a fleet's pools times its members, with room."""
+
+
+class Remembered(Generic[T]):
+    """What a pure read made of an object, by the version that names the object's content.
+
+    Every pass lists every Active member's every InstanceType and pool queue, but between two
+    passes few of them change: a watch-woken pass follows one change. The API server moves an
+    object's `resourceVersion` on every write to it, and its `generation` on every write to its
+    spec (these kinds have a status subresource), and a uid is one object's for good, so the
+    answer for a version is the answer a fresh read would give. An object without a uid or
+    version (a hand-written one) is read every time; a read that fails is not remembered."""
+
+    def __init__(self, kept: int = KEPT) -> None:
+        self.kept = kept
+        self._answers: dict[Version, T] = {}
+        self._lock = threading.Lock()  # members are read on threads side by side
+
+    def read(self, version: Version | None, make: Callable[[], T]) -> T:
+        if version is not None:
+            with self._lock:
+                if version in self._answers:
+                    return self._answers[version]
+        answer = make()
+        if version is not None:
+            with self._lock:
+                if len(self._answers) >= self.kept:
+                    del self._answers[next(iter(self._answers))]  # the oldest
+                self._answers[version] = answer
+        return answer
+
+    def forget(self) -> None:
+        with self._lock:
+            self._answers.clear()
+
+
+def _version(member: str, obj: fields.Obj, key: str) -> Version | None:
+    meta = obj.get("metadata")
+    if type(meta) is not dict:
+        return None
+    uid, version = meta.get("uid"), meta.get(key)
+    if type(uid) is not str or not uid:
+        return None
+    if type(version) is int or (type(version) is str and version):
+        return member, uid, version
+    return None
+
+
+_quotas: Remembered[Quota] = Remembered()
+"""By `generation`: a pool's queue names every flavor of the pool, dozens at a thousand nodes,
+and its spec changes only when the pool's flavors do."""
+_types: Remembered[TypeParts] = Remembered()
+"""By `resourceVersion`: an InstanceType's status is rewritten whenever its views move."""
+
+
+def forget_read() -> None:
+    """Read every object again, as a pass after the gateway starts does (the benchmark's)."""
+    _quotas.forget()
+    _types.forget()
+
+
+def _queue_quota(queue: fields.Obj) -> Quota:
     """Nominal quota per resource over every flavor of every group, as Kueue counts a queue's
     quota."""
+    return _read_quota(queue)
+
+
+def _read_quota(queue: fields.Obj) -> Quota:
     fast = _fast_quota(queue)
     if fast is not None:
         return fast
@@ -348,7 +419,7 @@ def _by_name(
     return found
 
 
-def _type_parts(obj: fields.Obj) -> tuple[PoolIdentity, UnitSpec, str, AcceleratorViews, View]:
+def _type_parts(obj: fields.Obj) -> TypeParts:
     spec = fields.child(obj, "spec", "")
     return (PoolIdentity.of_spec(spec, "spec"), _unit_spec(spec), *_status(obj))
 
@@ -358,9 +429,19 @@ def read_pools(
 ) -> tuple[MemberPool, ...]:
     """A member's pools, by name, from its InstanceTypes and ClusterQueues (the queues of other
     names are not read: only a pool's own queue holds its quota)."""
-    quotas = _by_name(member, "clusterqueues", (KUEUE_API, CLUSTER_QUEUE), queues, _queue_quota)
+    quotas = _by_name(
+        member,
+        "clusterqueues",
+        (KUEUE_API, CLUSTER_QUEUE),
+        queues,
+        lambda obj: _quotas.read(_version(member, obj, "generation"), lambda: _queue_quota(obj)),
+    )
     types = _by_name(
-        member, "instancetypes", (WORKER_API, INSTANCE_TYPE), instance_types, _type_parts
+        member,
+        "instancetypes",
+        (WORKER_API, INSTANCE_TYPE),
+        instance_types,
+        lambda obj: _types.read(_version(member, obj, "resourceVersion"), lambda: _type_parts(obj)),
     )
     return tuple(
         MemberPool(member, name, *types[name], quotas.get(name, ())) for name in sorted(types)

@@ -204,3 +204,31 @@ def test_amounts_the_fast_readers_leave_are_read_as_before(
     fast = _rendered(_read(members))
     _without_fast_readers(monkeypatch)
     assert _rendered(_read(members)) == fast
+
+
+def test_a_read_is_remembered_by_version_and_made_again_when_the_object_changes() -> None:
+    """Between two passes few members' objects change: what was read of an object is kept by
+    its uid and version (`members.Remembered`), and a new version is read again."""
+    members = json.loads((FIXTURES / "two-members.json").read_text())["members"]
+    east = members[0]
+    for number, obj in enumerate([*east["instanceTypes"], *east["clusterQueues"]]):
+        obj["metadata"].update(uid=f"uid-{number}", resourceVersion="7", generation=1)
+    first = _rendered(_read(members))
+    obj = east["instanceTypes"][0]
+    obj["status"]["acceleratorSliced"]["remaining"] = "99"
+    # The same version: what the API server would never serve changed, so it is not re-read.
+    assert _rendered(_read(members)) == first
+    obj["metadata"]["resourceVersion"] = "8"
+    changed = _rendered(_read(members))
+    assert changed != first
+    west = members[1]["instanceTypes"][0]["status"]["acceleratorSliced"]["remaining"]
+    pool = next(iter(changed.values()))
+    assert pool["acceleratorSliced"]["remaining"] == str(99 + int(west))
+    # A queue is read again when its spec's generation moves, not for a status write.
+    queue = east["clusterQueues"][0]
+    resource = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]
+    resource["nominalQuota"] = "1"
+    queue["metadata"]["resourceVersion"] = "9"
+    assert _rendered(_read(members)) == changed
+    queue["metadata"]["generation"] = 2
+    assert _rendered(_read(members)) != changed
