@@ -282,23 +282,30 @@ class Remembered(Generic[T]):
     answer for a version is the answer a fresh read would give. An object without a uid or
     version (a hand-written one) is read every time; a read that fails is not remembered."""
 
-    def __init__(self, kept: int = KEPT) -> None:
+    def __init__(self, version: str, make: Callable[[fields.Obj], T], kept: int = KEPT) -> None:
+        self.version = version
+        """The metadata field that names the content: `resourceVersion` or `generation`."""
+        self.make = make
         self.kept = kept
         self._answers: dict[Version, T] = {}
         self._lock = threading.Lock()  # members are read on threads side by side
 
-    def read(self, version: Version | None, make: Callable[[], T]) -> T:
+    def read(self, member: str, obj: fields.Obj) -> T:
+        version = _version(member, obj, self.version)
         if version is not None:
             with self._lock:
                 if version in self._answers:
                     return self._answers[version]
-        answer = make()
+        answer = self.make(obj)
         if version is not None:
             with self._lock:
                 if len(self._answers) >= self.kept:
                     del self._answers[next(iter(self._answers))]  # the oldest
                 self._answers[version] = answer
         return answer
+
+    def reader(self, member: str) -> Callable[[fields.Obj], T]:
+        return functools.partial(self.read, member)
 
     def forget(self) -> None:
         with self._lock:
@@ -315,19 +322,6 @@ def _version(member: str, obj: fields.Obj, key: str) -> Version | None:
     if type(version) is int or (type(version) is str and version):
         return member, uid, version
     return None
-
-
-_quotas: Remembered[Quota] = Remembered()
-"""By `generation`: a pool's queue names every flavor of the pool, dozens at a thousand nodes,
-and its spec changes only when the pool's flavors do."""
-_types: Remembered[TypeParts] = Remembered()
-"""By `resourceVersion`: an InstanceType's status is rewritten whenever its views move."""
-
-
-def forget_read() -> None:
-    """Read every object again, as a pass after the gateway starts does (the benchmark's)."""
-    _quotas.forget()
-    _types.forget()
 
 
 def _queue_quota(queue: fields.Obj) -> Quota:
@@ -424,24 +418,33 @@ def _type_parts(obj: fields.Obj) -> TypeParts:
     return (PoolIdentity.of_spec(spec, "spec"), _unit_spec(spec), *_status(obj))
 
 
+_quotas: Remembered[Quota] = Remembered("generation", _queue_quota)
+"""By `generation`: a pool's queue names every flavor of the pool, dozens at a thousand nodes,
+and its spec changes only when the pool's flavors do."""
+_types: Remembered[TypeParts] = Remembered("resourceVersion", _type_parts)
+"""By `resourceVersion`: an InstanceType's status is rewritten whenever its views move."""
+
+
+def forget_read() -> None:
+    """Read every object again, as a pass after the gateway starts does (the benchmark's)."""
+    _quotas.forget()
+    _types.forget()
+
+
 def read_pools(
     member: str, instance_types: Iterable[fields.Obj], queues: Iterable[fields.Obj]
 ) -> tuple[MemberPool, ...]:
     """A member's pools, by name, from its InstanceTypes and ClusterQueues (the queues of other
     names are not read: only a pool's own queue holds its quota)."""
     quotas = _by_name(
-        member,
-        "clusterqueues",
-        (KUEUE_API, CLUSTER_QUEUE),
-        queues,
-        lambda obj: _quotas.read(_version(member, obj, "generation"), lambda: _queue_quota(obj)),
+        member, "clusterqueues", (KUEUE_API, CLUSTER_QUEUE), queues, _quotas.reader(member)
     )
     types = _by_name(
         member,
         "instancetypes",
         (WORKER_API, INSTANCE_TYPE),
         instance_types,
-        lambda obj: _types.read(_version(member, obj, "resourceVersion"), lambda: _type_parts(obj)),
+        _types.reader(member),
     )
     return tuple(
         MemberPool(member, name, *types[name], quotas.get(name, ())) for name in sorted(types)
