@@ -8,6 +8,8 @@ cannot read; `sums` turns the Active members' pools into one fleet view per pool
 
 The credentialed process around it, `python -m workergateway`: `cli` (the composition root),
 `gateway` (one pass: read, sum, write the manager's `FleetPool`s), `clients` and `kubeconfig`
-(each member's client from its Secret, read strictly), `health` (`/healthz`, `/metrics`). No
+(each member's client from its Secret, read strictly), `watches` (what wakes a pass: the
+`MultiKueueCluster`s and each Active member's InstanceTypes and pool queues), `health`
+(`/healthz`, `/metrics`). No
 Deployment runs it yet (docs/fleet.md, "Not built yet").
 """
