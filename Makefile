@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image push demo test unit e2e fuzz lint clean
+.PHONY: all venv testbed image push demo test unit e2e fuzz bench-fleet lint clean
 
 all: test
 
@@ -55,6 +55,13 @@ e2e: testbed
 # The long fuzz profile of every hook and webhook route (make test runs the fast one).
 fuzz: venv
 	GPUSTACK_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/unit/hooks/test_fuzz.py
+
+# The fleet benchmark's long profile (make test runs the short one): the worker gateway's pass at
+# 10 members x 1,000 nodes against json.loads, then the lag on one emulated API server
+# (docs/benchmarks.md, "Fleet").
+bench-fleet: testbed
+	$(PY) -m benchmarks.fleet
+	flock /tmp/gpustack-testbed.lock $(PY) -m benchmarks.fleet --lag --lag-members 10
 
 # The test command: lint and types, then both tiers (unit, and e2e on the testbed).
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.
