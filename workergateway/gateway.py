@@ -5,9 +5,10 @@ A pass keeps no state between passes that it decides with: it lists the manager'
 `MultiKueueCluster`s, reads each Active member's InstanceTypes and ClusterQueues through that
 member's client, sums them (`workergateway.sums`), and brings the manager's `FleetPool`s to the
 answer, applying only those whose spec differs. (What it read of an object that has not changed
-since, by its uid and version, is not read again: `members.Remembered`.) Everything is computed from scratch and written by server-side apply under
-the gateway's own field manager with `force`, so a write lost to a conflict, a timeout or a
-crash is made again by the next pass: nothing remembers that it was ever tried.
+since, by its uid and version, is not read again: `members.Remembered`.) Everything is
+computed from scratch and written by server-side apply under the gateway's own field manager
+with `force`, so a write lost to a conflict, a timeout or a crash is made again by the next
+pass: nothing remembers that it was ever tried.
 
 A member the gateway cannot read (its Secret missing or refused, its API server unreachable,
 its objects malformed) is counted as inactive for that pass, as a member Kueue marks inactive

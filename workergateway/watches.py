@@ -23,6 +23,7 @@ the resync timer would.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
@@ -32,6 +33,8 @@ from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_INSTANCE_TYPES
 from kubeapi import Kube
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from workergateway.gateway import Api, Obj
+
+log = logging.getLogger("gpustack.workergateway")
 
 
 class Doorbell:
@@ -139,7 +142,15 @@ class MemberWatches:
                 continue
             if current is not None:
                 current[1].stop()
-            self._watching[name] = (client, self.start(name, client))
+                del self._watching[name]
+            try:
+                following = self.start(name, client)
+            except Exception as err:
+                # A watch that cannot start (its clients' files, say) must not fail the pass:
+                # the next pass tries again, and the resync covers the member meanwhile.
+                log.warning("member %s: its watch did not start: %s", name, err)
+                continue
+            self._watching[name] = (client, following)
             self.started += 1
 
     def stop(self) -> None:

@@ -262,3 +262,22 @@ def test_a_change_during_a_pass_wakes_the_next() -> None:
     began = _passes([10.0, 10.12], end=60.0, pass_cost=0.05)
     # The first ring's pass runs 10.1..10.15; the ring at 10.12 lands inside it.
     assert len(began) == 3 and began[2] > 10.12
+
+
+def test_a_watch_that_cannot_start_fails_no_pass_and_is_tried_again() -> None:
+    fleet = WatchedFleet("two-members")
+    real = fleet.start
+    failing = {"east"}
+
+    def start(name: str, client: Api) -> Watched:
+        if name in failing:
+            raise OSError("no room for the client's files")
+        return real(name, client)
+
+    fleet.watches.start = start
+    fleet.gateway.run_pass()
+    assert fleet.watches.members == ["west"]
+    assert list(fleet.pools()) == [T4]  # the pass summed both members all the same
+    failing.clear()
+    fleet.gateway.run_pass()
+    assert fleet.watches.members == ["east", "west"]
