@@ -287,21 +287,25 @@ class Remembered(Generic[T]):
         """The metadata field that names the content: `resourceVersion` or `generation`."""
         self.make = make
         self.kept = kept
-        self._answers: dict[Version, T] = {}
+        self._answers: dict[tuple[str, str], tuple[str | int, T]] = {}
+        """(member, uid) -> (version, answer): one entry per object, its latest version only,
+        so a busy object does not fill the room; a deleted one waits to be pushed out."""
         self._lock = threading.Lock()  # members are read on threads side by side
 
     def read(self, member: str, obj: fields.Obj) -> T:
         version = _version(member, obj, self.version)
         if version is not None:
             with self._lock:
-                if version in self._answers:
-                    return self._answers[version]
+                known = self._answers.get(version[:2])
+            if known is not None and known[0] == version[2]:
+                return known[1]
         answer = self.make(obj)
         if version is not None:
             with self._lock:
+                self._answers.pop(version[:2], None)
                 if len(self._answers) >= self.kept:
-                    del self._answers[next(iter(self._answers))]  # the oldest
-                self._answers[version] = answer
+                    del self._answers[next(iter(self._answers))]  # the longest unchanged
+                self._answers[version[:2]] = (version[2], answer)
         return answer
 
     def reader(self, member: str) -> Callable[[fields.Obj], T]:
@@ -327,10 +331,6 @@ def _version(member: str, obj: fields.Obj, key: str) -> Version | None:
 def _queue_quota(queue: fields.Obj) -> Quota:
     """Nominal quota per resource over every flavor of every group, as Kueue counts a queue's
     quota."""
-    return _read_quota(queue)
-
-
-def _read_quota(queue: fields.Obj) -> Quota:
     fast = _fast_quota(queue)
     if fast is not None:
         return fast

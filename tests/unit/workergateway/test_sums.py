@@ -232,3 +232,29 @@ def test_a_read_is_remembered_by_version_and_made_again_when_the_object_changes(
     assert _rendered(_read(members)) == changed
     queue["metadata"]["generation"] = 2
     assert _rendered(_read(members)) != changed
+
+
+def test_what_is_remembered_is_one_entry_per_object_and_bounded() -> None:
+    from workergateway.members import Remembered
+
+    made: list[str] = []
+
+    def make(obj: dict[str, Any]) -> str:
+        made.append(obj["metadata"]["resourceVersion"])
+        return str(obj["metadata"]["resourceVersion"])
+
+    def obj(uid: str, version: str) -> dict[str, Any]:
+        return {"metadata": {"uid": uid, "resourceVersion": version}}
+
+    remembered: Remembered[str] = Remembered("resourceVersion", make, kept=2)
+    for version in ("1", "2", "3"):
+        assert remembered.read("east", obj("a", version)) == version
+    assert remembered.read("east", obj("a", "3")) == "3"
+    assert made == ["1", "2", "3"]  # each version read once, the last one kept
+    assert remembered.read("west", obj("a", "3")) == "3"  # another member's: read
+    remembered.read("east", obj("b", "1"))  # a third object: the oldest entry goes
+    remembered.read("west", obj("a", "3"))
+    remembered.read("east", obj("a", "3"))
+    assert made == ["1", "2", "3", "3", "1", "3"]
+    assert remembered.read("east", {"metadata": {"resourceVersion": "3"}}) == "3"
+    assert made[-1] == "3" and len(made) == 7  # no uid: read every time
