@@ -632,6 +632,11 @@ namespace included (when the chart made it). What stays, by Helm's rules and the
   `gpustack-webhook-tls`;
 - the release namespace itself.
 
+What goes with the agents' namespace: each agent's NFD NodeFeature, so NFD takes the accelerator
+labels off the nodes (their cards and running Pods stay). A later install sees the pools empty
+until its agents report again: their queues drain, then reopen by themselves
+(docs/operations.md, "Uninstalling").
+
 Delete the Settings singleton first (`kubectl delete settings default`) to have Kubernetes
 collect what it owns, and the CRDs last, to remove the chain entirely.
 
