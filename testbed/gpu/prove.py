@@ -64,6 +64,8 @@ STEP_TIMEOUT_S = 90
 BUILD_TIMEOUT_S = 300
 WORKLOAD_TIMEOUT_S = 150
 MISSING = "(none)"
+STANDIN = Path("testbed/isolation/standin.c")
+"""The testbed's stand-in isolation library, relative to the repository root."""
 
 
 @dataclass
@@ -625,8 +627,21 @@ def build_part(proof: Proof, source: Path, work: Path) -> Path | None:
     return built if compile_.ok else None
 
 
+def standin_part(proof: Proof, source: Path, work: Path) -> Path | None:
+    """Without HAMi-core: the testbed's stand-in (it loads and enforces nothing), so the staging,
+    the agent's loading check and the grant's preload are still proven on the real machine."""
+    heading("build the testbed's stand-in libvgpu.so (HAMi-core is not there)")
+    library = work / "standin" / "libvgpu.so"
+    library.parent.mkdir(parents=True)
+    argv = ["cc", "-shared", "-fPIC", "-Wl,-soname,libvgpu.so", "-o", str(library), str(source)]
+    done = run(argv)
+    show_run(done)
+    proof.record("the stand-in libvgpu.so builds (it enforces nothing)", done.ok, str(source))
+    return library if done.ok else None
+
+
 def slicing_verdicts(
-    proof: Proof, before: Mapping[str, Any], after: Mapping[str, Any] | None
+    proof: Proof, before: Mapping[str, Any], after: Mapping[str, Any] | None, kind: str = ""
 ) -> None:
     rows = isolation_rows(before)
     unavailable = bool(rows) and all(row.get("state") == "unavailable" for row in rows)
@@ -644,7 +659,8 @@ def slicing_verdicts(
     proof.record(
         "slicing available once libvgpu.so is staged",
         available,
-        "; ".join(f"{row.get('state')} ({row.get('depth')})" for row in rows) or "no row",
+        f"{kind}: "
+        + ("; ".join(f"{row.get('state')} ({row.get('depth')})" for row in rows) or "no row"),
     )
 
 
@@ -677,7 +693,7 @@ def grant_part(
     return response
 
 
-def workload_part(proof: Proof, response: Any, memory_mib: int) -> None:
+def workload_part(proof: Proof, response: Any, memory_mib: int, kind: str) -> None:
     from nodeagent.plugin.grants import LD_SO_PRELOAD
     from nodeagent.vendors.common.hami_core import LIBVGPU
 
@@ -712,7 +728,7 @@ def workload_part(proof: Proof, response: Any, memory_mib: int) -> None:
     runs["sliced"] = sliced
     print(json.dumps(sliced, indent=2))
 
-    if sliced.get("over", {}).get("ok"):
+    if sliced.get("over", {}).get("ok") and kind != "stand-in":
         heading("enforcement did not hold: the same run with HAMi-core's log at level 4")
         loud = {**base, **mapped_env(response.envs, mounts), "LIBCUDA_LOG_LEVEL": "4"}
         if library is not None:
@@ -730,21 +746,28 @@ def workload_part(proof: Proof, response: Any, memory_mib: int) -> None:
     proof.results["workload"] = runs
     proof.save("workload.json", json.dumps(runs, indent=2))
 
+    mapped = sliced.get("preloaded") or []
+    proof.record(
+        f"the grant's mounts preload the {kind} library into the CUDA process",
+        bool(mapped),
+        f"{', '.join(mapped) or 'no libvgpu.so mapped'}; {how}",
+    )
+    caveat = "the stand-in enforces nothing: " if kind == "stand-in" else ""
     seen = sliced.get("cuda_total_mib")
     proof.record(
         "under the grant CUDA sees the limit as the card's memory",
         isinstance(seen, int) and abs(seen - memory_mib) <= memory_mib // 100 + 1,
-        f"cuda total {seen} MiB, nvidia-smi {sliced.get('smi')}, limit {memory_mib} MiB; {how}",
+        f"{caveat}cuda total {seen} MiB, nvidia-smi {sliced.get('smi')}, limit {memory_mib} MiB",
     )
     proof.record(
         f"under the grant {under} MiB allocates",
         bool(sliced.get("under", {}).get("ok")),
-        str(sliced.get("under", sliced.get("error", ""))),
+        caveat + str(sliced.get("under", sliced.get("error", ""))),
     )
     proof.record(
         f"under the grant {over} MiB fails with out-of-memory",
         bool(sliced.get("over", {}).get("out_of_memory")),
-        str(sliced.get("over", sliced.get("error", ""))),
+        caveat + str(sliced.get("over", sliced.get("error", ""))),
     )
     proof.record(
         f"without the library {over} MiB allocates (control)",
@@ -771,7 +794,9 @@ def environment() -> str:
     return "\n".join(lines)
 
 
-def prove(out: Path, source: Path, memory_mib: int) -> int:
+def prove(
+    out: Path, source: Path, memory_mib: int, given: Path | None = None, standin: Path = STANDIN
+) -> int:
     out.mkdir(parents=True, exist_ok=True)
     proof = Proof(out)
     heading("environment")
@@ -791,17 +816,26 @@ def prove(out: Path, source: Path, memory_mib: int) -> int:
             detection.get("state") == "ok" and "reason" not in detection.get("host", {}),
             str(detection.get("detail", "")),
         )
-        library = build_part(proof, source, work)
+        kind = "HAMi-core"
+        if given is not None:
+            library: Path | None = given if given.is_file() else None
+            kind = "given"
+            proof.record("a built libvgpu.so is given", library is not None, str(given))
+        else:
+            library = build_part(proof, source, work)
+        if library is None and standin.is_file():
+            library, kind = standin_part(proof, standin, work), "stand-in"
+        proof.results["library"] = {"kind": kind, "path": str(library)}
         after = None
         if library is not None:
             staged = stage(library, lib_dir)
             show_run(staged)
             print(staged.stdout.strip())
             after = preflight_part(proof, lib_dir, "after staging")
-        slicing_verdicts(proof, before, after)
+        slicing_verdicts(proof, before, after, kind)
         response = grant_part(proof, groups, memory_mib, lib_dir, work)
         if response is not None and after is not None:
-            workload_part(proof, response, memory_mib)
+            workload_part(proof, response, memory_mib, kind)
         else:
             proof.record("the workload ran under the grant", False, "no grant or no library")
     heading("what was proven")
@@ -819,8 +853,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or "gpu-proof-out")
     parser.add_argument("--source", default=".gpuproof/hami-core", help="HAMi-core's source tree")
     parser.add_argument("--memory-mib", type=int, default=10240, help="the slice's memory limit")
+    parser.add_argument(
+        "--library",
+        default=os.environ.get("HAMI_CORE_LIBRARY", ""),
+        help="a libvgpu.so already built (HAMi's image keeps one in /k8s-vgpu/lib/nvidia/): "
+        "staged instead of building --source",
+    )
+    parser.add_argument(
+        "--standin",
+        default=str(STANDIN),
+        help="the testbed's stand-in, built and staged when HAMi-core is not there",
+    )
     args = parser.parse_args(argv)
-    return prove(Path(args.out), Path(args.source), args.memory_mib)
+    given = Path(args.library) if args.library else None
+    return prove(Path(args.out), Path(args.source), args.memory_mib, given, Path(args.standin))
 
 
 if __name__ == "__main__":

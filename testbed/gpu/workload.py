@@ -6,6 +6,8 @@ where nothing of the project needs to be importable. It reports, as one JSON lin
 
 - the card's total and free memory as CUDA reports them (`torch.cuda.mem_get_info`), and as
   `nvidia-smi` started from this process reports them (HAMi-core hooks NVML too);
+- whether a `libvgpu.so` is mapped into this process (`/proc/self/maps`: the grant's preload
+  reached it) and the testbed stand-in's mark, when that is what was preloaded;
 - an allocation of `--under-mib` MiB, which must succeed under the limit;
 - an allocation of `--over-mib` MiB, which must fail with out-of-memory under the limit and
   succeed without it (the control run).
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -26,6 +29,8 @@ from typing import Any
 RESULT_TAG = "WORKLOAD-RESULT "
 MIB = 1 << 20
 SMI_TIMEOUT_S = 30
+STANDIN_MARK = "GPUSTACK_ISOLATION_STANDIN"
+"""Set by the testbed's stand-in library when it is loaded (testbed/isolation/standin.c)."""
 
 
 def short(error: BaseException) -> str:
@@ -70,8 +75,20 @@ def smi_memory() -> dict[str, object]:
     return {"total_mib": total.strip(), "used_mib": used.strip()}
 
 
+def preloaded() -> list[str]:
+    """The `libvgpu.so` files mapped into this process."""
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.read().splitlines()
+    except OSError:
+        return []
+    return sorted({line.split()[-1] for line in lines if line.endswith("libvgpu.so")})
+
+
 def run(under_mib: int, over_mib: int) -> dict[str, object]:
-    report: dict[str, object] = {}
+    report: dict[str, object] = {"preloaded": preloaded()}
+    if os.environ.get(STANDIN_MARK):
+        report["standin"] = os.environ[STANDIN_MARK]
     try:
         torch: Any = importlib.import_module("torch")
         torch.cuda.init()

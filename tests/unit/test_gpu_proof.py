@@ -7,12 +7,15 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chain.devices import DevicesGroup
 from nodeagent.plugin.grants import LD_SO_PRELOAD
+from nodeagent.plugin.isolation import OFFERED, IsolationCheck
 from nodeagent.plugin.response import Mount
 from nodeagent.vendors.common.hami_core import LIBVGPU
 from testbed.gpu import prove, workload
@@ -245,3 +248,17 @@ def test_a_command_that_cannot_run_or_outlives_its_timeout_is_reported() -> None
 @pytest.mark.parametrize("raw", ["[N/A]", "N/A", "", "Not Supported"])
 def test_values_nvidia_smi_cannot_give(raw: str) -> None:
     assert prove.no_value(raw)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
+def test_the_standin_staged_by_the_proof_passes_the_agents_loading_check(tmp_path: Path) -> None:
+    """Without HAMi-core the proof stages the testbed's stand-in: the agent's own check
+    (present, an ELF of this machine, dlopen in a subprocess) then offers the group's slices."""
+    proof = prove.Proof(tmp_path)
+    library = prove.standin_part(proof, prove.STANDIN, tmp_path)
+    assert library is not None and proof.rows[-1][1]
+    lib_dir = str(tmp_path / "lib")
+    assert prove.stage(library, lib_dir).ok
+    group = DevicesGroup.parse(GROUP, "group")
+    assert IsolationCheck(lib_dir=lib_dir)(group) == OFFERED
+    assert IsolationCheck(lib_dir=str(tmp_path / "empty"))(group).problem.count("missing") == 2
