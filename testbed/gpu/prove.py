@@ -12,7 +12,9 @@ slicing part a C compiler, CMake, the CUDA headers, HAMi-core's source and PyTor
    line each;
 3. `libvgpu.so` is built from HAMi-core's source with CMake, staged by the init container's own
    script (`nodeagent.staging.STAGE_SCRIPT`) into a throwaway `--lib-dir`, and preflight runs
-   again: the group's slicing goes from unavailable (naming the missing library) to available;
+   again: the group's slicing goes from unavailable (naming the missing library) to available.
+   A `--library` built elsewhere is staged instead of building; with neither it nor the source,
+   the testbed's stand-in is (it loads and enforces nothing: the enforcement claims then fail);
 4. the NVIDIA responder renders a sliced grant of the card, exactly as Allocate does (the
    container's limits parsed by `SlicedLimits.from_container`), and `workload.py` runs with
    its environment and mounts: in a private mount namespace where each mount is bind-mounted

@@ -4,6 +4,8 @@
 # `bash .gpuproof/prove.sh` from the git-ignored copy beside HAMi-core's source.
 # Everything goes to $OUT (default ./gpu-proof-out): proof.log, results.json, nvidia-smi.txt,
 # detect.json, build.log, workload.json. The whole run is capped at PROOF_TIMEOUT_S (420 s).
+# HAMI_CORE_SOURCE: HAMi-core's source tree (default .gpuproof/hami-core); HAMI_CORE_LIBRARY: a
+# libvgpu.so built elsewhere, staged instead; with neither, the testbed's stand-in is staged.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$PWD/gpu-proof-out}"
