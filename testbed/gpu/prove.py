@@ -252,12 +252,14 @@ def compare(
     report: SmiReport,
     numa: Mapping[str, str] | None = None,
     sysfs_numa: Mapping[str, str] | None = None,
+    host_nodes: Sequence[int] = (),
 ) -> list[Comparison]:
     """Each NVIDIA card the detector found (its `spec.groups` as printed by `detect -o json`)
     against nvidia-smi's row with the same UUID (the `--query-gpu` rows), the `-q` report
     (CUDA version), `topo -m`'s NUMA affinity by `GPU<index>` (`numa`) and the sysfs
-    `numa_node` by bus id (`sysfs_numa`). A card nvidia-smi lists and the detector does not
-    is one MISMATCH line, and the other way round."""
+    `numa_node` by bus id (`sysfs_numa`; a -1 there stands for the host's node when
+    `host_nodes` lists only one, as the detector reads it). A card nvidia-smi lists and the
+    detector does not is one MISMATCH line, and the other way round."""
     results: list[Comparison] = []
     by_uuid = {row.get("uuid", ""): row for row in rows}
     seen: set[str] = set()
@@ -272,7 +274,8 @@ def compare(
                 results.append(Comparison(uuid, "present", "yes", "no", False))
                 continue
             seen.add(uuid)
-            results.extend(_compare_card(group, card, row, cuda, numa or {}, sysfs_numa or {}))
+            nodes = (numa or {}, sysfs_numa or {}, host_nodes)
+            results.extend(_compare_card(group, card, row, cuda, *nodes))
     for uuid in by_uuid:
         if uuid not in seen:
             results.append(Comparison(uuid, "present", "no", "yes", False))
@@ -286,6 +289,7 @@ def _compare_card(
     cuda: str,
     numa: Mapping[str, str],
     sysfs_numa: Mapping[str, str],
+    host_nodes: Sequence[int],
 ) -> list[Comparison]:
     uuid = str(card.get("id", ""))
     topology = card.get("topology") or {}
@@ -322,8 +326,11 @@ def _compare_card(
         results.append(same("NUMA (topo -m)", detected_numa, shown))
     node = sysfs_numa.get(detected_bus)
     if node is not None:
-        shown = node if node.isdigit() else ""
-        results.append(same("NUMA (sysfs numa_node)", detected_numa, shown))
+        shown, note = (node if node.isdigit() else ""), ""
+        if node == "-1" and len(host_nodes) == 1:
+            # docs/topology.md: no node on a one-node host is that node.
+            shown, note = str(host_nodes[0]), "numa_node -1 on a host with one NUMA node"
+        results.append(same("NUMA (sysfs numa_node)", detected_numa, shown, note))
     return results
 
 
@@ -514,6 +521,15 @@ def sysfs_numa_nodes(rows: Sequence[Mapping[str, str]]) -> dict[str, str]:
     return found
 
 
+def host_numa_nodes() -> list[int]:
+    """The host's NUMA nodes (`/sys/devices/system/node/node<N>`); empty without NUMA."""
+    try:
+        names = [entry.name for entry in Path("/sys/devices/system/node").iterdir()]
+    except OSError:
+        return []
+    return sorted(int(name[4:]) for name in names if re.fullmatch(r"node\d+", name))
+
+
 def agent(args: Sequence[str]) -> tuple[Run, Any]:
     done = run([sys.executable, "-m", "nodeagent", *args, "-o", "json"])
     try:
@@ -544,7 +560,7 @@ def detect_part(
         f"detect {len(cards)}, nvidia-smi {len(rows)}",
     )
     heading("detect against nvidia-smi, field by field")
-    compared = compare(groups, rows, report, numa, sysfs_numa_nodes(rows))
+    compared = compare(groups, rows, report, numa, sysfs_numa_nodes(rows), host_numa_nodes())
     for item in compared:
         print(item.line())
     proof.results["comparison"] = [asdict(item) for item in compared]

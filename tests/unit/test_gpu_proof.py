@@ -140,6 +140,24 @@ def test_a_detected_card_equal_to_nvidia_smi_matches_every_field() -> None:
     assert results[0].line().startswith("MATCH ")
 
 
+def test_sysfs_no_node_on_a_one_node_host_stands_for_that_node() -> None:
+    # The H200 VM of docs/nodeagent.md, "On a real GPU": numa_node -1, one host node.
+    report = prove.parse_smi_q(SMI_Q)
+    rows = prove.parse_smi_csv(SMI_CSV)
+    numa = prove.parse_topology(TOPOLOGY)
+    unplaced = {"0000:00:1e.0": "-1"}
+    (one,) = [
+        c for c in prove.compare([GROUP], rows, report, numa, unplaced, [0]) if "sysfs" in c.field
+    ]
+    assert (one.smi, one.match) == ("0", True) and "one NUMA node" in one.note
+    (two,) = [
+        c
+        for c in prove.compare([GROUP], rows, report, numa, unplaced, [0, 1])
+        if "sysfs" in c.field
+    ]
+    assert (two.smi, two.match) == ("", False)
+
+
 def test_a_differing_field_is_a_mismatch_line() -> None:
     group = copy.deepcopy(GROUP)
     group["memory"] = 143000
