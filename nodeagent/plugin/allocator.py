@@ -58,6 +58,7 @@ from chain.ledger_rebuild import (
 )
 from chain.manufacturers import Manufacturer
 from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percentage_to_units
+from nodeagent.detect.sysfs import listed_numbers
 from nodeagent.plugin.grants import (
     OPERATOR_LIB_DIR,
     OPERATOR_PODS_DIR,
@@ -265,12 +266,7 @@ class Advertised:
 
 def numa_nodes(ranges: str) -> tuple[int, ...]:
     """`0-1,3` -> (0, 1, 3); junk is ignored (topology is only a hint)."""
-    nodes: list[int] = []
-    for part in ranges.split(","):
-        low, _, high = part.strip().partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            nodes.extend(range(int(low), int(high or low) + 1))
-    return tuple(nodes)
+    return listed_numbers(ranges)
 
 
 def _make_dirs(path: str) -> None:
