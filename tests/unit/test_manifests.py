@@ -538,26 +538,36 @@ def test_the_helm_chart_is_generated_from_the_manifests() -> None:
     assert main(["--check"]) == 0, "run python -m charts.render"
 
 
+def _documented(path: str, value: Any, properties: dict[str, Any], documented: set[str]) -> None:
+    """`path` has a line in VALUE_DOCS, or is a map each of whose keys has (recursively); the
+    schema knows each key on the way."""
+    if path in documented:
+        return
+    assert isinstance(value, dict), path
+    for inner, nested in value.items():
+        assert inner in properties["properties"], f"{path}.{inner}"
+        _documented(f"{path}.{inner}", nested, properties["properties"][inner], documented)
+
+
+def _paths(prefix: str, value: Any) -> set[str]:
+    found = {prefix}
+    if isinstance(value, dict):
+        for inner, nested in value.items():
+            found |= _paths(f"{prefix}.{inner}", nested)
+    return found
+
+
 def test_every_chart_value_is_documented_and_checked() -> None:
     """The chart's README and values.yaml comments come from VALUE_DOCS: each value has a line
-    there (a nested one by its path, or its parent's), and the schema knows every key."""
+    there (a nested one by its path, or a parent's), and the schema knows every key."""
     from charts.render import VALUE_DOCS, schema, values
 
     documented = set(VALUE_DOCS)
     properties = schema()["properties"]
     for key, value in values().items():
         assert key in properties, key
-        if key in documented:
-            continue
-        assert isinstance(value, dict), key
-        for inner in value:
-            assert f"{key}.{inner}" in documented, f"{key}.{inner}"
-            assert inner in properties[key]["properties"], f"{key}.{inner}"
-    assert documented <= {
-        f"{key}.{inner}" if inner else key
-        for key, value in values().items()
-        for inner in ([""] + (list(value) if isinstance(value, dict) else []))
-    }
+        _documented(key, value, properties[key], documented)
+    assert documented <= {path for key, value in values().items() for path in _paths(key, value)}
 
 
 @pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
