@@ -243,3 +243,18 @@ def test_the_gateway_runs_as_its_cli_and_rbac_expect() -> None:
     (role,) = [r for r in _of("Role") if r["metadata"]["name"] == GATEWAY]
     assert role["metadata"]["namespace"] == args.fleet_namespace
     assert deployment["spec"]["replicas"] == 1  # no Lease (docs/fleet.md, "No Lease")
+
+
+def test_the_monitoring_component_scrapes_the_fleets_metrics() -> None:
+    """On a manager the optional component manifests/monitoring reaches the gateway's `health`
+    port (its PodMonitor) and the fleet hook's Service (its ServiceMonitor), as it does the
+    verdict driver's and the other hooks'."""
+    monitoring = {o["kind"]: o for o in kustomize(MANIFESTS / "monitoring")}
+    pods, services = monitoring["PodMonitor"]["spec"], monitoring["ServiceMonitor"]["spec"]
+    gateway = _named("Deployment", GATEWAY)["spec"]["template"]
+    assert pods["selector"]["matchLabels"].items() <= gateway["metadata"]["labels"].items()
+    ports = {p["name"] for c in gateway["spec"]["containers"] for p in c["ports"]}
+    assert ports & {e["port"] for e in pods["podMetricsEndpoints"]}
+    hook = _named("Service", "gpustack-hook-fleet")
+    assert services["selector"]["matchLabels"].items() <= hook["metadata"]["labels"].items()
+    assert {p["name"] for p in hook["spec"]["ports"]} & {e["port"] for e in services["endpoints"]}
