@@ -43,7 +43,7 @@ from chain.conditions import Condition, generation_of, merge
 from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API
 from chain.views import AcceleratorViews, View, shown_views
 from kubeapi import KubeError
-from workergateway.kubeconfig import KubeconfigRefused
+from workergateway.kubeconfig import FLEET_NAMESPACE, KubeconfigRefused
 from workergateway.members import (
     MULTIKUEUE_CLUSTER,
     MemberError,
@@ -169,6 +169,7 @@ class Gateway:
         grace: float = WORKER_LOST_TIMEOUT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         readers: int = 8,
+        fleet_namespace: str = FLEET_NAMESPACE,
     ) -> None:
         self.manager = manager
         self.members = members
@@ -177,6 +178,8 @@ class Gateway:
         self.clock = clock
         self.readers = readers
         """Members read at once."""
+        self.own_namespaces = frozenset({fleet_namespace})
+        """The manager's namespaces no member is asked to mirror."""
         self.passes = 0
         self.pools = 0
         """Pools of the last pass's answer."""
@@ -288,7 +291,7 @@ class Gateway:
             held = fresh.get(name) or existing.get(name)
             if held is None or name in report.failed_writes:
                 continue  # no object to hold a status; the next pass writes both
-            mirrored = mirroring(name, members, manager_queues, local_queues)
+            mirrored = mirroring(name, members, manager_queues, local_queues, self.own_namespaces)
             if not mirrored.complete:
                 report.unmirrored[name] = mirrored.message()
             conditions = pool_conditions(report.unreadable, conflicts.get(name), mirrored)

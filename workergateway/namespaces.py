@@ -41,9 +41,13 @@ def queues_of(local_queues: Iterable[Obj]) -> Queues:
     return frozenset(found)
 
 
-def fleet_namespaces(pool: str, manager_queues: Iterable[Obj]) -> tuple[str, ...]:
+def fleet_namespaces(
+    pool: str, manager_queues: Iterable[Obj], ignored: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
     """The manager's namespaces that hold the pool's LocalQueue leading to its ClusterQueue: where
-    a tenant can submit to the pool, so where the members need the same queue."""
+    a tenant can submit to the pool, so where the members need the same queue. `ignored` are the
+    manager's own (the fleet namespace, which holds member credentials and is no tenant's: the
+    entrance hook gives it queues as it does every namespace it does not reserve)."""
     name = local_queue_name(pool)
     found = set()
     for obj in manager_queues:
@@ -51,7 +55,7 @@ def fleet_namespaces(pool: str, manager_queues: Iterable[Obj]) -> tuple[str, ...
         spec = obj.get("spec") or {}
         if meta.get("name") == name and spec.get("clusterQueue") == pool:
             namespace = meta.get("namespace")
-            if isinstance(namespace, str):
+            if isinstance(namespace, str) and namespace not in ignored:
                 found.add(namespace)
     return tuple(sorted(found))
 
@@ -98,11 +102,12 @@ def mirroring(
     members: Sequence[str],
     manager_queues: Iterable[Obj],
     member_queues: Mapping[str, Queues | str],
+    ignored: frozenset[str] = frozenset(),
 ) -> Mirroring:
     """What the pool's `members` lack of the manager's namespaces for it; `member_queues` holds a
     member's LocalQueues, or why they could not be listed (a member absent from it, one that
     was not read, is not judged)."""
-    wanted = fleet_namespaces(pool, manager_queues)
+    wanted = fleet_namespaces(pool, manager_queues, ignored)
     name = local_queue_name(pool)
     missing: dict[str, tuple[str, ...]] = {}
     unknown: dict[str, str] = {}

@@ -293,6 +293,9 @@ def test_a_namespace_a_member_lacks_is_a_condition_and_an_event_on_the_pool() ->
     """docs/fleet.md, "Namespaces": the manager has the pool's LocalQueue in team-a and team-b;
     west lacks team-b, so a team-b Workload MultiKueue sends there would wait unexplained."""
     fleet = Fleet("three-members")
+    # The fleet namespace (member credentials) gets the manager's entrance queues too, and no
+    # member is asked to have it.
+    fleet.manager.put(_local_queue("gpustack-fleet"))
     for namespace in ("team-a", "team-b"):
         fleet.manager.put(_local_queue(namespace))
         for member in ("east", "north"):
