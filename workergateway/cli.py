@@ -131,7 +131,9 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
     # `requests.Session` is not meant to be shared between threads.
     watcher = Watcher(Kube.from_environment(args.kubeconfig), KUEUE_API, MULTIKUEUE_CLUSTER)
     clients = SecretClients(kube, args.fleet_namespace)
-    gateway = Gateway(kube, clients, events, grace=args.orphan_grace)
+    gateway = Gateway(
+        kube, clients, events, grace=args.orphan_grace, fleet_namespace=args.fleet_namespace
+    )
     liveness = health.Liveness(stale_after=3 * args.resync + 60)
     if args.health_port >= 0:
         health.serve(liveness, health.registry(gateway), args.health_port)
