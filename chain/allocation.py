@@ -487,17 +487,22 @@ def preferred_allocation(
     request: PreferenceRequest,
     room: Mapping[CardRef, int],
     choose: Choose = packed,
+    reservations: Iterable[AllocationRecord] = (),
 ) -> tuple[str, ...]:
     """The hint for kubelet, or () for none. `room` is `sliced_room` per card; a card missing
     from it falls back to the ledger's `remaining` (gate off, occupancy unreadable). The cards
     are ranked by packing (must-include first, then the fullest card a slice fits, then in
     enumeration order), cards the Pod does not prefer or a slice does not fit last; `choose`
-    picks among them when more than one card is asked, the first tier before the last."""
+    picks among them when more than one card is asked, the first tier before the last.
+
+    A card held in another mode, by the ledger or by one of `reservations` (grants whose
+    record has not reached the ledger yet), is never named: the kubelet still offers it while
+    its device list lags behind the agent's, and Allocate would refuse it (#35)."""
     if request.mode not in WORKLOAD_MODES:
         return ()
     must = _offered(request.must_include)
     offered = _offered((*request.available, *request.must_include))
-    modes = {CardRef(g.manufacturer, row.id): row.mode for g, row in status.rows()}
+    held = tuple(reservations)
     first: list[str] = []
     deferred: list[str] = []
     emitted: list[str] = []
@@ -514,9 +519,9 @@ def preferred_allocation(
         }
         for card in _packing_order(group, must, request.sliced_units, free):
             ref = CardRef(group.manufacturer, card.id)
-            if not offered.get(card.id) or modes.get(ref, Mode.NONE) not in (
-                Mode.NONE,
-                request.mode,
+            if (
+                not offered.get(card.id)
+                or conflicting_mode(ref, request.mode, status, held) != Mode.NONE
             ):
                 continue
             emitted.append(card.id)

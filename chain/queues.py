@@ -154,10 +154,14 @@ def nominal_quota(size: FlavorSize, acceleratable: bool) -> int:
 # --- Who stopped a queue, and what the stop asks of its InstanceType ------------------------
 #
 # Upstream keeps `InstanceType.spec.inactive` and the queue's stop policy in step: Inactive
-# holds the queue, and a queue stopped by any means (an admin's Hold, a drain) marks its type
-# Inactive for good, until an admin clears it. No hook may write a spec, so the queue hook
-# writes its own decision beside the stop policy (`QUEUE_STOP_POLICY`) and the credentialed
-# lifecycle keeper (`verdictdriver.lifecycle`) writes `spec.inactive` from what these rules say.
+# holds the queue, and a queue stopped by someone else (an admin's Hold or drain) marks its type
+# Inactive for good, until an admin clears it. The drain of a pool that lost every flavor is
+# the operator's own and marks nothing (upstream's newest docs pause the backfill while that
+# drain runs and release the queue when flavors return): a pool whose nodes only went out of
+# sight, as they do while the node agents are uninstalled, comes back active with them. No hook
+# may write a spec, so the queue hook writes its own decision beside the stop policy
+# (`QUEUE_STOP_POLICY`) and the credentialed lifecycle keeper (`verdictdriver.lifecycle`) writes
+# `spec.inactive` from what these rules say.
 
 
 def stronger_stop(a: str, b: str) -> str:
@@ -197,11 +201,14 @@ def drain_on_delete(queue: Mapping[str, Any]) -> bool:
 
 def backfill_inactive(queue: Mapping[str, Any], instance_type: Mapping[str, Any] | None) -> bool:
     """The queue's InstanceType must be marked `spec.inactive: true`: it is active and alive,
-    and its live queue is draining (whoever drains it evicts workloads, so the pool stays
-    inactive until an admin says otherwise) or was stopped by someone other than the hook.
+    and its live queue was stopped (Hold or HoldAndDrain) by someone other than the hook.
 
-    A Hold the hook decided itself (an inactive type not yet reactivated, an empty pool) marks
-    nothing: clearing `spec.inactive` is how an admin releases a Hold."""
+    A stop the hook decided itself marks nothing: its Hold (an inactive type not yet
+    reactivated, an empty pool), nor its drain of a pool that lost every flavor. That drain
+    lasts as long as its cause, and the pool reopens when its flavors return: the flavors go
+    whenever the nodes' accelerator labels do, which an uninstall of the node agents causes (their
+    namespace takes their NFD NodeFeatures with it) while the nodes keep their cards. A mark
+    would have kept such a pool closed after a reinstall until an admin cleared it."""
     if instance_type is None or not is_chain_queue(queue):
         return False
     if (queue.get("metadata") or {}).get("deletionTimestamp"):
@@ -210,4 +217,4 @@ def backfill_inactive(queue: Mapping[str, Any], instance_type: Mapping[str, Any]
     if it_meta.get("deletionTimestamp") or (instance_type.get("spec") or {}).get("inactive"):
         return False
     stop, decided = _stop_of(queue)
-    return stop == STOP_HOLD_AND_DRAIN or foreign_stop(stop, decided)
+    return foreign_stop(stop, decided)

@@ -27,6 +27,10 @@ plus the standard Helm labels (tests/e2e/test_helm_chart.py checks it with a rea
   `podAnnotations` (the defaults are the manifests', written into values.yaml);
 - `monitoring`: the kustomize component `manifests/monitoring` (a PodMonitor, a ServiceMonitor,
   NetworkPolicies), off by default;
+- `fleet.manager.enabled`: a fleet's manager (docs/fleet.md, "Installing a fleet"), off by
+  default: the objects the kustomize component `manifests/fleet` adds (its FleetPool CRD as a
+  template, kept on uninstall), and none of those it deletes; the one thing Helm cannot do is the
+  component's patch of a CRD in `crds/` (the InstanceType CRD's Members column);
 - `webhookCertificates`: `driver` (the verdict driver issues and rotates the Secret and the
   caBundles, as the manifests do), `cert-manager` (a self-signed Certificate; cert-manager's CA
   injector fills the caBundles; the driver keeps no certificate), or `secret` (a Secret you
@@ -56,6 +60,7 @@ from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE, version
 from nodeagent.manifests import IMAGE, ManifestDumper
 from nodeagent.staging import init_container
 from nodeagent.vendors.registry import STAGINGS
+from testbed.install import kustomize, kustomize_with
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -93,6 +98,44 @@ def sources() -> Iterator[tuple[str, list[Obj]]]:
     for name in listed:
         docs = [doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text()) if doc]
         yield name, docs
+
+
+FLEET = MANIFESTS / "fleet"
+FLEET_NAMESPACE = "gpustack-fleet"
+FLEET_ENABLED = ".Values.fleet.manager.enabled"
+FLEET_CRD_PATCHED = "instancetypes.worker.gpustack.ai"
+"""The one CRD the fleet component patches (a printer column): Helm installs crds/ as they are."""
+
+
+def fleet_sources() -> Iterator[tuple[str, list[Obj]]]:
+    """The kustomize component manifests/fleet's files, with their objects."""
+    listed = yaml.safe_load((FLEET / "kustomization.yaml").read_text())["resources"]
+    for name in listed:
+        docs = [doc for doc in yaml.safe_load_all((FLEET / name).read_text()) if doc]
+        yield f"fleet/{name}", docs
+
+
+def _key(obj: Obj) -> tuple[str, str, str]:
+    return obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace", "")
+
+
+def not_on_the_manager() -> set[tuple[str, str, str]]:
+    """(kind, name, namespace) of each object of the worker install the fleet component
+    deletes, as kustomize builds the manager (the component's own patches decide)."""
+    worker = kustomize(MANIFESTS)
+    manager = kustomize_with(MANIFESTS, FLEET)
+    added = {_key(o) for o in manager} - {_key(o) for o in worker}
+    fleet = {_key(o) for _, docs in fleet_sources() for o in docs}
+    if added != fleet:
+        raise ValueError(f"manifests/fleet adds what its files do not hold: {added ^ fleet}")
+    changed = {
+        _key(o)
+        for o in manager
+        if _key(o) not in added and o not in worker and o["metadata"]["name"] != FLEET_CRD_PATCHED
+    }
+    if changed:
+        raise ValueError(f"manifests/fleet patches what the chart cannot: {sorted(changed)}")
+    return {_key(o) for o in worker} - {_key(o) for o in manager}
 
 
 def _pod_spec(obj: Obj) -> Obj | None:
@@ -193,13 +236,17 @@ def _mark_object(obj: Obj) -> Obj:
         meta["annotations"] = _mark("inject-ca")
         for hook in marked["webhooks"]:
             hook["clientConfig"]["caBundle"] = _mark("ca-bundle")
-    if marked["kind"] == "AdmissionCheck":
+    if marked["kind"] in KEPT_KINDS or _key(marked) == ("Namespace", FLEET_NAMESPACE, ""):
         meta = marked["metadata"]
         if "annotations" in meta:
-            raise ValueError(f"{meta['name']}: the chart sets this AdmissionCheck's annotations")
-        # The chain's ClusterQueues name it, and they stay with the InstanceTypes that own them:
-        # Kueue holds its deletion (finalizer kueue.x-k8s.io/resource-in-use) for as long, so
-        # `helm uninstall` leaves it, whole, rather than Terminating under a queue that uses it.
+            raise ValueError(f"{meta['name']}: the chart sets this {marked['kind']}'s annotations")
+        # The AdmissionCheck and the ResourceFlavor: the chain's ClusterQueues name them, and
+        # they stay with the InstanceTypes (or FleetPools) that own them: Kueue holds their
+        # deletion (finalizer kueue.x-k8s.io/resource-in-use) for as long, so `helm uninstall`
+        # leaves them, whole, rather than Terminating under a queue that uses them. The
+        # FleetPool CRD (a template, since it is the manager's only): deleting it would delete
+        # every FleetPool and so every fleet queue. The fleet namespace: it holds the members'
+        # credentials, which the platform team made, not the chart.
         meta["annotations"] = dict(KEPT)
     if marked["kind"] == "Role":
         for rule in marked.get("rules", ()):
@@ -344,6 +391,16 @@ def namespaced(text: str) -> str:
     return text.replace(SYSTEM_NAMESPACE, RELEASE_NAMESPACE).replace(AGENT_NAMESPACE, AGENTS)
 
 
+KEPT_KINDS = ("AdmissionCheck", "ResourceFlavor", "CustomResourceDefinition")
+"""What the chart leaves on uninstall (`KEPT`), of the objects its templates render (the
+release's own CRDs are in crds/), beside the fleet's namespace."""
+
+
+def _when_fleet(text: str, enabled: bool) -> str:
+    condition = FLEET_ENABLED if enabled else f"not {FLEET_ENABLED}"
+    return f"{{{{- if {condition} }}}}\n{text}{{{{- end }}}}\n"
+
+
 def template_text(obj: Obj) -> str:
     dumped = yaml.dump(_mark_object(obj), Dumper=ManifestDumper, sort_keys=False, width=10_000)
     lines: list[str] = []
@@ -429,10 +486,10 @@ def chart_yaml() -> str:
 
 
 def workloads() -> dict[str, Obj]:
-    """Each Deployment and DaemonSet of the manifests, by name."""
+    """Each Deployment and DaemonSet of the manifests and of the fleet component, by name."""
     return {
         obj["metadata"]["name"]: obj
-        for _, docs in sources()
+        for _, docs in [*sources(), *fleet_sources()]
         for obj in docs
         if obj["kind"] in ("Deployment", "DaemonSet")
     }
@@ -476,6 +533,7 @@ def values() -> Obj:
         },
         "components": components(),
         "monitoring": {"enabled": False, "prometheusNamespace": PROMETHEUS_NAMESPACE},
+        "fleet": {"manager": {"enabled": False}},
         "webhookCertificates": {"mode": "driver", "secretName": DEFAULT_SECRET, "caBundle": ""},
         "settings": {},
     }
@@ -514,6 +572,14 @@ VALUE_DOCS: dict[str, str] = {
     "(the agents and the verdict driver), a ServiceMonitor (the hooks and webhooks) and "
     "NetworkPolicies letting Prometheus in. Needs the monitoring.coreos.com CRDs.",
     "monitoring.prometheusNamespace": "Where Prometheus runs: its Pods are let in.",
+    "fleet.manager.enabled": "Install a fleet's manager cluster (docs/fleet.md, \"Installing a "
+    'fleet"), as the kustomize component manifests/fleet does: the worker gateway, the fleet '
+    "hooks and their controllers, the FleetPool CRD (kept on uninstall), the gpustack-fleet "
+    "ResourceFlavor and namespace; and not the node agents, the flavor, queue, InstanceType "
+    "status and Instance controllers and hooks, nor NFD's rules. Needs Kueue with MultiKueue "
+    "and Metacontroller, not NFD. Only on the manager: each member installs the chart as any "
+    "cluster, plus manifests/fleet/member. Helm cannot patch crds/: `kubectl get "
+    "instancetypes` shows no Members column (status.memberSummary has it).",
     "webhookCertificates.mode": "`driver`: the verdict driver issues and rotates the serving "
     "certificate and the webhooks' caBundles; `cert-manager`: a self-signed Certificate, "
     "cert-manager's CA injector fills the caBundles; `secret`: a Secret `secretName` you "
@@ -631,6 +697,11 @@ namespace included (when the chart made it). What stays, by Helm's rules and the
   (`gpustack-admission-driver`) and, with `webhookCertificates.mode: driver`, the Secret
   `gpustack-webhook-tls`;
 - the release namespace itself.
+
+What goes with the agents' namespace: each agent's NFD NodeFeature, so NFD takes the accelerator
+labels off the nodes (their cards and running Pods stay). A later install sees the pools empty
+until its agents report again: their queues drain, then reopen by themselves
+(docs/operations.md, "Uninstalling").
 
 Delete the Settings singleton first (`kubectl delete settings default`) to have Kubernetes
 collect what it owns, and the CRDs last, to remove the chain entirely.
@@ -805,6 +876,7 @@ def render() -> dict[Path, str]:
         Path("templates/settings.yaml"): SETTINGS_TEMPLATE,
         Path("templates/isolation-check.yaml"): isolation_check(),
     }
+    deleted = not_on_the_manager()
     for source, docs in [*sources(), *monitoring_sources()]:
         stem = source.removesuffix(".yaml").replace("/", "-")
         if all(obj["kind"] == "CustomResourceDefinition" for obj in docs):
@@ -816,8 +888,19 @@ def render() -> dict[Path, str]:
         elif source.startswith("monitoring/"):
             body = monitoring_template(docs)
         else:
-            body = "---\n".join(template_text(obj) for obj in docs)
+            body = "---\n".join(
+                _when_fleet(template_text(obj), enabled=False)
+                if _key(obj) in deleted
+                else template_text(obj)
+                for obj in docs
+            )
         files[Path("templates") / f"{stem}.yaml"] = HEADER.format(source=source) + body
+    for source, docs in fleet_sources():
+        stem = source.removesuffix(".yaml").replace("/", "-")
+        body = "---\n".join(template_text(obj) for obj in docs)
+        files[Path("templates") / f"{stem}.yaml"] = HEADER.format(source=source) + _when_fleet(
+            body, enabled=True
+        )
     return files
 
 
@@ -909,6 +992,7 @@ def schema() -> Obj:
                         "prometheusNamespace": {"type": "string", "pattern": DNS_LABEL},
                     }
                 ),
+                "fleet": _closed({"manager": _closed({"enabled": {"type": "boolean"}})}),
                 "webhookCertificates": _closed(
                     {
                         "mode": {"enum": list(MODES)},

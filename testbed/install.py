@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import base64
 import copy
+import re
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from kubeapi import Obj, load_yaml_documents, wait_for
 from testbed.crds import crd_established
@@ -39,17 +43,97 @@ FIELD_MANAGER = "gpustack-chain-install"
 
 
 def kustomize(directory: Path) -> list[Obj]:
-    """The objects a kustomization lists (resources: files or folders), in order.
+    """The objects a kustomization builds, in order: its `resources` (files or folders), then
+    each of its `components`, then its own `patches`.
 
-    Only `resources` is read: the shipped kustomization uses nothing else, and a test fails if
-    that changes (see tests/unit/test_manifests.py).
+    Only what the shipped kustomizations use is read, as kustomize reads it: a patch's `target`
+    (kind, name, namespace, group, version, each a regular expression matched whole), with a
+    JSON 6902 list (`add`, `remove`, `replace`) or a strategic merge patch of `$patch: delete`.
+    Anything else fails here rather than build something kustomize would not (and a test fails
+    if a kustomization uses another field; see tests/unit/test_manifests.py).
     """
     kustomization = load_yaml_documents(directory / "kustomization.yaml")[0]
     objects: list[Obj] = []
     for entry in kustomization.get("resources") or []:
         path = directory / entry
         objects += kustomize(path) if path.is_dir() else load_yaml_documents(path)
+    for entry in kustomization.get("components") or []:
+        objects = _component(directory / entry, objects)
+    return _patched(directory, kustomization, objects)
+
+
+def _component(directory: Path, objects: list[Obj]) -> list[Obj]:
+    """A kustomize Component applied to what was built so far: its resources added, then its
+    patches run over everything."""
+    component = load_yaml_documents(directory / "kustomization.yaml")[0]
+    if component.get("kind") != "Component":
+        raise ValueError(f"{directory}: a component must be of kind Component")
+    added: list[Obj] = []
+    for entry in component.get("resources") or []:
+        path = directory / entry
+        added += kustomize(path) if path.is_dir() else load_yaml_documents(path)
+    return _patched(directory, component, [*objects, *added])
+
+
+def _targeted(target: Obj, obj: Obj) -> bool:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    meta = obj["metadata"]
+    found = {
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "namespace": meta.get("namespace", ""),
+        "group": group,
+        "version": version,
+    }
+    unknown = set(target) - set(found)
+    if unknown:
+        raise ValueError(f"patch target: {sorted(unknown)} not read here")
+    return all(re.fullmatch(str(pattern), found[key]) for key, pattern in target.items())
+
+
+def _patched(directory: Path, kustomization: Obj, objects: list[Obj]) -> list[Obj]:
+    for entry in kustomization.get("patches") or []:
+        patch: Any
+        if "path" in entry:
+            (patch,) = load_yaml_documents(directory / entry["path"])
+        else:
+            patch = yaml.safe_load(entry["patch"])
+        target = entry.get("target") or {}
+        hit = [obj for obj in objects if _targeted(target, obj)]
+        if isinstance(patch, list):
+            for obj in hit:
+                for op in patch:
+                    _json_patch(obj, op)
+        elif isinstance(patch, dict) and patch.get("$patch") == "delete" and target:
+            objects = [obj for obj in objects if all(obj is not h for h in hit)]
+        else:
+            raise ValueError(f"{directory}: a patch of this form is not read here: {entry}")
     return objects
+
+
+def _json_patch(obj: Obj, op: Obj) -> None:
+    """One JSON 6902 operation (add, remove, replace) on `obj`, in place."""
+    *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+    node: Any = obj
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    kind = op["op"]
+    if isinstance(node, list):
+        index = len(node) if last == "-" else int(last)
+        if kind == "add":
+            node.insert(index, copy.deepcopy(op["value"]))
+        elif kind == "remove":
+            del node[index]
+        elif kind == "replace":
+            node[index] = copy.deepcopy(op["value"])
+        else:
+            raise ValueError(f"JSON patch op {kind} not read here")
+    elif kind in ("add", "replace"):
+        node[last] = copy.deepcopy(op["value"])
+    elif kind == "remove":
+        del node[last]
+    else:
+        raise ValueError(f"JSON patch op {kind} not read here")
 
 
 def gunicorn_app(deployment: Obj) -> tuple[str, list[str], Obj] | None:
@@ -164,3 +248,12 @@ def install(
     # The verdict driver's Deployment does not run here; its pool-cards keeper does, alone.
     run_pool_cards_keeper(bed)
     return installed
+
+
+def kustomize_with(directory: Path, *components: Path) -> list[Obj]:
+    """What an overlay of `resources: [directory]` and `components: [*components]` builds (a
+    fleet's manager: `kustomize_with(MANIFESTS, MANIFESTS / "fleet")`)."""
+    objects = kustomize(directory)
+    for component in components:
+        objects = _component(component, objects)
+    return objects

@@ -1,7 +1,7 @@
 """The lifecycle keeper: the writes no Metacontroller hook may make, from watch caches.
 
 Three sets of rules, all pure: `stops` (drain a chain queue being deleted; mark an InstanceType
-inactive once its queue is drained or stopped by hand), `instance_stops` (running-instance stop:
+inactive once its queue is stopped by hand), `instance_stops` (running-instance stop:
 `spec.stop` on an Instance whose pool drains or whose InstanceType goes) and `ownership` (the
 settings singleton can be deleted and made again without touching pools, queues or running
 work). Every write is a

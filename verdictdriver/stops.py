@@ -3,10 +3,12 @@
 - **A chain ClusterQueue being deleted is drained** (`stopPolicy: HoldAndDrain`): Kueue never
   evicts on delete by itself, so a queue an admin deletes would stay Terminating for as long as
   anything runs in it, and Metacontroller never updates a child pending deletion.
-- **An InstanceType whose queue is drained or stopped by hand is marked `spec.inactive: true`**
-  (upstream's one-way, sticky backfill): the pool stays inactive until an admin clears it. The
-  queue hook, which may write no spec, keeps the stop in the meantime and records its own
-  decision on the queue so a hand-set stop can be told from its own
+- **An InstanceType whose queue is stopped by hand (Hold or HoldAndDrain) is marked
+  `spec.inactive: true`** (upstream's one-way, sticky backfill): the pool stays inactive until
+  an admin clears it. The queue hook, which may write no spec, keeps the stop in the meantime
+  and records its own decision on the queue so a hand-set stop can be told from its own. The
+  hook's own drain of a pool that lost every flavor marks nothing: the pool reopens when its
+  flavors return, as after an uninstall and reinstall of the node agents
   (`chain.queues.backfill_inactive`).
 
 The lifecycle keeper (`verdictdriver.lifecycle`) makes these writes.

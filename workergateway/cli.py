@@ -177,7 +177,14 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
     )
     clients = SecretClients(kube, args.fleet_namespace)
     watches = kube_member_watches(bell, lambda name: member_kube(clients.credentials(name)))
-    gateway = Gateway(kube, clients, events, grace=args.orphan_grace, watches=watches)
+    gateway = Gateway(
+        kube,
+        clients,
+        events,
+        grace=args.orphan_grace,
+        fleet_namespace=args.fleet_namespace,
+        watches=watches,
+    )
     liveness = health.Liveness(stale_after=3 * args.resync + 60)
     if args.health_port >= 0:
         health.serve(liveness, health.registry(gateway), args.health_port)

@@ -13,8 +13,13 @@ pass: nothing remembers that it was ever tried.
 A member the gateway cannot read (its Secret missing or refused, its API server unreachable,
 its objects malformed) is counted as inactive for that pass, as a member Kueue marks inactive
 is: the gateway cannot vouch for its views. It is logged and reported as a Warning Event on its
-`MultiKueueCluster`, and the other members are read as usual. The `FleetPool` has no status yet
-to carry a condition (docs/fleet.md, "Not built yet").
+`MultiKueueCluster`, and the other members are read as usual.
+
+Each `FleetPool`'s status carries what the pass could not vouch for (`workergateway.reports`): a
+member it could not read, members that disagree on the pool, and namespaces where the manager
+has the pool's LocalQueue and a member of the pool does not (`workergateway.namespaces`; also a
+Warning Event `NamespaceMissing` on the `FleetPool`). The status is written only when it
+changes, by server-side apply on the status subresource.
 
 A pool no Active member has any more is first written with no counted member, its views and
 quota at zero and the time it was orphaned in an annotation, and deleted once `grace` has
@@ -35,11 +40,12 @@ from typing import Any, Protocol
 
 import requests
 
-from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, WORKER_API
+from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, LOCAL_QUEUE, WORKER_API
+from chain.conditions import Condition, generation_of, merge
 from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API
 from chain.views import AcceleratorViews, View, shown_views
 from kubeapi import KubeError
-from workergateway.kubeconfig import KubeconfigRefused
+from workergateway.kubeconfig import FLEET_NAMESPACE, KubeconfigRefused
 from workergateway.members import (
     MULTIKUEUE_CLUSTER,
     MemberError,
@@ -48,6 +54,8 @@ from workergateway.members import (
     read_cluster,
     read_pools,
 )
+from workergateway.namespaces import Queues, mirroring, queues_of
+from workergateway.reports import NAMESPACE_MISSING, pool_conditions
 from workergateway.sums import fleet_pools
 
 log = logging.getLogger("gpustack.workergateway")
@@ -70,7 +78,7 @@ class Api(Protocol):
 
     def list(self, api_version: str, kind: str) -> list[Obj]: ...
 
-    def apply(self, obj: Obj, manager: str) -> Obj: ...
+    def apply(self, obj: Obj, manager: str, subresource: str | None = None) -> Obj: ...
 
     def delete(self, api_version: str, kind: str, name: str) -> None: ...
 
@@ -122,6 +130,9 @@ class PassReport:
     deleted: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     failed_writes: dict[str, str] = field(default_factory=dict)
+    unmirrored: dict[str, str] = field(default_factory=dict)
+    """Pools a member lacks namespaces for (or whose members' LocalQueues could not be listed),
+    with what their condition says."""
 
 
 def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
@@ -167,6 +178,7 @@ class Gateway:
         grace: float = WORKER_LOST_TIMEOUT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         readers: int = 8,
+        fleet_namespace: str = FLEET_NAMESPACE,
         watches: Follower | None = None,
     ) -> None:
         self.manager = manager
@@ -176,6 +188,8 @@ class Gateway:
         self.clock = clock
         self.readers = readers
         """Members read at once."""
+        self.own_namespaces = frozenset({fleet_namespace})
+        """The manager's namespaces no member is asked to mirror."""
         self.watches = watches
         """Told the Active members each pass, so that a member's change wakes the next."""
         self.passes = 0
@@ -184,8 +198,11 @@ class Gateway:
         self.last: PassReport = PassReport()
 
     @staticmethod
-    def _read(member: tuple[MemberState, Api]) -> tuple[MemberPool, ...] | str:
-        """An Active member's pools, or why they cannot be read."""
+    def _read(
+        member: tuple[MemberState, Api],
+    ) -> tuple[tuple[MemberPool, ...], Queues | str] | str:
+        """An Active member's pools and its LocalQueues (or why those could not be listed), or
+        why its pools cannot be read."""
         state, client = member
         try:
             types = client.list(WORKER_API, INSTANCE_TYPE)
@@ -197,9 +214,15 @@ class Gateway:
                 for obj in client.list(KUEUE_API, CLUSTER_QUEUE)
                 if (obj.get("metadata") or {}).get("name") in names
             ]
-            return read_pools(state.name, types, queues)
+            pools = read_pools(state.name, types, queues)
         except READ_ERRORS as err:
             return str(err)
+        # The namespace report only: a member whose LocalQueues cannot be listed (a member-side
+        # role from before the report, say) still counts in the sums.
+        try:
+            return pools, queues_of(client.list(KUEUE_API, LOCAL_QUEUE))
+        except (KubeError, requests.RequestException) as err:
+            return pools, str(err)
 
     def _unreadable(self, cluster: Obj, message: str, report: PassReport) -> None:
         """Counted as inactive: the gateway cannot vouch for its views. Left out of the sums
@@ -234,36 +257,69 @@ class Gateway:
         # client's timeouts) holds up the pass once, not once per member behind it.
         with ThreadPoolExecutor(max_workers=max(1, min(self.readers, len(active)))) as workers:
             answers = list(workers.map(self._read, [member for _, member in active]))
+        local_queues: dict[str, Queues | str] = {}
         for (cluster, (state, _)), answer in zip(active, answers, strict=True):
             if isinstance(answer, str):
                 self._unreadable(cluster, answer, report)
                 continue
             report.members.append(state.name)
-            read.append((state, answer))
+            read.append((state, answer[0]))
+            local_queues[state.name] = answer[1]
         fleet = fleet_pools(read)
         existing = {
             str(obj["metadata"]["name"]): obj
             for obj in self.manager.list(FLEET_POOL_API, FLEET_POOL)
         }
+        conflicts: dict[str, str] = {}
         for conflict in fleet.conflicts:
             # Its last FleetPool stays as it was: the members' disagreement is not the fleet's
             # answer, and the manager's queue keeps dispatching as before.
+            conflicts[conflict.pool] = str(conflict)
             report.conflicts.append(conflict.pool)
             log.warning("%s", conflict)
             if conflict.pool in existing:
                 self.reporter.event(
                     existing[conflict.pool], "Warning", CONFLICT, str(conflict), action="Sum"
                 )
+        fresh: dict[str, Obj] = {}
+        """What the API server answered to this pass's writes (uid, generation)."""
         for name, pool in fleet.pools.items():
             want = pool.object()
             have = existing.get(name)
             if have is not None and have.get("spec") == want["spec"] and _since(have) is None:
                 continue
-            self._write(want, report, report.applied)
+            written = self._write(want, report, report.applied)
+            if written is not None:
+                fresh[name] = written
         keep = set(fleet.pools) | set(report.conflicts)
         for name, obj in sorted(existing.items()):
             if name not in keep:
                 self._orphan(name, obj, report)
+        # Which members each pool's namespaces are judged on: a summed pool's members, a
+        # conflicting pool's last ones (those still read); an orphaned pool has none.
+        judged = {name: list(pool.members) for name, pool in fleet.pools.items()}
+        for name in report.conflicts:
+            spec = (existing.get(name) or {}).get("spec") or {}
+            judged[name] = [m for m in spec.get("members") or [] if m in local_queues]
+        for name in report.orphaned:
+            judged.setdefault(name, [])
+        manager_queues = self.manager.list(KUEUE_API, LOCAL_QUEUE) if judged else []
+        for name, members in sorted(judged.items()):
+            held = fresh.get(name) or existing.get(name)
+            if held is None or name in report.failed_writes:
+                continue  # no object to hold a status; the next pass writes both
+            mirrored = mirroring(name, members, manager_queues, local_queues, self.own_namespaces)
+            if not mirrored.complete:
+                report.unmirrored[name] = mirrored.message()
+            conditions = pool_conditions(report.unreadable, conflicts.get(name), mirrored)
+            # The conditions as listed before this pass's writes (an apply of the spec leaves
+            # them as they were), the generation as it is now.
+            before = ((existing.get(name) or held).get("status") or {}).get("conditions")
+            self._report(held, before, conditions, report)
+            if mirrored.missing:
+                self.reporter.event(
+                    held, "Warning", NAMESPACE_MISSING, mirrored.message(), action="Mirror"
+                )
         self.passes += 1
         self.pools = len(fleet.pools)
         self.last = report
@@ -292,12 +348,35 @@ class Gateway:
         if obj.get("spec") != want["spec"] or _since(obj) != since:
             self._write(want, report, report.applied)
 
-    def _write(self, obj: Obj, report: PassReport, done: list[str]) -> None:
+    def _report(
+        self, held: Obj, before: Any, conditions: list[Condition], report: PassReport
+    ) -> None:
+        """The pool's status conditions, written when they differ from those it holds
+        (`before`)."""
+        name = held["metadata"]["name"]
+        merged = merge(before, conditions, generation_of(held), _stamp(self.clock()))
+        if merged == before:
+            return
+        status = {
+            "apiVersion": FLEET_POOL_API,
+            "kind": FLEET_POOL,
+            "metadata": {"name": name},
+            "status": {"conditions": merged},
+        }
+        try:
+            self.manager.apply(status, FIELD_MANAGER, subresource="status")
+        except (KubeError, requests.RequestException) as err:
+            report.failed_writes[name] = str(err)
+            log.warning("could not apply fleetpools/%s/status: %s (next pass again)", name, err)
+
+    def _write(self, obj: Obj, report: PassReport, done: list[str]) -> Obj | None:
+        """The object as the API server answered the apply, or None when it failed."""
         name = obj["metadata"]["name"]
         try:
-            self.manager.apply(obj, FIELD_MANAGER)
+            written = self.manager.apply(obj, FIELD_MANAGER)
         except (KubeError, requests.RequestException) as err:
             report.failed_writes[name] = str(err)
             log.warning("could not apply fleetpools/%s: %s (next pass again)", name, err)
-            return
+            return None
         done.append(name)
+        return written

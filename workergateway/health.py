@@ -10,6 +10,8 @@ scrape time:
 - `gpustack_fleet_members_unreadable`: Active members the last pass could not read;
 - `gpustack_fleet_pools`: pools of the last pass's answer;
 - `gpustack_fleet_pool_conflicts`: pools whose members disagree, kept as last written;
+- `gpustack_fleet_pools_unmirrored`: pools a member lacks namespaces for (or whose members'
+  LocalQueues could not be listed);
 - `gpustack_fleet_write_failures`: `FleetPool` writes of the last pass that did not land (the
   next pass makes them again).
 """
@@ -57,6 +59,11 @@ def registry(gateway: Gateway) -> CollectorRegistry:
         "gpustack_fleet_pool_conflicts": (
             "Pools whose members disagree on the hardware, kept as last written.",
             lambda: len(gateway.last.conflicts),
+        ),
+        "gpustack_fleet_pools_unmirrored": (
+            "Pools a member lacks namespaces for, or whose members' LocalQueues could not be "
+            "listed (the FleetPool's NamespacesMirrored condition says which).",
+            lambda: len(gateway.last.unmirrored),
         ),
         "gpustack_fleet_write_failures": (
             "FleetPool writes of the last pass that did not land.",

@@ -21,13 +21,15 @@ Rules:
   no flavors at all (and nothing to drain) is empty and on Hold.
 - The pool loses every flavor while the queue has groups: with
   `instance-type-drain-when-no-flavors` (default) the queue goes HoldAndDrain, and once Kueue
-  shows the stopped queue empty the groups go. A drain of the hook's own stays HoldAndDrain
-  until the type is marked inactive (below), then Hold. With the setting off it gates the drain
-  and nothing else (upstream waits and requeues): the queue keeps its groups and its stop policy
-  while workloads hold quota, then its groups go and the empty queue is held; nothing is evicted
-  and nothing marks the type.
-- Flavors come back: the groups come back; a drained type stays on Hold until an admin clears
-  `spec.inactive`.
+  shows the stopped queue empty the groups go and the empty queue is held. The type is not
+  marked inactive. With the setting off it gates the drain and nothing else (upstream waits and
+  requeues): the queue keeps its groups and its stop policy while workloads hold quota, then its
+  groups go and the empty queue is held; nothing is evicted.
+- Flavors come back (also midway through a drain): the groups come back and the queue reopens
+  (None, or Hold while the type is inactive). A pool's flavors go whenever its nodes lose their
+  accelerator labels, which an uninstall of the node agents causes while the cards stay, so a
+  drain for lack of flavors lasts only as long as its cause (upstream reactivates what it
+  drained).
 - A stop someone else set on the queue (an admin's Hold or HoldAndDrain) is never undone: the
   hook writes its own decision beside the stop (`schedule.gpustack.ai/stop-policy` on the
   queue), and a stop policy that differs from it is someone else's, kept as long as it stands.
@@ -40,8 +42,9 @@ Rules:
 
 Two writes no hook may make are the lifecycle keeper's (`verdictdriver.lifecycle`, rules in
 `verdictdriver.stops`; credentialed, run by the verdict driver): it marks a type
-`spec.inactive: true` once its queue is drained or stopped by hand (upstream's sticky backfill:
-the pool stays inactive until an admin clears it), and it drains a chain queue an admin deletes
+`spec.inactive: true` once its queue is stopped by hand, held or drained (upstream's sticky
+backfill: the pool stays inactive until an admin clears it), and it drains a chain queue an
+admin deletes
 (Kueue never evicts on delete, and Metacontroller never updates a child pending deletion); the
 type, still alive, then gets its queue back.
 

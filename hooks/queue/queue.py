@@ -116,18 +116,11 @@ def refusal(pool: Pool, flavors: Sequence[PoolFlavor], table: ManufacturerTable)
     return None
 
 
-def _asked_stop(pool: Pool, live: ObservedQueue | None) -> str:
-    """The stop the type asks for: Hold while inactive, else None. A drain of the hook's own
-    stays until its type is marked inactive: the lifecycle keeper's `spec.inactive` is the drain's
-    lasting record, so a drain is not lifted before it is recorded. (Someone else's drain is
-    kept by `effective_stop`, as long as they leave it.)"""
-    own_drain = (
-        live is not None
-        and live.stop_policy == STOP_HOLD_AND_DRAIN
-        and not foreign_stop(live.stop_policy, live.decided)
-    )
-    if own_drain and not pool.inactive:
-        return STOP_HOLD_AND_DRAIN
+def _asked_stop(pool: Pool) -> str:
+    """The stop the type asks for: Hold while inactive, else None. The hook's own drain (a pool
+    that lost every flavor, decided in `plan`) is not asked for here: it lasts while the pool
+    has no flavor, and flavors that come back, even midway, lift it (upstream reactivates what
+    it drained). Someone else's drain is kept by `effective_stop`, as long as they leave it."""
     return STOP_HOLD if pool.inactive else STOP_NONE
 
 
@@ -140,7 +133,7 @@ def plan(
 ) -> Plan:
     """Groups and stop policy of the queue (package docstring, "Rules")."""
     live = observed if observed is not None and not observed.deleting else None
-    asked = _asked_stop(pool, live)
+    asked = _asked_stop(pool)
     if flavors:
         problem = refusal(pool, flavors, table)
         if problem is None:

@@ -34,7 +34,7 @@ class Pool:
     identity: PoolIdentity
     inactive: bool
     """`spec.inactive`: the admin's switch, which the lifecycle keeper also sets once the queue is
-    drained or stopped by hand (`chain.queues.backfill_inactive`)."""
+    stopped by hand (`chain.queues.backfill_inactive`)."""
 
 
 def read_pool(obj: Obj, where: str) -> Pool:

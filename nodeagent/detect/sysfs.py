@@ -3,7 +3,8 @@
 Driver libraries answer "which cards does the driver see"; sysfs answers "which cards are on the
 bus" without loading anything, so a node without a manufacturer's hardware never touches that
 manufacturer's library (some hang or log loudly when no device exists). sysfs also holds what the
-driver does not report: the NUMA node of a card and the CPUs of that node.
+driver does not report: the NUMA node of a card and the CPUs of that node (see `_numa_of` for a
+card the firmware places on no node).
 
 The root is injectable so tests and the simulated backend use a fake tree:
 `<root>/sys/bus/pci/devices/<address>/{vendor,class,numa_node}` (entries usually links into
@@ -48,6 +49,28 @@ def pci_address(bus_id: str) -> str:
 
 def _hex(text: str) -> str:
     return text.strip().lower().removeprefix("0x")
+
+
+def cpu_list(cpus: Iterable[int]) -> str:
+    """CPU numbers in the kernel's cpulist spelling: {0, 1, 2, 3, 8} becomes `0-3,8`."""
+    runs: list[list[int]] = []
+    for cpu in sorted(set(cpus)):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in runs)
+
+
+def listed_numbers(ranges: str) -> tuple[int, ...]:
+    """The numbers of a kernel list (`0-3,8`: CPUs in a cpulist, nodes in a NUMA affinity);
+    parts that are neither numbers nor ranges are skipped."""
+    numbers: list[int] = []
+    for part in ranges.split(","):
+        low, _, high = part.strip().partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            numbers.extend(range(int(low), int(high or low) + 1))
+    return tuple(numbers)
 
 
 class Sysfs:
@@ -97,12 +120,7 @@ class Sysfs:
         """Where a card sits: its address, root port, class, NUMA node and that node's CPUs."""
         address = pci_address(bus_id)
         device = self._pci_devices / address
-        numa = self._read(device / "numa_node")
-        # -1 (or nothing) means the platform has no NUMA locality for the device.
-        numa = numa if numa.isdigit() else ""
-        cpus = ""
-        if numa:
-            cpus = self._read(self.root / "sys/devices/system/node" / f"node{numa}" / "cpulist")
+        numa, cpus = self._numa_of(device)
         return DeviceTopology(
             pci_bus_id=address,
             pci_root_id=self._root_port(device, address),
@@ -110,6 +128,43 @@ class Sysfs:
             numa_affinity=numa,
             cpu_affinity=cpus,
         )
+
+    def numa_nodes(self) -> dict[int, str]:
+        """The host's NUMA nodes and each one's CPU list; empty on a kernel without NUMA."""
+        try:
+            entries = sorted(self._nodes.iterdir())
+        except OSError:
+            return {}
+        found = {}
+        for entry in entries:
+            number = entry.name.removeprefix("node")
+            if entry.name.startswith("node") and number.isdigit():
+                found[int(number)] = self._read(entry / "cpulist")
+        return found
+
+    @property
+    def _nodes(self) -> Path:
+        return self.root / "sys" / "devices" / "system" / "node"
+
+    def _numa_of(self, device: Path) -> tuple[str, str]:
+        """A device's NUMA node and that node's CPUs; ("", "") where nothing says which node.
+
+        The kernel writes -1 (`NUMA_NO_NODE`) when the platform's firmware names no node for
+        the device, as in most VMs. On a host with a single node that node holds every CPU and
+        every device, so it is the device's node (nvidia-smi's `topo -m` says the same); on a
+        host with several nodes the device's node is unknown, and guessing one would mislead
+        the kubelet's Topology Manager, which treats a device without NUMA as "no preference".
+        A missing file means the device (or NUMA support) is not there: nothing either.
+        """
+        numa = self._read(device / "numa_node")
+        if numa.isdigit():
+            return numa, self._read(self._nodes / f"node{numa}" / "cpulist")
+        if numa == "-1":
+            nodes = self.numa_nodes()
+            if len(nodes) == 1:
+                ((only, cpus),) = nodes.items()
+                return str(only), cpus
+        return "", ""
 
     def _root_port(self, device: Path, address: str) -> str:
         """The first PCI function below the host bridge on the way to the device.

@@ -58,6 +58,7 @@ from chain.ledger_rebuild import (
 )
 from chain.manufacturers import Manufacturer
 from chain.units import RESOURCE_MAX_UNITS, memory_mib_to_units, memory_percentage_to_units
+from nodeagent.detect.sysfs import listed_numbers
 from nodeagent.plugin.grants import (
     OPERATOR_LIB_DIR,
     OPERATOR_PODS_DIR,
@@ -94,8 +95,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 Occupancy = dict[CardRef, dict[Holder, int]]
 """Per sliced card, the units each holder takes."""
-NodeView = tuple[DevicesSpec, DevicesStatus, Occupancy]
-"""The node as a hint reads it: its spec, its ledger, and the sliced cards' occupancy."""
+NodeView = tuple[DevicesSpec, DevicesStatus, Occupancy, tuple[AllocationRecord, ...]]
+"""The node as a hint reads it: its spec, its ledger, the sliced cards' occupancy, and this
+process's reservations (grants the ledger may not show yet)."""
 
 DEFAULT_DEADLINE_S = 0.8
 KUBELET_LIST_TIMEOUT_S = 2.0
@@ -264,12 +266,7 @@ class Advertised:
 
 def numa_nodes(ranges: str) -> tuple[int, ...]:
     """`0-1,3` -> (0, 1, 3); junk is ignored (topology is only a hint)."""
-    nodes: list[int] = []
-    for part in ranges.split(","):
-        low, _, high = part.strip().partition("-")
-        if low.isdigit() and (not high or high.isdigit()):
-            nodes.extend(range(int(low), int(high or low) + 1))
-    return tuple(nodes)
+    return listed_numbers(ranges)
 
 
 def _make_dirs(path: str) -> None:
@@ -396,23 +393,24 @@ class Allocator:
             pods = [PodAllocations.from_pod(pod) for pod in raw]
             spec, status = self.node.spec(), self.node.ledger(pods)
             occupancy = self._occupancy(pods, held.reservations)
-            return raw, (spec, status, occupancy), self._served_test(held)
+            reserved = tuple(held.reservations.values())
+            return raw, (spec, status, occupancy, reserved), self._served_test(held)
 
-        def read(fresh: bool) -> tuple[DevicesSpec, DevicesStatus, Occupancy, Candidate | None]:
+        def read(fresh: bool) -> tuple[NodeView, Candidate | None]:
             """The node as the hint reads it, and the container asking (None: unknown)."""
-            raw, (spec, status, occupancy), served = self.node.read(look, fresh)
+            raw, view, served = self.node.read(look, fresh)
             try:
                 found = identify(raw, self.resource, size, kubelet, served, lambda _: True)
             except LookupError as error:
                 if not fresh:
                     raise Unidentified(str(error)) from None
                 found = None  # no Pod to size for: pack without size or preference
-            return spec, status, occupancy, found
+            return view, found
 
         # The Pod may be bound a moment before the watch brings it (kubelet asks for the hint
         # as soon as it admits): without it, a slice would be packed without its size onto a
         # card that cannot hold it, and Allocate would refuse. Read afresh then, as Allocate does.
-        spec, status, occupancy, found = self.node.identified(read)
+        (spec, status, occupancy, reserved), found = self.node.identified(read)
         units, wanted, room = 0, frozenset[str](), dict[CardRef, int]()
         if found is not None:
             units = min(self._units(found), RESOURCE_MAX_UNITS)
@@ -427,7 +425,8 @@ class Allocator:
         request = PreferenceRequest(
             self.maker.name, self.mode, tuple(available), tuple(must), size, units, wanted
         )
-        return list(preferred_allocation(spec, status, request, room, self._best_connected))
+        hint = preferred_allocation(spec, status, request, room, self._best_connected, reserved)
+        return list(hint)
 
     def _best_connected(self, ranked: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         return list(best_connected(ranked, must, size, current_links(self.links)))

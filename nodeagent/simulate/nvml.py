@@ -14,7 +14,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, cast
 
-from nodeagent.detect.sysfs import pci_address
+from nodeagent.detect.sysfs import listed_numbers, pci_address
 from nodeagent.simulate.mig import GpuState, MigHandle, MigMaterialization
 from nodeagent.simulate.profile import Card, MigProfile, Profile
 from nodeagent.vendors.common.nvml import (
@@ -272,6 +272,21 @@ class SimulatedNvml(MigMaterialization):
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int:
         self._card(handle)
         return IDLE_POWER_MILLIWATTS
+
+    def nvmlDeviceGetCpuAffinity(self, handle: object, cpuSetSize: int, /) -> list[int]:
+        """The CPUs near the card as NVML's 64-bit words, as the driver reads them from sysfs:
+        its NUMA node's CPUs, or every CPU of the host where the card is on no node (the
+        kernel's answer for `NUMA_NO_NODE`). A profile without NUMA nodes has no answer."""
+        card = self._card(handle)
+        numa = self.profile.numa or {}
+        if not numa:
+            raise self._error("NOT_SUPPORTED")
+        lists = [numa[card.numa_node]] if card.numa_node in numa else list(numa.values())
+        words = [0] * cpuSetSize
+        for cpu in (cpu for cpus in lists for cpu in listed_numbers(cpus)):
+            if cpu < 64 * cpuSetSize:
+                words[cpu // 64] |= 1 << cpu % 64
+        return words
 
     def nvmlDeviceGetP2PStatus(self, first: object, second: object, index: int, /) -> int:
         """Peer-to-peer between two cards: over NVLink only where the profile puts both on one

@@ -19,12 +19,14 @@ from typing import Any
 import pytest
 import yaml
 
+from chain.fleet_pools import FLEET_FLAVOR, FLEET_POOLS_RESOURCE
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
-from charts.render import HELM_LABELS, KEPT, NAME_LABEL
+from charts.render import FLEET_CRD_PATCHED, HELM_LABELS, KEPT, NAME_LABEL
 from testbed import build
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS
 from testbed.kubectl import kubectl
+from workergateway.kubeconfig import FLEET_NAMESPACE
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "gpustack-chain"
 KUBE_VERSION = build.versions()["kubernetes"]["version"]
@@ -92,6 +94,20 @@ def kustomized(testbed: Testbed, path: Path = MANIFESTS) -> dict[Key, Obj]:
     built = _objects(kubectl(testbed, "kustomize", str(path)))
     assert built.pop(("Namespace", SYSTEM_NAMESPACE, ""))
     return built
+
+
+def with_component(testbed: Testbed, overlay: Path, component: Path) -> dict[Key, Obj]:
+    """What kustomize builds from an overlay (in the folder `overlay`) of the manifests with
+    `component`, as a user writes one."""
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(MANIFESTS, overlay)],
+                "components": [os.path.relpath(component, overlay)],
+            }
+        )
+    )
+    return kustomized(testbed, overlay)
 
 
 def test_default_values_render_exactly_the_kustomize_install(testbed: Testbed, helm: Helm) -> None:
@@ -267,17 +283,60 @@ def test_monitoring_renders_the_shipped_component(
     adds; off (the default), none of it."""
     assert not [key for key in rendered(helm) if key[0] in ("PodMonitor", "ServiceMonitor")]
     chart = as_kustomize(rendered(helm, "monitoring: {enabled: true}"))
-    (tmp_path / "kustomization.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "resources": [os.path.relpath(MANIFESTS, tmp_path)],
-                "components": [os.path.relpath(MANIFESTS / "monitoring", tmp_path)],
-            }
-        )
-    )
-    shipped = kustomized(testbed, tmp_path)
+    shipped = with_component(testbed, tmp_path, MANIFESTS / "monitoring")
     assert chart.keys() == shipped.keys()
     assert [key for key in shipped if chart[key] != shipped[key]] == []
+
+
+FLEET_MANAGER = "fleet: {manager: {enabled: true}}"
+
+
+def test_the_fleet_manager_value_renders_the_shipped_component(
+    testbed: Testbed, helm: Helm, tmp_path: Path
+) -> None:
+    """`fleet.manager.enabled` renders what an overlay of the manifests with the component
+    `manifests/fleet` builds (docs/fleet.md, "Installing a fleet"): the fleet's objects added,
+    the ones a manager must not run left out; off (the default), none of the fleet. The one
+    difference is the patch Helm cannot make to a CRD of crds/: no Members column."""
+    assert not [key for key in rendered(helm) if key[2] == FLEET_NAMESPACE or "fleet" in key[1]]
+    lint = helm(
+        "lint",
+        "--strict",
+        str(CHART),
+        "--kube-version",
+        KUBE_VERSION,
+        "--values",
+        "-",
+        values=FLEET_MANAGER,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    raw = rendered(helm, FLEET_MANAGER)
+    for kept in (
+        ("CustomResourceDefinition", f"{FLEET_POOLS_RESOURCE}.gpustack.ai", ""),
+        ("ResourceFlavor", FLEET_FLAVOR, ""),
+        ("Namespace", FLEET_NAMESPACE, ""),
+    ):
+        assert raw[kept]["metadata"]["annotations"] == KEPT, kept
+    chart = as_kustomize(raw)
+    shipped = with_component(testbed, tmp_path, MANIFESTS / "fleet")
+    assert chart.keys() == shipped.keys()
+    columns = shipped[("CustomResourceDefinition", FLEET_CRD_PATCHED, "")]["spec"]["versions"][0]
+    assert columns["additionalPrinterColumns"].pop()["name"] == "Members"
+    assert [key for key in shipped if chart[key] != shipped[key]] == []
+
+
+def test_the_fleet_manager_follows_the_release_namespace(helm: Helm) -> None:
+    """In another release namespace the gateway, the fleet hook and their RBAC, Service and
+    hook URLs follow it; the members' Secrets stay in the fleet's own namespace."""
+    chart = rendered(helm, FLEET_MANAGER, namespace="infra")
+    text = json.dumps([obj for key, obj in chart.items() if key[0] != "CustomResourceDefinition"])
+    assert SYSTEM_NAMESPACE not in text
+    assert ("Deployment", "gpustack-worker-gateway", "infra") in chart
+    assert ("Role", "gpustack-worker-gateway", FLEET_NAMESPACE) in chart
+    pools = chart[("DecoratorController", "gpustack-fleet-pools", "")]["spec"]["hooks"]["sync"]
+    assert pools["webhook"]["service"]["namespace"] == "infra"
+    (subject,) = chart[("RoleBinding", "gpustack-worker-gateway", FLEET_NAMESPACE)]["subjects"]
+    assert subject["namespace"] == "infra"
 
 
 WRONG = [
@@ -293,6 +352,8 @@ WRONG = [
     ("manufacturers: [nvidai]", "/manufacturers/0"),
     ("agentNamespace: {name: Agents}", "/agentNamespace/name"),
     ("imagePullSecrets: [regcred]", "/imagePullSecrets/0"),
+    ("fleet: {manager: {enabled: yes please}}", "/fleet/manager/enabled"),
+    ("fleet: {member: {enabled: true}}", "'member' not allowed"),
 ]
 
 

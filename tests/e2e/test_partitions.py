@@ -38,7 +38,7 @@ A100_POOL = "gpustack--nvidia-a100-sxm4-40gb-linux-amd64"
 @pytest.fixture
 def mig_pool(testbed: Testbed, chain: Installed) -> Iterator[tuple[PluginNode, str]]:
     """The MIG node, its pool's InstanceType (partition profiles known) and two drivers. An
-    earlier test's A100 node may have left the pool drained (a sticky mark): start afresh."""
+    earlier test's A100 node may have left the pool drained: start afresh."""
     forget_pool(testbed.kube, A100_POOL)
     with agent_node(testbed, "a100-40gb-mig") as node, running_drivers(testbed):
 

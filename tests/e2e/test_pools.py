@@ -150,7 +150,7 @@ def test_nodes_become_pools(testbed: Testbed, chain: Installed) -> None:
 
 def forget_pool(kube: Kube, name: str, nodes: tuple[str, ...] = ()) -> None:
     """Delete a pool's derived InstanceType (its queue drains and goes first) and wait until it
-    is gone, so the next test starts from a pool that never existed (no sticky drained mark).
+    is gone, so the next test starts from a pool that never existed (no queue left from before).
 
     `nodes` were the pool's nodes: a derived type deleted while its pool lives comes back, so
     first wait until the garbage collector removed their summaries."""

@@ -138,7 +138,7 @@ def test_pool_queue_admits_drains_and_tears_down(
         )
 
         # Every node leaves: the queue drains (the admitted Workload is evicted), then its
-        # groups are emptied and the type is marked inactive (the stop keeper's backfill).
+        # groups are emptied. The drain is the hook's own: the type is not marked inactive.
         for name in t4_pool:
             kube.delete(
                 NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery"
@@ -159,11 +159,7 @@ def test_pool_queue_admits_drains_and_tears_down(
             "the queue's groups emptied",
         )
         assert drained["spec"]["stopPolicy"] in ("Hold", "HoldAndDrain")
-        wait_for(
-            lambda: kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive") is True,
-            60,
-            "the drained type to be marked spec.inactive",
-        )
+        assert not kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive")
 
         # Deleting the type drains and deletes its queue, then the type goes.
         kube.delete(KUEUE, "Workload", "two-cards", ns)
@@ -178,8 +174,65 @@ def test_pool_queue_admits_drains_and_tears_down(
         )
 
 
+def test_a_pool_whose_agents_go_and_come_back_reopens_by_itself(
+    testbed: Testbed, chain: Installed, t4_pool: list[str]
+) -> None:
+    """An uninstall and a reinstall, as the pool sees them (#35): the uninstall deletes the node
+    agents' namespace and their NodeFeatures with it, so NFD takes the accelerator labels off
+    the nodes, which keep their cards; the reinstalled agents write them again. The pool loses
+    its flavors, its queue drains (the admitted Workload is evicted), and once the labels are
+    back the queue is Active again with its credits, the type never marked inactive: no admin
+    has to clear anything."""
+    kube = testbed.kube
+    _wait_active(kube)
+    with tenant_namespace(kube, T4_POOL) as ns:
+        _workload(kube, ns, "before", 1)
+        wait_for(lambda: _admitted(kube, ns, "before"), 90, "admission before the uninstall")
+
+        for name in t4_pool:  # what the agents' namespace takes with it
+            kube.delete(
+                NFD, "NodeFeature", f"{name}-gpustack-device-manager", "node-feature-discovery"
+            )
+        wait_for(
+            lambda: _release_if_evicted(kube, ns, "before"), 120, "the drain to evict the Workload"
+        )
+        wait_for(
+            lambda: (q := _queue(kube)) and not q["spec"].get("resourceGroups") and q,
+            120,
+            "the queue's groups emptied",
+        )
+        assert not kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive")
+
+        for name, cards in zip(t4_pool, (2, 3), strict=True):  # the agents report again
+            kube.apply(device_manager_feature(name, cards))
+        back = wait_for(
+            lambda: (
+                (q := _queue(kube))
+                and q["spec"]["stopPolicy"] == "None"
+                and _nominal(q) == 8_000_000
+                and condition(q, "Active") == "True"
+                and q
+            ),
+            120,
+            "the queue Active again with the pool's 5 cards",
+        )
+        assert back["spec"]["stopPolicy"] == "None"
+        assert not kube.get(WORKER, "InstanceType", T4_POOL)["spec"].get("inactive")
+        kube.delete(KUEUE, "Workload", "before", ns)
+        _workload(kube, ns, "after", 1)
+        wait_for(lambda: _admitted(kube, ns, "after"), 90, "admission after the reinstall")
+
+
 def _queue(kube: Kube) -> Obj | None:
     return kube.get(KUEUE, "ClusterQueue", T4_POOL)
+
+
+def _wait_active(kube: Kube) -> None:
+    wait_for(
+        lambda: condition(_queue(kube), "Active") == "True" and _nominal(_queue(kube)) > 0,
+        120,
+        "the T4 queue to be Active with its credits",
+    )
 
 
 def _admitted(kube: Kube, ns: str, name: str) -> Obj | None:
@@ -194,11 +247,7 @@ def test_an_admins_hold_and_delete_of_the_queue(
     releases it. An admin's delete of the queue drains it (Kueue would not), and the type,
     still alive, gets its queue back."""
     kube = testbed.kube
-    wait_for(
-        lambda: condition(_queue(kube), "Active") == "True" and _nominal(_queue(kube)) > 0,
-        120,
-        "the T4 queue to be Active with its credits",
-    )
+    _wait_active(kube)
     with tenant_namespace(kube, T4_POOL) as ns:
         _workload(kube, ns, "running", 1)
         wait_for(lambda: _admitted(kube, ns, "running"), 90, "admission")
@@ -274,11 +323,7 @@ def test_deleting_and_recreating_the_settings_touches_no_pool_queue_or_workload(
     testbed: Testbed, chain: Installed, t4_pool: list[str]
 ) -> None:
     kube = testbed.kube
-    wait_for(
-        lambda: condition(_queue(kube), "Active") == "True" and _nominal(_queue(kube)) > 0,
-        120,
-        "the T4 queue to be Active with its credits",
-    )
+    _wait_active(kube)
     settings = wait_for(
         lambda: (
             (s := kube.get(CHAIN, "Settings", "default"))

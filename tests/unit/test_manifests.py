@@ -1,4 +1,5 @@
-"""The shipped manifests: what `kubectl apply -k manifests/` installs, checked statically."""
+"""The shipped manifests: what `kubectl apply -k manifests/` installs, and what a fleet's manager
+installs (the same with the component manifests/fleet), checked statically."""
 
 from __future__ import annotations
 
@@ -12,14 +13,42 @@ import yaml
 
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from nodeagent.manifests import RULE_NAME
-from testbed.install import MANIFESTS, gunicorn_app, kustomize, service_targets
+from testbed.install import MANIFESTS, gunicorn_app, kustomize, kustomize_with, service_targets
+from workergateway.kubeconfig import FLEET_NAMESPACE
 
 OBJECTS = kustomize(MANIFESTS)
+MANAGER = kustomize_with(MANIFESTS, MANIFESTS / "fleet")
+"""A fleet's manager: the worker install with the component manifests/fleet (docs/fleet.md)."""
+INSTALLS = {"worker": OBJECTS, "manager": MANAGER}
 NAMESPACE = SYSTEM_NAMESPACE
+Objs = list[dict[str, Any]]
 
 
-def _of(kind: str) -> list[dict[str, Any]]:
-    return [o for o in OBJECTS if o["kind"] == kind]
+def _of(kind: str, objects: Objs = OBJECTS) -> Objs:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def _each(kind: str) -> list[tuple[Objs, dict[str, Any]]]:
+    """(its install, object) for every object of `kind` in either install, each once by name
+    (an object both installs ship is checked in the worker install)."""
+    seen: set[str] = set()
+    found = []
+    for objects in INSTALLS.values():
+        for obj in _of(kind, objects):
+            if obj["metadata"]["name"] not in seen:
+                seen.add(obj["metadata"]["name"])
+                found.append((objects, obj))
+    return found
+
+
+def _id(value: Any) -> str:
+    """A test id: an install by its name, a hook call by its Service and path, an object by
+    its name."""
+    if isinstance(value, tuple):
+        return f"{value[0]}{value[1]}"
+    if isinstance(value, dict):
+        return str(value["metadata"]["name"])
+    return next(name for name, objects in INSTALLS.items() if objects is value)
 
 
 def test_kustomization_uses_only_resources() -> None:
@@ -54,8 +83,8 @@ def _serves_hooks(deployment: dict[str, Any]) -> bool:
     return any((c.get("command") or [""])[0] == "gunicorn" for c in containers)
 
 
-HOOK_SERVERS = [d for d in _of("Deployment") if _serves_hooks(d)]
-CONTROLLERS = [d for d in _of("Deployment") if not _serves_hooks(d)]
+HOOK_SERVERS = [d for _, d in _each("Deployment") if _serves_hooks(d)]
+CONTROLLERS = [d for _, d in _each("Deployment") if not _serves_hooks(d)]
 
 
 @pytest.mark.parametrize("deployment", HOOK_SERVERS, ids=lambda d: d["metadata"]["name"])
@@ -81,7 +110,8 @@ def test_controllers_run_as_their_own_least_privilege_account(deployment: dict[s
     assert account not in ("", "default")
     bound = {
         s["name"]
-        for b in _of("ClusterRoleBinding") + _of("RoleBinding")
+        for objects in INSTALLS.values()
+        for b in _of("ClusterRoleBinding", objects) + _of("RoleBinding", objects)
         for s in b["subjects"]
         if s["kind"] == "ServiceAccount"
     }
@@ -91,9 +121,12 @@ def test_controllers_run_as_their_own_least_privilege_account(deployment: dict[s
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def test_controller_hooks_point_at_shipped_services() -> None:
-    services = {(s["metadata"]["namespace"], s["metadata"]["name"]) for s in _of("Service")}
-    controllers = _of("DecoratorController") + _of("CompositeController")
+@pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
+def test_controller_hooks_point_at_shipped_services(objects: Objs) -> None:
+    services = {
+        (s["metadata"]["namespace"], s["metadata"]["name"]) for s in _of("Service", objects)
+    }
+    controllers = _of("DecoratorController", objects) + _of("CompositeController", objects)
     assert controllers
     for controller in controllers:
         for name, hook in controller["spec"]["hooks"].items():
@@ -102,8 +135,9 @@ def test_controller_hooks_point_at_shipped_services() -> None:
             assert hook["version"] == "v2"
 
 
-def test_crds_are_structural() -> None:
-    for crd in _of("CustomResourceDefinition"):
+@pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
+def test_crds_are_structural(objects: Objs) -> None:
+    for crd in _of("CustomResourceDefinition", objects):
         for version in crd["spec"]["versions"]:
             schema = version["schema"]["openAPIV3Schema"]
             assert schema["type"] == "object"
@@ -269,13 +303,15 @@ def test_the_driver_keeps_the_certificate_of_every_webhook() -> None:
             assert secrets == {secret}
 
 
-def test_no_custom_resource_of_the_chain_is_applied_with_its_crd() -> None:
+@pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
+def test_no_custom_resource_of_the_chain_is_applied_with_its_crd(objects: Objs) -> None:
     """`kubectl apply -k` sends everything in one pass, before any CRD of it is established:
     an object of a CRD shipped here would be refused (`no matches for kind`)."""
     shipped = {
-        (c["spec"]["group"], c["spec"]["names"]["kind"]) for c in _of("CustomResourceDefinition")
+        (c["spec"]["group"], c["spec"]["names"]["kind"])
+        for c in _of("CustomResourceDefinition", objects)
     }
-    for obj in OBJECTS:
+    for obj in objects:
         group = obj["apiVersion"].rpartition("/")[0]
         assert (group, obj["kind"]) not in shipped, f"{obj['kind']} {obj['metadata']['name']}"
 
@@ -292,17 +328,18 @@ METACONTROLLER = "metacontroller"
 API_SERVER = "kube-apiserver"
 
 
-def _callers() -> list[tuple[str, str, float, str]]:
+def _callers(objects: Objs = OBJECTS) -> list[tuple[str, str, float, str]]:
     """(Service, path, seconds the caller waits, caller) for every Metacontroller hook and every
     admission webhook the manifests configure (Metacontroller's default hook timeout and the
     API server's default timeoutSeconds are both 10 s)."""
     calls: list[tuple[str, str, float, str]] = []
-    for controller in _of("DecoratorController") + _of("CompositeController"):
+    for controller in _of("DecoratorController", objects) + _of("CompositeController", objects):
         for hook in controller["spec"]["hooks"].values():
             web = hook["webhook"]
             waits = _seconds(web.get("timeout", "10s"))
             calls.append((web["service"]["name"], web["path"], waits, METACONTROLLER))
-    for config in _of("MutatingWebhookConfiguration") + _of("ValidatingWebhookConfiguration"):
+    configs = _of("MutatingWebhookConfiguration", objects)
+    for config in configs + _of("ValidatingWebhookConfiguration", objects):
         for hook in config["webhooks"]:
             service = hook["clientConfig"]["service"]
             waits = float(hook.get("timeoutSeconds", 10))
@@ -310,15 +347,24 @@ def _callers() -> list[tuple[str, str, float, str]]:
     return calls
 
 
-@pytest.mark.parametrize("call", _callers(), ids=lambda c: f"{c[0]}{c[1]}")
+def _every_call() -> list[tuple[Objs, tuple[str, str, float, str]]]:
+    """(its install, call) for every hook and webhook call of either install, each once."""
+    found: dict[tuple[str, str], tuple[Objs, tuple[str, str, float, str]]] = {}
+    for objects in INSTALLS.values():
+        for call in _callers(objects):
+            found.setdefault(call[:2], (objects, call))
+    return list(found.values())
+
+
+@pytest.mark.parametrize(("objects", "call"), _every_call(), ids=_id)
 def test_every_route_gives_up_before_its_caller_and_before_gunicorn(
-    call: tuple[str, str, float, str],
+    objects: Objs, call: tuple[str, str, float, str]
 ) -> None:
     """A route stops working on a request before its caller stops waiting (so no worker is
     held for an answer nobody reads), and gunicorn's worker timeout is longer than any of its
     app's deadlines (so it never kills a worker a deadline would have freed)."""
     service, path, waits, _caller = call
-    deployment = service_targets(OBJECTS)[(NAMESPACE, service)]
+    deployment = service_targets(objects)[(NAMESPACE, service)]
     served = gunicorn_app(deployment)
     assert served is not None, service
     module, _, attribute = served[0].partition(":")
@@ -341,10 +387,10 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _policies_selecting(labels: dict[str, str]) -> set[str]:
+def _policies_selecting(labels: dict[str, str], objects: Objs = OBJECTS) -> set[str]:
     return {
         p["metadata"]["name"]
-        for p in _of("NetworkPolicy")
+        for p in _of("NetworkPolicy", objects)
         if _selects(p["spec"]["podSelector"], labels)
     }
 
@@ -353,11 +399,17 @@ def _ports(pod: dict[str, Any]) -> set[str]:
     return {port["name"] for c in pod["containers"] for port in c.get("ports", [])}
 
 
+HOOK_POLICIES = {"gpustack-hooks", "gpustack-fleet-hooks"}
+"""The policies opening hook Pods to Metacontroller: the worker install's, and the fleet's."""
+
+
 @pytest.mark.parametrize(
-    "workload", _of("Deployment") + _of("DaemonSet"), ids=lambda d: d["metadata"]["name"]
+    ("objects", "workload"),
+    _each("Deployment") + _each("DaemonSet"),
+    ids=_id,
 )
 def test_network_policies_let_each_pod_be_called_only_by_its_caller(
-    workload: dict[str, Any],
+    objects: Objs, workload: dict[str, Any]
 ) -> None:
     """Every chain Pod is under the default deny. A Pod serving Metacontroller hooks is opened
     to Metacontroller's Pods alone, on the port its Service targets; a webhook Pod to anyone on
@@ -366,14 +418,14 @@ def test_network_policies_let_each_pod_be_called_only_by_its_caller(
     template = workload["spec"]["template"]
     labels = template["metadata"]["labels"]
     name = workload["metadata"]["name"]
-    hook_services = {c[0] for c in _callers() if c[3] == METACONTROLLER}
-    webhook_services = {c[0] for c in _callers() if c[3] == API_SERVER}
+    hook_services = {c[0] for c in _callers(objects) if c[3] == METACONTROLLER}
+    webhook_services = {c[0] for c in _callers(objects) if c[3] == API_SERVER}
     assert not hook_services & webhook_services, "one Service, two kinds of caller"
-    selected = _policies_selecting(labels)
+    selected = _policies_selecting(labels, objects)
     assert "gpustack-default-deny" in selected
-    policies = {p["metadata"]["name"]: p["spec"] for p in _of("NetworkPolicy")}
+    policies = {p["metadata"]["name"]: p["spec"] for p in _of("NetworkPolicy", objects)}
     if name in hook_services:
-        assert selected == {"gpustack-default-deny", "gpustack-hooks"}
+        assert len(selected) == 2 and selected - {"gpustack-default-deny"} <= HOOK_POLICIES
     elif name in webhook_services:
         assert selected == {"gpustack-default-deny", "gpustack-webhooks"}
     else:
@@ -394,15 +446,27 @@ def test_network_policies_let_each_pod_be_called_only_by_its_caller(
             }
 
 
-def test_every_deployment_has_a_disruption_budget_that_keeps_one_replica_up() -> None:
-    budgets = _of("PodDisruptionBudget")
-    for deployment in _of("Deployment"):
+ONE_REPLICA = {"gpustack-worker-gateway"}
+"""Deployments that run one replica by design, unguarded by a budget: the worker gateway keeps
+no state and needs no Lease, so a drain only delays its next pass (docs/fleet.md)."""
+
+
+@pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
+def test_every_deployment_has_a_disruption_budget_that_keeps_one_replica_up(
+    objects: Objs,
+) -> None:
+    budgets = _of("PodDisruptionBudget", objects)
+    guarded = [d for d in _of("Deployment", objects) if d["metadata"]["name"] not in ONE_REPLICA]
+    for deployment in guarded:
         labels = deployment["spec"]["template"]["metadata"]["labels"]
         matching = [b for b in budgets if _selects(b["spec"]["selector"], labels)]
         assert len(matching) == 1, deployment["metadata"]["name"]
         assert matching[0]["spec"].get("maxUnavailable") == 1
         assert deployment["spec"]["replicas"] > 1  # else maxUnavailable 1 protects nothing
-    assert len(budgets) == len(_of("Deployment"))
+    assert len(budgets) == len(guarded)
+    for deployment in _of("Deployment", objects):
+        if deployment["metadata"]["name"] in ONE_REPLICA:
+            assert deployment["spec"]["replicas"] == 1
 
 
 def test_every_gunicorn_deployment_loads_the_shared_log_settings() -> None:
@@ -474,39 +538,55 @@ def test_the_helm_chart_is_generated_from_the_manifests() -> None:
     assert main(["--check"]) == 0, "run python -m charts.render"
 
 
+def _documented(path: str, value: Any, properties: dict[str, Any], documented: set[str]) -> None:
+    """`path` has a line in VALUE_DOCS, or is a map each of whose keys has (recursively); the
+    schema knows each key on the way."""
+    if path in documented:
+        return
+    assert isinstance(value, dict), path
+    for inner, nested in value.items():
+        assert inner in properties["properties"], f"{path}.{inner}"
+        _documented(f"{path}.{inner}", nested, properties["properties"][inner], documented)
+
+
+def _paths(prefix: str, value: Any) -> set[str]:
+    found = {prefix}
+    if isinstance(value, dict):
+        for inner, nested in value.items():
+            found |= _paths(f"{prefix}.{inner}", nested)
+    return found
+
+
 def test_every_chart_value_is_documented_and_checked() -> None:
     """The chart's README and values.yaml comments come from VALUE_DOCS: each value has a line
-    there (a nested one by its path, or its parent's), and the schema knows every key."""
+    there (a nested one by its path, or a parent's), and the schema knows every key."""
     from charts.render import VALUE_DOCS, schema, values
 
     documented = set(VALUE_DOCS)
     properties = schema()["properties"]
     for key, value in values().items():
         assert key in properties, key
-        if key in documented:
-            continue
-        assert isinstance(value, dict), key
-        for inner in value:
-            assert f"{key}.{inner}" in documented, f"{key}.{inner}"
-            assert inner in properties[key]["properties"], f"{key}.{inner}"
-    assert documented <= {
-        f"{key}.{inner}" if inner else key
-        for key, value in values().items()
-        for inner in ([""] + (list(value) if isinstance(value, dict) else []))
-    }
+        _documented(key, value, properties[key], documented)
+    assert documented <= {path for key, value in values().items() for path in _paths(key, value)}
 
 
-def test_only_the_node_agents_run_where_privileged_pods_are_allowed() -> None:
+@pytest.mark.parametrize("objects", INSTALLS.values(), ids=INSTALLS)
+def test_only_the_node_agents_run_where_privileged_pods_are_allowed(objects: Objs) -> None:
     """Pod Security: the chain's namespace enforces `restricted`, the agents' own `privileged`;
-    every DaemonSet (the agents) is in the latter, every Deployment in the former."""
+    every DaemonSet (the agents) is in the latter, every Deployment in the former. A manager
+    runs no agent, and its fleet namespace (member credentials only) is `restricted` too."""
     levels = {
         ns["metadata"]["name"]: ns["metadata"]["labels"].get("pod-security.kubernetes.io/enforce")
-        for ns in _of("Namespace")
+        for ns in _of("Namespace", objects)
     }
-    assert levels == {SYSTEM_NAMESPACE: "restricted", AGENT_NAMESPACE: "privileged"}
-    assert {d["metadata"]["namespace"] for d in _of("DaemonSet")} == {AGENT_NAMESPACE}
-    assert {d["metadata"]["namespace"] for d in _of("Deployment")} == {SYSTEM_NAMESPACE}
-    for deployment in _of("Deployment"):
+    expected = {SYSTEM_NAMESPACE: "restricted", AGENT_NAMESPACE: "privileged"}
+    if objects is MANAGER:
+        expected[FLEET_NAMESPACE] = "restricted"
+    assert levels == expected
+    agents = {d["metadata"]["namespace"] for d in _of("DaemonSet", objects)}
+    assert agents == ({AGENT_NAMESPACE} if objects is OBJECTS else set())
+    assert {d["metadata"]["namespace"] for d in _of("Deployment", objects)} == {SYSTEM_NAMESPACE}
+    for deployment in _of("Deployment", objects):
         spec = deployment["spec"]["template"]["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+from collections.abc import Sequence
 from typing import Any, Protocol, cast
 
 
@@ -155,6 +156,8 @@ class Nvml(Protocol):
     def nvmlDeviceGetPowerUsage(self, handle: object, /) -> int: ...
 
     def nvmlDeviceGetP2PStatus(self, first: object, second: object, index: int, /) -> int: ...
+
+    def nvmlDeviceGetCpuAffinity(self, handle: object, cpuSetSize: int, /) -> Sequence[int]: ...
 
 
 def load_nvml() -> Nvml | None:

@@ -16,13 +16,17 @@ Facts kept from upstream:
 - a MIG-enabled card offers its MIG profiles (`physicalSliced`); any other card 128 logical
   slices with cores overcommit.
 
+Judgment call: a card the kernel places on no NUMA node (`numa_node` -1, as in most VMs) on a
+host with several nodes gets NVML's CPU affinity as its `cpuAffinity` and no `numaAffinity`
+(on a single-node host sysfs already answers with that node; `Sysfs.topology`).
+
 Judgment call: NVML initialisation is retried on every pass until it succeeds once; a driver
 installed after the agent started is then found without a restart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -30,6 +34,7 @@ from chain.devices import (
     Accelerator,
     AcceleratorStatus,
     DevicesGroup,
+    DeviceTopology,
     LogicalSliced,
     PhysicalSliced,
     aggregate_sliced_detail,
@@ -37,7 +42,7 @@ from chain.devices import (
 from chain.keys import group_id
 from chain.manufacturers import Manufacturer, default_manufacturers
 from nodeagent.detect.base import CardMetrics
-from nodeagent.detect.sysfs import Sysfs
+from nodeagent.detect.sysfs import Sysfs, cpu_list
 from nodeagent.vendors.common.nvml import Nvml, load_nvml
 from nodeagent.vendors.common.nvml_mig import mig_profiles, text
 from nodeagent.vendors.common.nvmlike import compute_capability, runtime_version
@@ -47,6 +52,11 @@ LOGICAL_SLICES = 128
 """Logical slices one NVIDIA card hosts (HAMi-core enforces them; cores may overcommit)."""
 GDDR_BUS_WIDTH_LIMIT = 1024
 """HBM buses are 1024 bits and wider; anything narrower is GDDR, whose ECC costs memory."""
+
+CPU_WORD_BITS = 64
+"""NVML's CPU set is an array of 64-bit words, CPU n at bit n % 64 of word n // 64."""
+CPU_SET_WORDS = 128
+"""Words asked for: 8192 CPUs, the most a Linux kernel is built for (NR_CPUS)."""
 
 T = TypeVar("T")
 
@@ -154,7 +164,7 @@ class NvidiaDetector:
             id=card.uuid,
             index=index,
             physical_indexes=(minor if minor >= 0 else card.number,),
-            topology=self._sysfs.topology(card.bus_id),
+            topology=_with_cpu_affinity(nvml, card.handle, self._sysfs.topology(card.bus_id)),
             status=self._card_status(nvml, card.handle, card.memory),
         )
 
@@ -246,6 +256,27 @@ def _identify(nvml: Nvml, number: int) -> _Identity | None:
     width = _optional(nvml, lambda: int(nvml.nvmlDeviceGetMemoryBusWidth(handle)), 0)
     memory = restored_memory(total >> 20, width, _ecc_enabled(nvml, handle))
     return _Identity(number, handle, uuid, bus_id, name, memory)
+
+
+def _with_cpu_affinity(nvml: Nvml, handle: object, topology: DeviceTopology) -> DeviceTopology:
+    """A card sysfs places on no node of a multi-node host still has the CPUs NVML names.
+
+    NVML's answer is what `nvidia-smi topo -m` prints as "CPU Affinity". The NUMA node stays
+    empty: the firmware named none, and the device plugin then gives the kubelet no NUMA hint
+    (no preference), which is true; a made-up node would pin Pods to the wrong socket.
+    """
+    if topology.numa_affinity or topology.cpu_affinity:
+        return topology
+    words: Sequence[int] = _optional(
+        nvml, lambda: nvml.nvmlDeviceGetCpuAffinity(handle, CPU_SET_WORDS), ()
+    )
+    cpus = [
+        word_at * CPU_WORD_BITS + bit
+        for word_at, word in enumerate(words)
+        for bit in range(CPU_WORD_BITS)
+        if int(word) >> bit & 1
+    ]
+    return replace(topology, cpu_affinity=cpu_list(cpus)) if cpus else topology
 
 
 def _pair(values: tuple[int, int] | list[int]) -> tuple[int, int]:

@@ -420,6 +420,23 @@ def test_hint_skips_cards_held_in_another_mode() -> None:
     ) == (token(1),)
 
 
+def test_hint_skips_cards_a_reservation_holds_in_another_mode() -> None:
+    """A grant the ledger does not show yet (its record not on its Pod): the card it holds in
+    another mode is not named, though the kubelet still offers it (#35)."""
+    node, status = spec(2), ledger({}, 2)
+    shared = decide_grant(node, status, {}, grant(Mode.SHARED, token(0), pod="a"), {})
+    offered = (token(0), token(1))
+    exclusive = PreferenceRequest(NV, Mode.EXCLUSIVE, offered)
+    assert preferred_allocation(node, status, exclusive, {}) == (token(0),)
+    assert preferred_allocation(node, status, exclusive, {}, reservations=[shared]) == (token(1),)
+    # Its own mode stays on offer: shares pack onto the shared card.
+    sharing = PreferenceRequest(NV, Mode.SHARED, offered)
+    assert preferred_allocation(node, status, sharing, {}, reservations=[shared]) == (token(0),)
+    # No other card: no hint, and Allocate refuses what the kubelet then picks.
+    alone = PreferenceRequest(NV, Mode.EXCLUSIVE, (token(0),))
+    assert preferred_allocation(node, status, alone, {}, reservations=[shared]) == ()
+
+
 def test_hint_keeps_must_include_tokens_first() -> None:
     assert hint([RESOURCE_MAX_UNITS, 900000, RESOURCE_MAX_UNITS], size=2, must=(token(2),)) == (
         token(2),

@@ -33,7 +33,9 @@ def gunicorn(
             try:
                 requests.get(f"{url}/healthz", timeout=1)
                 break
-            except requests.ConnectionError:
+            # The socket is bound before the worker boots: on a loaded machine a connection can
+            # be accepted and then wait past the read timeout. Both mean "not up yet".
+            except (requests.ConnectionError, requests.Timeout):
                 time.sleep(0.1)
         yield server, url
     finally:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from nodeagent.detect.sysfs import Sysfs
-from nodeagent.simulate import SimulatedNvml
+from nodeagent.simulate import Profile, SimulatedNvml
 from nodeagent.simulate.profile import parse_profile
 from nodeagent.vendors.common.nvml import Nvml
 from nodeagent.vendors.common.nvml_mig import memory_slices
@@ -224,6 +224,49 @@ MIG_MODEL: dict[str, Any] = {
         ]
     },
 }
+
+
+def _unplaced_cards(numa: dict[int, str]) -> Profile:
+    """Two cards the kernel places on no NUMA node (`numa_node` -1), on a host with `numa`."""
+    cards = [
+        {"model": "t4", "busId": "00000000:00:1B.0", "numaNode": -1},
+        {"model": "t4", "busId": "00000000:00:1C.0", "numaNode": -1},
+    ]
+    return small_profile(cards=cards, numa=numa)
+
+
+def test_no_numa_node_on_a_one_node_host_is_that_node() -> None:
+    # The H200 VM of docs/nodeagent.md, "On a real GPU": sysfs -1, one node, topo -m says 0.
+    profile = _unplaced_cards({0: "0-15"})
+    (group,) = detect(profile)
+    topologies = {(c.topology.numa_affinity, c.topology.cpu_affinity) for c in group.accelerators}
+    assert topologies == {("0", "0-15")}
+
+
+def test_no_numa_node_on_a_two_node_host_has_nvml_cpus_and_no_node() -> None:
+    # NVML answers every CPU (the kernel's mask for NUMA_NO_NODE); no node is made up, so the
+    # device plugin gives the kubelet no NUMA hint.
+    profile = _unplaced_cards({0: "0-7,16-23", 1: "8-15,24-31"})
+    (group,) = detect(profile)
+    topologies = {(c.topology.numa_affinity, c.topology.cpu_affinity) for c in group.accelerators}
+    assert topologies == {("", "0-31")}
+
+
+def test_no_numa_node_and_no_nvml_answer_has_nothing() -> None:
+    profile = _unplaced_cards({})
+    (group,) = detect(profile)
+    topologies = {(c.topology.numa_affinity, c.topology.cpu_affinity) for c in group.accelerators}
+    assert topologies == {("", "")}
+
+
+def test_nvml_cpu_affinity_words() -> None:
+    nvml = SimulatedNvml(_unplaced_cards({0: "0-3", 1: "64-65,127"}))
+    nvml.nvmlInit()
+    handle = nvml.nvmlDeviceGetHandleByIndex(0)
+    assert list(nvml.nvmlDeviceGetCpuAffinity(handle, 2)) == [0b1111, 0b11 | 1 << 63]
+    placed = SimulatedNvml(small_profile(numa={0: "0-3", 1: "4-7"}))
+    placed.nvmlInit()
+    assert list(placed.nvmlDeviceGetCpuAffinity(placed.nvmlDeviceGetHandleByIndex(0), 1)) == [15]
 
 
 def test_mig_profile_rules() -> None:

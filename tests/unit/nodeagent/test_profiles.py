@@ -56,6 +56,10 @@ EXPECTED = {
     "h100-80gb-x8-rdma": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8": Expected(*H100, "Hopper", 8),
     "h100-80gb-x8-mig": Expected(*H100, "Hopper", 8, H100_PROFILES),
+    # Recorded on a real H200 (tests/unit/nodeagent/test_recorded_h200.py).
+    "h200": Expected(
+        "h200", "NVIDIA H200", 143771, 16896, "580.159.04", "13.0", "9.0", "Hopper", 1
+    ),
     "a100-40gb-mig": Expected(
         "a100-sxm4-40gb",
         "NVIDIA A100-SXM4-40GB",

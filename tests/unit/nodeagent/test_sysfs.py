@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from chain.settings import StartupEnv
-from nodeagent.detect.sysfs import Sysfs, pci_address
+from nodeagent.detect.sysfs import Sysfs, cpu_list, listed_numbers, pci_address
 from nodeagent.simulate import write_sysfs
 from nodeagent.vendors.nvidia.simulate import PCI_VENDOR
 from tests.unit.nodeagent.helpers import small_profile, write
@@ -26,6 +26,7 @@ def tree(tmp_path: Path) -> Path:
     device(tmp_path, "0000:3b:00.0", "0x10de", "0x030200", "1")  # NVIDIA 3D controller
     device(tmp_path, "0000:5e:00.0", "0x1002", "0x038000", "0")  # AMD display controller
     device(tmp_path, "0000:00:1f.3", "0x10de", "0x040300")  # NVIDIA audio function
+    write(tmp_path / "sys/devices/system/node/node0/cpulist", "0-15")
     write(tmp_path / "sys/devices/system/node/node1/cpulist", "16-31")
     return tmp_path
 
@@ -87,6 +88,43 @@ def test_topology_without_numa_or_device(tree: Path) -> None:
         "",
         "",
     )
+
+
+def test_no_numa_node_on_a_one_node_host_is_that_node(tmp_path: Path) -> None:
+    # A VM whose firmware names no node (numa_node -1, as on the H200 of docs/nodeagent.md, "On
+    # a real GPU"): with one node every CPU and device is in it, as `nvidia-smi topo -m` says.
+    device(tmp_path, "0000:00:06.0", "0x10de", "0x030200")
+    write(tmp_path / "sys/devices/system/node/node0/cpulist", "0-15")
+    topology = Sysfs(tmp_path).topology("00000000:00:06.0")
+    assert (topology.numa_affinity, topology.cpu_affinity) == ("0", "0-15")
+    assert Sysfs(tmp_path).numa_nodes() == {0: "0-15"}
+
+
+def test_no_numa_node_on_a_two_node_host_stays_unknown(tree: Path) -> None:
+    topology = Sysfs(tree).topology("0000:00:05.0")
+    assert (topology.numa_affinity, topology.cpu_affinity) == ("", "")
+    assert Sysfs(tree).numa_nodes() == {0: "0-15", 1: "16-31"}
+
+
+def test_no_numa_node_without_node_folders_stays_unknown(tmp_path: Path) -> None:
+    # A kernel built without NUMA has no sys/devices/system/node: nothing to name.
+    device(tmp_path, "0000:00:06.0", "0x10de", "0x030200")
+    assert Sysfs(tmp_path).topology("0000:00:06.0").numa_affinity == ""
+    assert Sysfs(tmp_path).numa_nodes() == {}
+
+
+def test_a_device_not_on_the_bus_has_no_node_even_on_one_node(tmp_path: Path) -> None:
+    write(tmp_path / "sys/devices/system/node/node0/cpulist", "0-15")
+    assert Sysfs(tmp_path).topology("0000:99:00.0").numa_affinity == ""
+
+
+@pytest.mark.parametrize(
+    ("cpus", "spelled"),
+    [((), ""), ((3,), "3"), ((0, 1, 2, 3, 8), "0-3,8"), ((9, 8, 8, 1, 0), "0-1,8-9")],
+)
+def test_cpu_list_spelling(cpus: tuple[int, ...], spelled: str) -> None:
+    assert cpu_list(cpus) == spelled
+    assert listed_numbers(spelled) == tuple(sorted(set(cpus)))
 
 
 def test_root_port_through_links(tmp_path: Path) -> None:

@@ -51,8 +51,11 @@ DRAIN = [
         (_queue("Hold", "None"), _type(), BACKFILL),
         (_queue("HoldAndDrain", "None"), _type(), BACKFILL),
         (_queue("Hold", "HoldAndDrain"), _type(), BACKFILL),
-        # The hook's own drain: marked too (a drained pool stays inactive).
-        (_queue("HoldAndDrain", "HoldAndDrain"), _type(), BACKFILL),
+        # The hook's own drain of a pool that lost every flavor: nothing. Its nodes may only
+        # have gone out of sight (their agents uninstalled, their cards still there); marked,
+        # the pool would stay closed after a reinstall until an admin cleared it (#35).
+        (_queue("HoldAndDrain", "HoldAndDrain"), _type(), []),
+        (_queue("HoldAndDrain", None), _type(), []),
         # The hook's own Hold: an admin reactivating, or an empty pool. Nothing.
         (_queue("Hold", "Hold"), _type(), []),
         # No record (a queue from before the record existed): taken as the hook's own.

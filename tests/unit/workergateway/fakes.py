@@ -72,11 +72,24 @@ class MemoryCluster:
             self.refusing.discard(name)
             raise KubeError(409, f"{name}: the object has been modified")
 
-    def apply(self, obj: Obj, manager: str) -> Obj:
-        name = obj["metadata"]["name"]
-        self.calls.append(("apply", name))
+    def apply(self, obj: Obj, manager: str, subresource: str | None = None) -> Obj:
+        """As on a kind with a status subresource: an apply of the object keeps the status it
+        holds, an apply of `status` changes nothing else (and finds the object, or is a 404)."""
+        meta = obj["metadata"]
+        name = meta["name"]
+        self.calls.append(("apply/status" if subresource == "status" else "apply", name))
         self._refuse(name)
-        self.put(obj)
+        key = self._key(obj["kind"], name, meta.get("namespace"))
+        held = self.objects.get(key)
+        if subresource == "status":
+            if held is None:
+                raise KubeError(404, f"{name} not found")
+            stored = {**held, "status": copy.deepcopy(obj["status"])}
+        else:
+            stored = copy.deepcopy(obj)
+            if held is not None and "status" in held:
+                stored["status"] = held["status"]
+        self.put(stored)
         return obj
 
     def delete(self, api_version: str, kind: str, name: str) -> None:

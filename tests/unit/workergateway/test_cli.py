@@ -69,6 +69,7 @@ def test_healthz_and_metrics() -> None:
             text = answer.read().decode()
         assert "gpustack_fleet_passes_total 1.0" in text
         assert "gpustack_fleet_members_unreadable 0.0" in text
+        assert "gpustack_fleet_pools_unmirrored 0.0" in text
         now[0] = 11.0
         with pytest.raises(urllib.error.HTTPError) as raised:
             urllib.request.urlopen(f"{base}/healthz")

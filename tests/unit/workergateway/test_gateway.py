@@ -14,7 +14,10 @@ import jsonschema
 import pytest
 import yaml
 
+from chain.apis import KUEUE_API, LOCAL_QUEUE
 from chain.fleet_pools import FLEET_POOL, FleetPoolView
+from chain.names import local_queue_name
+from kubeapi import KubeError
 from workergateway.gateway import (
     ORPHANED_SINCE,
     UNREADABLE,
@@ -24,6 +27,15 @@ from workergateway.gateway import (
     orphaned_spec,
 )
 from workergateway.members import read_member
+from workergateway.reports import (
+    MEMBER_UNREADABLE,
+    MEMBERS_AGREE,
+    MEMBERS_READABLE,
+    NAMESPACE_MISSING,
+    NAMESPACES_MIRRORED,
+    POOL_CONFLICT,
+    QUEUES_UNREADABLE,
+)
 from workergateway.sums import fleet_pools
 
 from .fakes import MemoryCluster, Recorded
@@ -257,3 +269,135 @@ def test_every_fleet_pool_a_pass_writes_fits_the_crd() -> None:
     written += fleet.manager.of_kind(FLEET_POOL).values()
     for obj in written:
         jsonschema.validate(obj, schema)
+
+
+POOL = "gpustack--generic-linux-amd64"
+
+
+def _local_queue(namespace: str, pool: str = POOL) -> dict[str, Any]:
+    """The LocalQueue an entrance hook makes for `pool` in `namespace`."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": LOCAL_QUEUE,
+        "metadata": {"name": local_queue_name(pool), "namespace": namespace},
+        "spec": {"clusterQueue": pool},
+    }
+
+
+def _conditions(fleet: Fleet, pool: str = POOL) -> dict[str, dict[str, Any]]:
+    obj = fleet.manager.of_kind(FLEET_POOL)[pool]
+    return {c["type"]: c for c in obj["status"]["conditions"]}
+
+
+def test_a_namespace_a_member_lacks_is_a_condition_and_an_event_on_the_pool() -> None:
+    """docs/fleet.md, "Namespaces": the manager has the pool's LocalQueue in team-a and team-b;
+    west lacks team-b, so a team-b Workload MultiKueue sends there would wait unexplained."""
+    fleet = Fleet("three-members")
+    # The fleet namespace (member credentials) gets the manager's entrance queues too, and no
+    # member is asked to have it.
+    fleet.manager.put(_local_queue("gpustack-fleet"))
+    for namespace in ("team-a", "team-b"):
+        fleet.manager.put(_local_queue(namespace))
+        for member in ("east", "north"):
+            fleet.members[member].put(_local_queue(namespace))
+    fleet.members["west"].put(_local_queue("team-a"))
+    # Another pool's queue in team-b does not stand in for this one's.
+    fleet.members["west"].put(_local_queue("team-b", "gpustack--nvidia-a100-sxm4-80gb-linux-amd64"))
+    report = fleet.gateway.run_pass()
+    assert fleet.pools() == fleet.fixture["fleet"]  # the sums are not held up
+    condition = _conditions(fleet)[NAMESPACES_MIRRORED]
+    assert (condition["status"], condition["reason"]) == ("False", NAMESPACE_MISSING)
+    assert condition["message"].startswith("member west lacks namespace team-b (or the LocalQueue")
+    assert report.unmirrored == {POOL: condition["message"]}
+    assert ("FleetPool/" + POOL, "Warning", NAMESPACE_MISSING, condition["message"]) in (
+        fleet.events.events
+    )
+    # The other pool has no LocalQueue on the manager: nothing to mirror.
+    other = _conditions(fleet, "gpustack--nvidia-a100-sxm4-80gb-linux-amd64")
+    assert other[NAMESPACES_MIRRORED]["status"] == "True"
+    fleet.members["west"].put(_local_queue("team-b"))
+    fleet.now = START + timedelta(minutes=1)
+    assert fleet.gateway.run_pass().unmirrored == {}
+    condition = _conditions(fleet)[NAMESPACES_MIRRORED]
+    assert (condition["status"], condition["reason"]) == ("True", "Mirrored")
+    assert condition["lastTransitionTime"] == "2026-12-04T15:01:00Z"
+
+
+class NoLocalQueues(MemoryCluster):
+    """A member whose role predates the namespace report: listing LocalQueues is forbidden."""
+
+    def list(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        if kind == LOCAL_QUEUE:
+            raise KubeError(403, "localqueues.kueue.x-k8s.io is forbidden")
+        return super().list(api_version, kind)
+
+
+def test_a_member_whose_local_queues_cannot_be_listed_still_sums_and_is_unknown() -> None:
+    fleet = Fleet("three-members")
+    fleet.manager.put(_local_queue("team-a"))
+    for member in ("east", "north"):
+        fleet.members[member].put(_local_queue("team-a"))
+    west = NoLocalQueues()
+    west.objects = fleet.members["west"].objects
+    fleet.members["west"] = west
+    report = fleet.gateway.run_pass()
+    assert report.unreadable == {}
+    assert fleet.pools() == fleet.fixture["fleet"]
+    condition = _conditions(fleet)[NAMESPACES_MIRRORED]
+    assert (condition["status"], condition["reason"]) == ("Unknown", QUEUES_UNREADABLE)
+    assert "member west: its LocalQueues could not be listed" in condition["message"]
+    assert not [e for e in fleet.events.events if e[2] == NAMESPACE_MISSING]
+
+
+def test_an_unreadable_member_is_a_condition_on_every_pool_until_it_is_read() -> None:
+    fleet = Fleet("three-members")
+    fleet.gateway.run_pass()
+    for pool in fleet.pools():
+        assert _conditions(fleet, pool)[MEMBERS_READABLE]["status"] == "True"
+    fleet.unreachable.add("north")
+    fleet.gateway.run_pass()
+    for pool in fleet.pools():
+        condition = _conditions(fleet, pool)[MEMBERS_READABLE]
+        assert (condition["status"], condition["reason"]) == ("False", MEMBER_UNREADABLE)
+        assert "member north: secrets/gpustack-gateway-north: not found" in condition["message"]
+    fleet.unreachable.clear()
+    fleet.gateway.run_pass()
+    for pool in fleet.pools():
+        assert _conditions(fleet, pool)[MEMBERS_READABLE]["status"] == "True"
+
+
+def test_a_conflicting_pool_says_so_on_its_status() -> None:
+    fleet = Fleet("two-members")
+    fleet.gateway.run_pass()
+    name = "gpustack--nvidia-tesla-t4-linux-amd64"
+    assert _conditions(fleet, name)[MEMBERS_AGREE]["status"] == "True"
+    its = next(iter(fleet.members["west"].of_kind("InstanceType").values()))
+    its["spec"]["arch"] = "arm64"
+    fleet.gateway.run_pass()
+    condition = _conditions(fleet, name)[MEMBERS_AGREE]
+    assert (condition["status"], condition["reason"]) == ("False", POOL_CONFLICT)
+    assert "members disagree on spec.arch" in condition["message"]
+
+
+def test_a_settled_fleet_writes_no_status_again() -> None:
+    fleet = Fleet("three-members")
+    fleet.manager.put(_local_queue("team-a"))
+    fleet.gateway.run_pass()
+    fleet.manager.calls.clear()
+    fleet.now = START + timedelta(minutes=5)
+    fleet.gateway.run_pass()
+    assert [call for call in fleet.manager.calls if call[0] != "list"] == []
+
+
+def test_every_status_a_pass_writes_fits_the_crd() -> None:
+    path = Path(__file__).parents[3] / "manifests" / "fleet" / "crds" / "fleetpools.yaml"
+    version = yaml.safe_load(path.read_text())["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    schema = version["schema"]["openAPIV3Schema"]
+    fleet = Fleet("two-members")
+    fleet.manager.put(_local_queue("team-a", "gpustack--nvidia-tesla-t4-linux-amd64"))
+    fleet.unreachable.add("east")
+    fleet.gateway.run_pass()
+    for obj in fleet.manager.of_kind(FLEET_POOL).values():
+        jsonschema.validate(obj, schema)
+        assert len(obj["status"]["conditions"]) == 3

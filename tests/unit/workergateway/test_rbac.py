@@ -49,13 +49,15 @@ def test_the_manager_grants_what_a_pass_does() -> None:
         (group, FLEET_POOLS_RESOURCE, "delete"),
         ("events.k8s.io", "events", "create"),
         ("events.k8s.io", "events", "patch"),
+        (group, f"{FLEET_POOLS_RESOURCE}/status", "patch"),
+        ("kueue.x-k8s.io", "localqueues", "list"),
     }
     assert needed <= cluster
     assert not any(resource == "secrets" for _, resource, _ in cluster)
     assert _grants(FLEET / "gateway-rbac.yaml", "Role") == {("", "secrets", "get")}
 
 
-def test_a_member_grants_reads_of_two_kinds_only() -> None:
+def test_a_member_grants_reads_of_three_kinds_only() -> None:
     assert _listed(FLEET / "member" / "kustomization.yaml") == ["rbac.yaml"]
     assert _grants(FLEET / "member" / "rbac.yaml", "ClusterRole") == {
         (group, resource, verb)
@@ -64,4 +66,4 @@ def test_a_member_grants_reads_of_two_kinds_only() -> None:
             ("kueue.x-k8s.io", "clusterqueues"),
         )
         for verb in ("get", "list", "watch")
-    }
+    } | {("kueue.x-k8s.io", "localqueues", "list")}

@@ -111,7 +111,9 @@ def _counted(fleet: list[tuple[MemberState, tuple[MemberPool, ...]]]) -> list[Me
     return [pool for state, pools in fleet if state.active for pool in pools if pool.counted]
 
 
-@settings(max_examples=40)
+# No deadline: an example's time says nothing about the sums, and on a loaded machine a
+# deadline fails the test for no fault of theirs (as in the project's other properties).
+@settings(max_examples=40, deadline=None)
 @given(members())
 def test_sums_and_maxima_follow_the_counted_members(fleet: Any) -> None:
     pools = fleet_pools(fleet).pools
@@ -139,7 +141,7 @@ def test_sums_and_maxima_follow_the_counted_members(fleet: Any) -> None:
     assert list(pool.members) == sorted(state.name for state, _ in fleet if state.active)
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)
 @given(members(), st.randoms())
 def test_the_order_members_arrive_in_changes_nothing(fleet: Any, random: Any) -> None:
     shuffled = list(fleet)
@@ -147,7 +149,7 @@ def test_the_order_members_arrive_in_changes_nothing(fleet: Any, random: Any) ->
     assert _rendered(fleet_pools(shuffled)) == _rendered(fleet_pools(fleet))
 
 
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)
 @given(members())
 def test_an_inactive_member_is_as_good_as_absent(fleet: Any) -> None:
     present = [(state, pools) for state, pools in fleet if state.active]

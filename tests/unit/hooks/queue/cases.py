@@ -287,39 +287,38 @@ def _drain() -> dict[str, Case]:
     empty_held = _t4_served("Hold", 3, kueue_status(3, stopped=True), groups=None)
     return {
         "drain-1-start": _sync(
-            "the pool lost every flavor while workloads run: HoldAndDrain (the lifecycle keeper "
-            "then marks the type inactive)",
+            "the pool lost every flavor while workloads run (its nodes' labels went, as when the "
+            "node agents are uninstalled): HoldAndDrain; the type is not marked inactive",
             request(T4_TYPE, [_t4_served("None", 1, RUNNING)], check=ACTIVE),
             answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-2-evicting": _sync(
             "still a workload holding quota: keep draining",
-            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINING)], check=ACTIVE),
+            request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINING)], check=ACTIVE),
             answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-3-stale-status": _sync(
             "Kueue has not seen the HoldAndDrain generation yet: its zero counts prove nothing",
-            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, STALE)], check=ACTIVE),
+            request(T4_TYPE, [_t4_served("HoldAndDrain", 2, STALE)], check=ACTIVE),
             answer([_t4("HoldAndDrain")], resync=WAIT),
         ),
         "drain-4-drained": _sync(
             "stopped at the current generation and nothing holds quota: the groups go, Hold",
-            request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINED_STATUS)], check=ACTIVE),
-            answer([_t4("Hold", None)]),
-        ),
-        "drain-4-drained-before-marked": _sync(
-            "drained before the lifecycle keeper marked the type inactive: the groups go but the "
-            "queue stays HoldAndDrain, so the drain is not forgotten",
             request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINED_STATUS)], check=ACTIVE),
-            answer([_t4("HoldAndDrain", None)]),
+            answer([_t4("Hold", None)]),
         ),
         "drain-5-empty": _sync(
             "drained and still no flavors: the empty queue stays on Hold",
-            request(T4_INACTIVE, [empty_held], check=ACTIVE),
+            request(T4_TYPE, [empty_held], check=ACTIVE),
             answer([_t4("Hold", None)]),
         ),
         "drain-6-flavors-back": _sync(
-            "flavors are back: the groups come back, but the drained type stays on Hold",
+            "flavors are back (the nodes' agents reported again): the queue reopens by itself",
+            request(T4_TYPE, [empty_held], [T4_1D, T4_2D], ACTIVE),
+            answer([_t4("None")]),
+        ),
+        "drain-6-flavors-back-inactive": _sync(
+            "flavors are back to a type an admin set inactive meanwhile: groups back, on Hold",
             request(T4_INACTIVE, [empty_held], [T4_1D, T4_2D], ACTIVE),
             answer([_t4("Hold")]),
         ),
@@ -334,15 +333,14 @@ def _drain() -> dict[str, Case]:
             answer([_t4("None")]),
         ),
         "drain-flavors-back-midway": _sync(
-            "flavors return while draining: groups back, HoldAndDrain lifted to Hold (sticky)",
+            "flavors return while draining: groups back, the hook's own drain lifted",
+            request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
+            answer([_t4("None")]),
+        ),
+        "drain-flavors-back-midway-inactive": _sync(
+            "flavors return while draining a type an admin set inactive: groups back, Hold",
             request(T4_INACTIVE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
             answer([_t4("Hold")]),
-        ),
-        "drain-flavors-back-before-marked": _sync(
-            "flavors return to a queue under HoldAndDrain whose type is not marked inactive "
-            "yet: the drain stands until the mark is written",
-            request(T4_TYPE, [_t4_served("HoldAndDrain", 2, DRAINING)], [T4_1D, T4_2D], ACTIVE),
-            answer([_t4("HoldAndDrain")]),
         ),
         "admin-hold-kept": _sync(
             "an admin set Hold on the queue of an active type: the Hold is kept (the record "

@@ -148,14 +148,46 @@ def _phases(log: list[tuple[str, bool, str]]) -> list[tuple[str, bool, str]]:
     return [entry for i, entry in enumerate(log) if i == 0 or log[i - 1] != entry]
 
 
-def test_drain_then_flavors_return_then_admin_reactivates() -> None:
+def test_a_pool_drained_for_lack_of_flavors_reopens_when_they_return() -> None:
+    """An uninstall and a reinstall (#35): the agents' namespace goes with their NodeFeatures,
+    so the nodes lose their accelerator labels and the pool its flavors while the cards stay;
+    the reinstalled hooks see that before the agents report again. The queue drains and empties,
+    and once the agents report, the flavors and the queue come back with no admin's help: the
+    type is never marked inactive."""
     client = app.test_client()
     cluster = _running(workloads=3)
     cluster.flavors = []
     cluster.settle(client)
-    assert _phases(cluster.log) == [("HoldAndDrain", True, "true"), ("Hold", False, "true")]
+    assert _phases(cluster.log) == [("HoldAndDrain", True, ""), ("Hold", False, "")]
     assert cluster.workloads == 0
 
+    cluster.log.clear()
+    cluster.flavors = list(FLAVORS)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("None", True, "")]
+
+
+def test_flavors_back_midway_through_a_drain_lift_it() -> None:
+    """The agents report again before the drain is over: the drain stops there, the queue
+    reopens with its groups, and the type stays active."""
+    client = app.test_client()
+    cluster = _running(workloads=3)
+    cluster.flavors = []
+    cluster.step(client)
+    assert cluster.log == [("HoldAndDrain", True, "")]
+    cluster.flavors = list(FLAVORS)
+    cluster.settle(client)
+    assert _phases(cluster.log) == [("HoldAndDrain", True, ""), ("None", True, "")]
+
+
+def test_an_admin_who_sets_inactive_during_a_drain_keeps_the_pool_held() -> None:
+    """The drain marks nothing, but an admin's `spec.inactive` still holds the pool once its
+    flavors return, until the admin clears it."""
+    client = app.test_client()
+    cluster = _running(workloads=2)
+    cluster.flavors = []
+    cluster.settle(client)
+    cluster.target["spec"]["inactive"] = True
     cluster.log.clear()
     cluster.flavors = list(FLAVORS)
     cluster.settle(client)

@@ -1,0 +1,1 @@
+"""The GPU proof: the NVIDIA detector and HAMi-core slicing on a real card (`prove.py`)."""
