@@ -516,7 +516,7 @@ def _crds(bed: Any) -> None:
         *load_yaml_documents(repo / "manifests/fleet/crds/fleetpools.yaml"),
     ]
     for crd in crds.kueue_crds(bed):
-        if crd["spec"]["names"]["kind"] in (CLUSTER_QUEUE, MULTIKUEUE_CLUSTER):
+        if crd["spec"]["names"]["kind"] in (CLUSTER_QUEUE, "LocalQueue", MULTIKUEUE_CLUSTER):
             crd["spec"].pop("conversion", None)  # no Kueue here to convert: v1beta2 only
             wanted.append(crd)
     for crd in wanted:
