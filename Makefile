@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image push demo test unit e2e fuzz bench-fleet lint clean
+.PHONY: all venv testbed image push demo test unit e2e fuzz bench-fleet churn-real-nodes lint clean
 
 all: test
 
@@ -62,6 +62,13 @@ fuzz: venv
 bench-fleet: testbed
 	$(PY) -m benchmarks.fleet
 	flock /tmp/gpustack-testbed.lock $(PY) -m benchmarks.fleet --lag --lag-members 10
+
+# The real-node churn's long profile (make test runs the short one, 48): 400 Pod lifecycles of
+# mixed modes through the real agents on the testbed's real nodes, with their own cluster; the
+# agents' RSS, the journal and what is left printed (docs/benchmarks.md, "Churn").
+churn-real-nodes: testbed
+	GPUSTACK_REAL_CHURN=long flock /tmp/gpustack-testbed.lock \
+		$(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/test_real_nodes_churn.py
 
 # The test command: lint and types, then both tiers (unit, and e2e on the testbed).
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.

@@ -20,6 +20,7 @@ import yaml
 
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from kubeapi import load_yaml_documents, wait_for
+from nodeagent.vendors.nvidia.simulate import load_profile
 from testbed import build, images, network, realnode, registry, system, upstream
 from testbed.harness import Testbed
 from testbed.kubectl import kubectl
@@ -145,3 +146,51 @@ def offers_cards(bed: Testbed, node: str) -> bool:
     found = bed.kube.get("v1", "Node", node) or {}
     offered = found.get("status", {}).get("allocatable", {})
     return bool(offered.get("nvidia.com/gpu")) and "nvidia.com/gpu.sliced.units" in offered
+
+
+def card_count(spec: NodeSpec) -> int:
+    """How many whole cards a real node shows (its simulated profile's)."""
+    return len(load_profile(spec.hardware).cards) if spec.hardware else 0
+
+
+def terminating_namespaces(bed: Testbed) -> list[str]:
+    return [
+        ns["metadata"]["name"]
+        for ns in bed.kube.list("v1", "Namespace")
+        if ns["metadata"].get("deletionTimestamp")
+    ]
+
+
+def offers_every_card(bed: Testbed, spec: NodeSpec) -> bool:
+    """The node is Ready and offers each of its cards whole: no Pod holds one in any mode (a
+    card held in one mode is listed Unhealthy in the others, so it leaves `nvidia.com/gpu`)."""
+    status = (bed.kube.get("v1", "Node", spec.name) or {}).get("status", {})
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
+    )
+    return ready and status.get("allocatable", {}).get("nvidia.com/gpu") == str(card_count(spec))
+
+
+def what_holds(bed: Testbed, node: str) -> list[str]:
+    """The Pods bound to a node, with their phases: what a test that waited in vain for the
+    node's cards says."""
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']} {p['status'].get('phase')}"
+        for p in bed.kube.list("v1", "Pod", field_selector=f"spec.nodeName={node}")
+    ]
+
+
+def wait_quiet(bed: Testbed, specs: Sequence[NodeSpec], timeout: float = 300.0) -> None:
+    """Until earlier tests' scratch namespaces are gone and every node in `specs` offers all its
+    cards: the real-node modules share one cluster, and a module that counts cards or watches
+    what is deleted must not see the end of another's Pods."""
+    wait_for(lambda: not terminating_namespaces(bed), timeout, "earlier namespaces to be gone")
+    for spec in specs:
+        try:
+            wait_for(partial(offers_every_card, bed, spec), timeout, f"{spec.name}'s cards")
+        except TimeoutError:
+            allocatable = (bed.kube.get("v1", "Node", spec.name) or {}).get("status", {})
+            raise AssertionError(
+                f"{spec.name} never offered its {card_count(spec)} cards: allocatable "
+                f"{allocatable.get('allocatable')}, Pods on it {what_holds(bed, spec.name)}"
+            ) from None

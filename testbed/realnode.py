@@ -245,6 +245,22 @@ class RealNode:
         env = {"PATH": f"{build.bin_dir('containerd')}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.bed.spawn(self.names["kubelet"], argv, exe=str(kubelet), env=env)
 
+    # -- restarts (day two: tests/e2e/test_real_nodes_restarts.py) -------------------------
+
+    def restart_kubelet(self, down_s: float = 2.0) -> None:
+        """Stop the kubelet (SIGTERM, as a service manager would) and start it again with the same
+        flags; its containers run on under containerd meanwhile."""
+        self.bed.stop(self.names["kubelet"])
+        time.sleep(down_s)
+        self._start_kubelet()
+
+    def restart_containerd(self, down_s: float = 2.0) -> None:
+        """Stop containerd and start it again with the same configuration. The shims run in
+        process groups of their own, so the containers survive it, as on a host."""
+        self.bed.stop(self.names["containerd"])
+        time.sleep(down_s)
+        self._start_containerd()
+
     def _in_netns(self, program: Path, *args: str) -> list[str]:
         """`program args...` in the node's network namespace only (its iptables live there)."""
         return ["nsenter", f"--net=/run/netns/{self.addr.netns}", "--", str(program), *args]

@@ -1,5 +1,5 @@
 """Kueue helpers the e2e tests, the demo and the benchmarks share: a bare Workload asking for
-whole cards, its conditions, and playing its owner."""
+whole cards, its conditions, and playing its owner; a bare Pod asking for cards."""
 
 from __future__ import annotations
 
@@ -87,6 +87,41 @@ def gpu_workload(
             "queueName": queue,
             "podSets": [{"name": "main", "count": 1, "template": {"spec": pod}}],
         },
+    }
+
+
+def card_pod(
+    name: str,
+    namespace: str,
+    limits: dict[str, str],
+    image: str,
+    command: str,
+    node: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> Obj:
+    """A bare Pod of one container asking `limits` (its requests the same), run once and gone
+    at once when deleted (no grace period: a test deletes many), optionally pinned to one node
+    by its hostname label."""
+    spec: Obj = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {
+                "name": "main",
+                "image": image,
+                "command": ["sh", "-c", command],
+                "resources": {"limits": dict(limits), "requests": dict(limits)},
+            }
+        ],
+    }
+    if node is not None:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
+        "spec": spec,
     }
 
 

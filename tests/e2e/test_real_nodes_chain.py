@@ -24,12 +24,12 @@ from chain.names import local_queue_name
 from chain.release import AGENT_NAMESPACE
 from kubeapi import Obj, wait_for
 from testbed import images
-from testbed.cluster import NVIDIA_AGENT, pool_views, ready_agents
+from testbed.cluster import NVIDIA_AGENT, offers_every_card, pool_views, ready_agents
 from testbed.harness import Testbed
 from testbed.kubectl import kubectl
 from testbed.nodes import T4_POOL
 from testbed.pytest_plugin import REAL_NODES
-from testbed.workloads import sliced_job
+from testbed.workloads import card_pod, sliced_job
 
 WORKER = "worker.gpustack.ai/v1alpha1"
 GPU = "nvidia.com/gpu"
@@ -70,24 +70,7 @@ def test_the_real_kubelet_registers_the_agents_plugins(agents: Testbed) -> None:
 
 
 def _pod(name: str, node: str, limits: dict[str, str], command: str) -> Obj:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": False,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [
-                {
-                    "name": "main",
-                    "image": images.PROJECT_IMAGE,
-                    "command": ["sh", "-c", command],
-                    "resources": {"limits": limits, "requests": limits},
-                }
-            ],
-        },
-    }
+    return card_pod(name, NAMESPACE, limits, images.PROJECT_IMAGE, command, node=node)
 
 
 def _phase(bed: Testbed, name: str) -> str | None:
@@ -174,6 +157,19 @@ def test_a_sliced_job_goes_through_every_gate_onto_a_real_node(agents: Testbed) 
     namespace = f"tenant-{uuid.uuid4().hex[:5]}"
     bed.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     queue = local_queue_name(T4_POOL)
+    try:
+        _sliced_job_through_every_gate(bed, namespace, queue)
+        # The Job's Pod ends Succeeded and stays listed until its namespace goes: a finished
+        # Pod holds no card, so node-a offers all four whole again before the namespace is
+        # deleted (the modules after this one start from a node with every card free).
+        (node_a,) = [spec for spec in REAL_NODES if spec.name == "node-a"]
+        wait_for(lambda: offers_every_card(bed, node_a), 120, "node-a's four cards free")
+    finally:
+        bed.kube.delete("v1", "Namespace", namespace)
+
+
+def _sliced_job_through_every_gate(bed: Testbed, namespace: str, queue: str) -> None:
+    """The Job admitted, run and ended, its slice charged while it runs and freed after."""
     wait_for(
         lambda: bed.kube.get("kueue.x-k8s.io/v1beta2", "LocalQueue", queue, namespace),
         90,

@@ -25,7 +25,7 @@ from chain.apis import CHAIN_API, SETTINGS, SETTINGS_NAME
 from chain.release import AGENT_NAMESPACE
 from kubeapi import KubeError, Obj, wait_for
 from testbed import images
-from testbed.cluster import deployment_available
+from testbed.cluster import deployment_available, terminating_namespaces
 from testbed.harness import Testbed
 from testbed.install import MANIFESTS, kustomize
 from testbed.kubectl import kubectl
@@ -210,17 +210,7 @@ def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> No
     bed = real_chain
     # Earlier modules' scratch namespaces may still be terminating; their LocalQueues go with
     # them, which is not the hooks' doing. Start from a cluster where none is.
-    wait_for(
-        lambda: (
-            not [
-                ns["metadata"]["name"]
-                for ns in bed.kube.list("v1", "Namespace")
-                if ns["metadata"].get("deletionTimestamp")
-            ]
-        ),
-        300,
-        "earlier modules' namespaces to be gone",
-    )
+    wait_for(lambda: not terminating_namespaces(bed), 300, "earlier modules' namespaces to go")
     before = _attachments(bed)
     assert any(kind == "InstanceType" for kind, _, _ in before)
     assert any(kind == "ClusterQueue" for kind, _, _ in before)
@@ -247,6 +237,7 @@ def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> No
         pods = pods_of(name)
         return deployment_available(bed, name) and not killed & {p["metadata"]["uid"] for p in pods}
 
+    poke = uuid.uuid4().hex[:6]
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
@@ -261,7 +252,6 @@ def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> No
                 f"app.kubernetes.io/name={name}",
                 "--wait=false",
             )
-        poke = uuid.uuid4().hex[:6]
         bed.kube.merge_patch("v1", "Node", "node-a", {"metadata": {"labels": {"e2e-poke": poke}}})
         bed.kube.merge_patch(
             CHAIN_API, SETTINGS, SETTINGS_NAME, {"metadata": {"annotations": {"e2e-poke": poke}}}
@@ -279,6 +269,8 @@ def test_killing_every_hook_pod_deletes_no_attachment(real_chain: Testbed) -> No
         stop.set()
         watcher.join(5)
         bed.kube.merge_patch("v1", "Node", "node-a", {"metadata": {"labels": {"e2e-poke": None}}})
+        # The new namespace goes too, so no later module meets it terminating.
+        bed.kube.delete("v1", "Namespace", f"tenant-{poke}")
     assert not lost, f"deleted or replaced while the hooks were down: {sorted(set(lost))}"
 
 
