@@ -244,6 +244,28 @@ def charged_part(record: AllocationRecord, terminal: bool, release: bool) -> All
     return record.keep(kept)
 
 
+def charging_reservations(
+    pods: Iterable[PodAllocations],
+    reservations: Mapping[Holder, AllocationRecord],
+    release_terminated: bool,
+) -> dict[Holder, AllocationRecord]:
+    """This process's reservations, each cut to the part that still charges its cards.
+
+    A reservation lives as long as its Pod is listed, finished Pods included, so a whole card
+    granted to a Pod that has since Succeeded would otherwise stay held in its mode: a Pod of
+    another mode on that card refused by Allocate and the card advertised Unhealthy, while the
+    ledger (and so the verdict driver) counts it free (#35). A finished Pod's reservation
+    charges exactly what its record would (`charged_part`); a reservation whose Pod the list
+    does not name yet is the newest grant of all and charges whole."""
+    finished = {pod.uid for pod in pods if pod.terminal}
+    charging: dict[Holder, AllocationRecord] = {}
+    for holder, record in reservations.items():
+        kept = charged_part(record, holder.pod_uid in finished, release_terminated)
+        if next(kept.claims(), None) is not None:
+            charging[holder] = kept
+    return charging
+
+
 def node_holdings(
     pods: Iterable[PodAllocations],
     reservations: Mapping[Holder, AllocationRecord],

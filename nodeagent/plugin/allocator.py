@@ -52,6 +52,7 @@ from chain.ledger_rebuild import (
     CardRef,
     Holder,
     PodAllocations,
+    charging_reservations,
     node_holdings,
     parse_allocated,
     render_allocated,
@@ -320,7 +321,8 @@ class Allocator:
         """Every token of the mode; a card held in another mode stays listed but Unhealthy."""
         spec = self.node.spec()
         pods, reserved = self.node.live()
-        reservations = list(reserved.values())
+        charging = charging_reservations(pods, reserved, self.node.release_terminated)
+        reservations = list(charging.values())
         status = self.node.ledger(pods)
         found: list[Advertised] = []
         for group, card in spec.cards():
@@ -393,7 +395,8 @@ class Allocator:
             pods = [PodAllocations.from_pod(pod) for pod in raw]
             spec, status = self.node.spec(), self.node.ledger(pods)
             occupancy = self._occupancy(pods, held.reservations)
-            reserved = tuple(held.reservations.values())
+            charging = charging_reservations(pods, held.reservations, self.node.release_terminated)
+            reserved = tuple(charging.values())
             return raw, (spec, status, occupancy, reserved), self._served_test(held)
 
         def read(fresh: bool) -> tuple[NodeView, Candidate | None]:
@@ -527,7 +530,8 @@ class Allocator:
                 self.maker.name, self.mode, tuple(device_ids), found.holder, per_token
             )
             gate = occupancy if node.sliced_gate else None
-            record = decide_grant(spec, status, held.reservations, request, gate)
+            charging = charging_reservations(pods, held.reservations, node.release_terminated)
+            record = decide_grant(spec, status, charging, request, gate)
         except Refusal as refusal:
             raise RefusedFor(refusal, found.pod) from None
         if attempt.left() <= 0:

@@ -29,6 +29,7 @@ from chain.ledger_rebuild import (
     Claim,
     Holder,
     PodAllocations,
+    charging_reservations,
     node_holdings,
     rebuild_status,
 )
@@ -268,7 +269,7 @@ class PartitionedAllocator(Allocator):
         grant = decide_partition(
             spec,
             status,
-            held.reservations,
+            charging_reservations(pods, held.reservations, node.release_terminated),
             occupied_placements(mine, self.maker.name),
             prior_claim,
             request,

@@ -29,6 +29,7 @@ from chain.ledger_rebuild import (
     Holder,
     PodAllocations,
     charged_part,
+    charging_reservations,
     free_placements,
     node_holdings,
     parse_allocated,
@@ -192,6 +193,31 @@ def test_holdings_prefer_reservations_and_drop_vanished_pods() -> None:
     reservations = {Holder("u1", "a"): new, Holder("u1", "c"): new, Holder("gone", "a"): new}
     held = node_holdings(pods, reservations, release_terminated=True)
     assert held == {Holder("u1", "a"): new, Holder("u1", "b"): old, Holder("u1", "c"): new}
+
+
+def test_reservations_charge_what_their_pods_records_would() -> None:
+    """A finished Pod's reservation keeps only what still charges (its partition); a running
+    Pod's, and one whose Pod the list does not name yet (the newest grant), charge whole."""
+    whole = record(claim(0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS))
+    both = record(
+        claim(1, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS),
+        claim(2, Mode.PARTITIONED, 320000, profile="1g.10gb"),
+    )
+    pods = [pod("done", {}, phase="Succeeded"), pod("failed", {}, phase="Failed"), pod("run", {})]
+    reservations = {
+        Holder("done", "a"): whole,
+        Holder("failed", "a"): both,
+        Holder("run", "a"): whole,
+        Holder("new", "a"): both,
+    }
+    charging = charging_reservations(pods, reservations, release_terminated=True)
+    assert charging == {
+        Holder("failed", "a"): charged_part(both, terminal=True, release=True),
+        Holder("run", "a"): whole,
+        Holder("new", "a"): both,
+    }
+    assert [c.row.mode for c in charging[Holder("failed", "a")].claims()] == [Mode.PARTITIONED]
+    assert charging_reservations(pods, reservations, release_terminated=False) == reservations
 
 
 # --- Rebuild ------------------------------------------------------------------------------------

@@ -276,3 +276,40 @@ def test_two_slices_in_one_container_are_refused_at_allocate() -> None:
     assert refused.value.code == Code.INVALID_ARGUMENT
     assert "one slice per container" in refused.value.message
     assert cluster.annotation("greedy") == ""  # nothing recorded
+
+
+@pytest.mark.parametrize("release_terminated", [True, False])
+def test_a_finished_pods_reservation_holds_its_card_only_as_its_record_charges(
+    release_terminated: bool,
+) -> None:
+    """A whole card granted to a Pod that has since Succeeded (the Pod still listed, as a
+    finished Job's Pods are) is free in the ledger when finished Pods release their cards, so
+    the verdict driver counts it free and may send a share there. This process's reservation of
+    that grant lives as long as the Pod is listed: it must then charge what the record charges,
+    not the whole card, or Allocate refuses the share and the card is advertised Unhealthy in
+    Shared mode (#35; seen on the real nodes after a churn of mixed modes). With the release
+    switched off the finished Pod keeps its card, and the share is still refused."""
+    cluster = FakeCluster()
+    node = NodeState(t4_spec, cluster, cluster, release_terminated=release_terminated)
+    whole = Allocator(node, NVIDIA, Mode.EXCLUSIVE)
+    shared = Allocator(node, NVIDIA, Mode.SHARED)
+    cluster.add("whole", ("main", {GPU: "1"}))
+    exclusive_tokens = [a.id for a in whole.advertised()]
+    [token] = whole.preferred(exclusive_tokens, [], 1)
+    whole.allocate([token], Attempt(5.0))
+    card = token.split(":")[1]
+    assert node.reservation(next(iter(node.reserved()))) is not None  # held by this process
+    cluster.set_phase("whole", "Succeeded")
+
+    cluster.add("share", ("main", {GPU + ".shared": "1"}))
+    on_card = [a for a in shared.advertised() if a.id.split(":")[1] == card]
+    assert on_card and all(a.healthy == release_terminated for a in on_card)
+    if release_terminated:
+        shared.allocate([on_card[0].id], Attempt(5.0))
+        [claim] = parse_allocated(cluster.annotation("share"))["main"].claims()
+        assert (claim.row.id, claim.row.mode) == (card, Mode.SHARED)
+    else:
+        with pytest.raises(Refusal) as refused:
+            shared.allocate([on_card[0].id], Attempt(5.0))
+        assert refused.value.code == Code.FAILED_PRECONDITION
+        assert f"card {card} is held in {Mode.EXCLUSIVE} mode" in refused.value.message

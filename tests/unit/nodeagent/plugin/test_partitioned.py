@@ -25,6 +25,7 @@ from chain.ledger import (
 from chain.ledger_rebuild import (
     ALLOCATED_ANNOTATION,
     AllocationRecord,
+    Holder,
     parse_allocated,
     render_allocated,
 )
@@ -156,6 +157,19 @@ def test_a_card_held_in_another_mode_is_refused(node: Node) -> None:
     )
     nothing_left(node)
     assert node.cluster.writes == []
+
+
+def test_a_finished_pods_whole_card_is_free_for_a_partition(node: Node) -> None:
+    """A card this process granted whole to a Pod that has since Succeeded (still listed) is
+    free in the ledger; its reservation must not keep it in Exclusive mode (#35)."""
+    node.cluster.add("whole", ("main", {"nvidia.com/gpu": "1"}))
+    row = AcceleratorAllocation(CARDS[0], 0, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
+    record = AllocationRecord(DevicesStatus((DevicesAllocationGroup(GROUP, "nvidia", (row,)),)))
+    uid = node.cluster.by_key[("default", "whole")]["metadata"]["uid"]
+    node.state.reserve(Holder(uid, "main"), record)
+    node.cluster.set_phase("whole", "Succeeded")
+    node.grant("p1", "1g.5gb")
+    assert node.row("p1").id == CARDS[0]
 
 
 def test_no_profile_key_is_refused(node: Node) -> None:
