@@ -174,6 +174,18 @@ class Outcomes:
     journal_peak: dict[str, int] = field(default_factory=dict)
 
 
+def refused_by(status: Obj) -> str:
+    """Who refused a Pod that failed: the agent's Allocate (its gRPC code in the kubelet's
+    message), the kubelet's own device list (no healthy or free token of the kind: the
+    scheduler counted one the agent had meanwhile marked Unhealthy or given away), or neither."""
+    message = str(status.get("message") or "")
+    if status.get("reason") != REFUSED:
+        return str(status.get("reason") or "Failed")
+    if "rpc error" in message:
+        return "agent " + message.partition("code = ")[2].split(" ", 1)[0]
+    return "kubelet"
+
+
 class RealChurn:
     """The lifecycles, driven through the API server; the nodes read from the host."""
 
@@ -226,7 +238,7 @@ class RealChurn:
             self.outcomes.granted[mode] += 1
             self.outcomes.unrecorded += ALLOCATED_ANNOTATION not in (meta.get("annotations") or {})
         else:
-            self.outcomes.refused[(mode, str(status.get("reason") or "Failed"))] += 1
+            self.outcomes.refused[(mode, refused_by(status))] += 1
 
     def run(self) -> tuple[list[Sample], float]:
         profile = self.profile

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
-from chain.units import RESOURCE_MAX_UNITS
 from kubeapi import Obj, wait_for
 from testbed.cluster import REAL_NODES, wait_quiet
 from testbed.harness import Testbed
@@ -38,7 +37,7 @@ PLUGINS = (GPU, f"{GPU}.shared", SLICED)
 HOLDERS: dict[str, dict[str, str]] = {
     "first": {GPU: "1"},
     # Half a card: the agent turns that card's whole and shared tokens Unhealthy meanwhile.
-    "slice": {SLICED: "1", f"{SLICED}.units": str(RESOURCE_MAX_UNITS // 2)},
+    "slice": {SLICED: "1", f"{SLICED}.memory-percentage": "50"},
 }
 
 
@@ -85,7 +84,13 @@ def _kept(bed: Testbed, name: str) -> tuple[str, int, str]:
 def _holder(bed: Testbed, name: str, limits: dict[str, str]) -> str:
     pod = f"restart-{name}"
     bed.kube.create(_pod(pod, NODE, limits, "env; exec sleep 600"))
-    wait_for(lambda: _phase(bed, pod) == "Running", 120, f"{pod} to run")
+    phase = wait_for(
+        lambda: _phase(bed, pod) in ("Running", "Succeeded", "Failed") and _phase(bed, pod),
+        120,
+        f"{pod} to start",
+    )
+    status = _pod_of(bed, name).get("status", {})
+    assert phase == "Running", f"{pod} {phase}: {status.get('reason')} {status.get('message')}"
     card = _card(bed, pod)
     wait_for(
         lambda: (
