@@ -22,7 +22,7 @@ from typing import Any
 
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION
 from kubeapi import Obj, wait_for
-from testbed.cluster import REAL_NODES, wait_quiet
+from testbed.cluster import REAL_NODES, card_count, wait_quiet, what_holds
 from testbed.harness import Testbed
 from testbed.kubectl import kubectl
 from testbed.realnode import RealNode
@@ -33,7 +33,6 @@ NODE = "node-a"
 GPU = "nvidia.com/gpu"
 SLICED = "nvidia.com/gpu.sliced"
 WORKER = "worker.gpustack.ai/v1alpha1"
-PLUGINS = (GPU, f"{GPU}.shared", SLICED)
 HOLDERS: dict[str, dict[str, str]] = {
     "first": {GPU: "1"},
     # Half a card: the agent turns that card's whole and shared tokens Unhealthy meanwhile.
@@ -46,15 +45,27 @@ def _node(bed: Testbed) -> RealNode:
     return RealNode(bed, spec)
 
 
-def _offered(bed: Testbed) -> tuple[bool, dict[str, str]]:
-    """Whether node-a is Ready, and what its kubelet offers of the agent's plugins' tokens
-    (the counting keys beside them are the agent's own writes to the Node)."""
+def _whole_cards(bed: Testbed) -> tuple[bool, str | None]:
+    """Whether node-a is Ready, and how many whole cards its kubelet offers."""
     status = (bed.kube.get("v1", "Node", NODE) or {}).get("status", {})
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", [])
     )
-    offered = {k: v for k, v in status.get("allocatable", {}).items() if k in PLUGINS}
-    return ready, offered
+    return ready, status.get("allocatable", {}).get(GPU)
+
+
+def _serving(bed: Testbed, what: str, timeout: float) -> None:
+    """Until node-a is Ready and offers every card but the slice's whole (a card held in
+    another mode is Unhealthy to `nvidia.com/gpu`; one held whole is still counted)."""
+    whole = str(card_count(_node(bed).spec) - 1)
+    try:
+        wait_for(lambda: _whole_cards(bed) == (True, whole), timeout, what)
+    except TimeoutError:
+        ready, offered = _whole_cards(bed)
+        raise AssertionError(
+            f"{what}: Ready {ready}, {offered} whole cards offered, not {whole}; "
+            f"Pods on it {what_holds(bed, NODE)}"
+        ) from None
 
 
 def _ledger(bed: Testbed) -> Any:
@@ -117,9 +128,8 @@ def _plugin_sockets(node: RealNode) -> dict[str, float]:
 def _restarted(bed: Testbed, node: RealNode, what: str, restart: Callable[[], None]) -> None:
     """Restart, then wait until every plugin socket the agent had is made again after the
     restart (the kubelet removed them when it started; the agent registers anew) and the node
-    is Ready offering what it offered before; print how long."""
+    is Ready offering its cards again; print how long."""
     plugins = set(_plugin_sockets(node))
-    _, offered = _offered(bed)
     started = time.monotonic()
     since = time.time()
     restart()
@@ -130,7 +140,7 @@ def _restarted(bed: Testbed, node: RealNode, what: str, restart: Callable[[], No
 
     if what == "kubelet":
         wait_for(registered_again, 180, f"the agent's plugins registered again after the {what}")
-    wait_for(lambda: _offered(bed) == (True, offered), 180, f"{NODE} serving after the {what}")
+    _serving(bed, f"{NODE} serving after the {what}", 180)
     print(f"{what} restart: serving again {time.monotonic() - started:.1f} s after")
 
 
@@ -145,6 +155,9 @@ def test_running_pods_keep_their_cards_across_kubelet_and_containerd_restarts(
     held = {name: _holder(bed, name, limits) for name, limits in HOLDERS.items()}
     assert len(set(held.values())) == len(held), f"two holders on one card: {held}"
     wait_ledger_matches(bed, NODE)
+    # The kubelet posts what the node offers every few seconds: the slice's card leaves the
+    # whole cards' count before the first restart, so the count after it means the same.
+    _serving(bed, f"{NODE} to offer its cards beside the holders", 60)
     try:
         for what, restart, newcomer in (
             ("kubelet", node.restart_kubelet, "second"),
