@@ -6,7 +6,7 @@ service and keeps watching: kubelet wipes the directory and recreates its own so
 restarts, forgetting every plugin, so a changed kubelet socket (inode or mtime) means register
 again, and a vanished own socket means bind again first. Registration retries with backoff.
 
-The socket is bound under a name of this process's own beside it and renamed into place: gRPC
+The socket is bound under a fresh name of its own beside it and renamed into place: gRPC
 removes the path it bound when its server stops, and two agents of one manufacturer can overlap
 on a node (a DaemonSet in another namespace starting while the old one's Pod terminates). Bound
 at the endpoint's own path, the old agent's shutdown removed the new agent's socket; its own
@@ -18,8 +18,10 @@ work is abandoned (and rolled back by the allocator), so kubelet's admission nev
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -263,7 +265,6 @@ class PluginServer:
         self.service = DevicePluginService(allocator, self.stopped, deadline_s, gc, events)
         self.registrations = 0
         self._server: Any = None
-        self._binds = 0
         self._bound: tuple[int, int] | None = None
         """(device, inode) of the socket this server put at `socket_path`."""
         self._watcher: threading.Thread | None = None
@@ -284,20 +285,18 @@ class PluginServer:
         if self._bound is not None and _identity(self.socket_path) == self._bound:
             # Ours still (not a newer agent's, renamed over it): the kubelet must not dial a
             # socket nobody serves.
-            os.unlink(self.socket_path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
         self._bound = None
         self.service.workers.shutdown(wait=False, cancel_futures=True)
 
     def _serve(self) -> None:
         if self._server is not None:
             self._server.stop(grace=None)  # gRPC removes its own name, gone since the rename
-        # A name per bind: the stopped server removes its own name when its shutdown ends,
-        # which may come after this bind.
-        self._binds += 1
-        name = f".{self.endpoint}.{os.getpid()}.{self._binds}"
+        # A new name per bind, not the process id (each agent may be PID 1 of its container):
+        # a stopped server removes its name when its shutdown ends, which may come later.
+        name = f".{self.endpoint}.{secrets.token_hex(6)}"
         own = os.path.join(os.path.dirname(self.socket_path), name)
-        if os.path.exists(own):
-            os.unlink(own)  # left by an earlier run under this process id: it blocks the bind
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         protos.deviceplugin_grpc().add_DevicePluginServicer_to_server(self.service, server)
         server.add_insecure_port(f"unix://{own}")
