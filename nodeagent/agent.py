@@ -44,7 +44,7 @@ from typing import Any
 from chain.conditions import find, generation_of, merge
 from chain.devices import DEVICES_API, DEVICES_KIND, Devices, DevicesGroup
 from chain.fit import fit_label_patch, fit_labels
-from chain.labels import is_managed
+from chain.labels import is_fit_label_key, is_managed
 from chain.ledger import UnrecordedRecord
 from chain.ledger_rebuild import PodAllocations, rebuild_status, with_unrecorded
 from chain.manufacturers import ManufacturerTable
@@ -52,7 +52,7 @@ from chain.times import timestamp
 from kubeapi import Kube, Obj
 from kubeapi.events import WARNING, EventRecorder
 from kubeapi.watch import Cache
-from nodeagent.capacity import node_capacity_patch
+from nodeagent.capacity import is_counting_key, node_capacity_patch
 from nodeagent.detect.loop import DetectionRound
 from nodeagent.devices_conditions import devices_conditions
 from nodeagent.metrics import LEDGER
@@ -112,6 +112,35 @@ def published_groups(
     return published
 
 
+def as_reported(read: Obj, written: Obj, table: ManufacturerTable) -> Obj:
+    """The Node as a report leaves it, in the report's own eyes: the labels and capacity of
+    `read` (the Node its decisions were made from), with the keys the report owns (counting
+    keys, fit labels) as `written` (its last write's answer) holds them, in the API server's
+    spelling of the quantities.
+
+    Not `written` itself: another writer's change that lands between the read and that write
+    (nfd-master's labels, provoked by the NodeFeature the report writes; the kubelet's count of
+    sliced tokens) is in it, though no decision of the report saw it. Taken as reported, it
+    would wake neither the label waker nor a monitor round, and the Node would keep what the
+    report decided without it until the next re-detection (#35)."""
+    read_meta, written_meta = read.get("metadata") or {}, written.get("metadata") or {}
+    labels = {
+        **{k: v for k, v in (read_meta.get("labels") or {}).items() if not is_fit_label_key(k)},
+        **{k: v for k, v in (written_meta.get("labels") or {}).items() if is_fit_label_key(k)},
+    }
+    read_capacity = (read.get("status") or {}).get("capacity") or {}
+    written_capacity = (written.get("status") or {}).get("capacity") or {}
+    capacity = {
+        **{k: v for k, v in read_capacity.items() if not is_counting_key(k, table)},
+        **{k: v for k, v in written_capacity.items() if is_counting_key(k, table)},
+    }
+    return {
+        **written,
+        "metadata": {**written_meta, "labels": labels},
+        "status": {**(written.get("status") or {}), "capacity": capacity},
+    }
+
+
 @dataclass
 class Reporter:
     """Writes one detection round for `node`; the `report` callback of the detect loop."""
@@ -146,8 +175,10 @@ class Reporter:
     _measured: dict[str, tuple[int, str | None]] = field(default_factory=dict, init=False)
     """The last round's passes of this agent's manufacturers: (cards, error or None)."""
     _reported: str = field(default="", init=False)
+    """The signature of the Node as the last report left it in its own eyes (`as_reported`)."""
     reported_labels: dict[str, str] | None = field(default=None, init=False)
-    """The Node's labels as the last report left them (what the loop's sleep compares with)."""
+    """The Node's labels as the last report left them in its own eyes (`as_reported`: those it
+    read, with its fit labels as written); what the loop's sleep compares with."""
     _ledger_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def _node_signature(self, node: Obj, devices: Obj | None) -> str:
@@ -203,11 +234,11 @@ class Reporter:
             raw = self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
             if raw is not None:
                 self._write_conditions(raw)
-        node = self._capacity(node, devices)
-        node = self._fit_labels(node, devices)
-        self.reported_labels = dict(node["metadata"].get("labels") or {})
+        written = self._fit_labels(self._capacity(node, devices), devices)
+        reported = as_reported(node, written, self.table)
+        self.reported_labels = dict(reported["metadata"].get("labels") or {})
         self._reported = self._node_signature(
-            node, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
+            reported, self.kube.get(DEVICES_API, DEVICES_KIND, self.node)
         )
         self._detected, self._verdicts = tuple(current.groups), verdicts
 

@@ -100,7 +100,7 @@ def node_capacity_patch(
 ) -> CapacityPatch:
     """The counting keys of one node against what its `status.capacity` holds now."""
     wanted = desired_counting_keys(labels, capacity, devices, table)
-    changed = {key: value for key, value in wanted.items() if capacity.get(key) != value}
+    changed = {k: v for k, v in wanted.items() if not _same_quantity(capacity.get(k), v)}
     stale = sorted(key for key in capacity if is_counting_key(key, table) and key not in wanted)
     return CapacityPatch(wanted, changed, tuple(stale))
 
@@ -172,6 +172,18 @@ def _card_mib(labels: Mapping[str, str], group: DevicesGroup) -> int:
         return memory_mib(label) if label else group.memory
     except ValueError:
         return group.memory
+
+
+def _same_quantity(held: str | None, wanted: str) -> bool:
+    """Whether the Node holds `wanted` already, in whatever spelling: the API server keeps a
+    quantity in its canonical form (6400000 comes back as `6400k`), and comparing the strings
+    patched such a key again on every report."""
+    if held is None:
+        return False
+    try:
+        return held == wanted or parse_quantity(held) == parse_quantity(wanted)
+    except ValueError:
+        return False
 
 
 def _advertised(capacity: Mapping[str, str], key: str) -> bool:

@@ -22,8 +22,12 @@ A manufacturer whose slices preload nothing (driver-made slices, a quota file) n
 so its groups are always available. Each file's verdict is kept per (path, size, mtime, inode):
 the subprocess runs again only when the file changes (a library whose dependencies this
 container lacks stays refused until the file changes or the agent restarts: the container's
-libraries do not change under it). Every report asks again, so a library staged later turns
-slicing on without restarting the agent and a removed one turns it off.
+libraries do not change under it). A verdict about the attempt rather than the file
+(`Unsettled`: the loading process ran out of time, was killed with SIGKILL, or could not start)
+is kept only `RETRY_UNSETTLED_S`, then the file is loaded again: kept like the others, a check
+that fell on a node busy starting its Pods withheld the group's slices for as long as the agent
+ran. Every report asks again, so a library staged later turns slicing on without restarting the
+agent and a removed one turns it off.
 
 The header checks are pure (`elf_problem`); the shell stats, reads and loads.
 """
@@ -31,10 +35,12 @@ The header checks are pure (`elf_problem`); the shell stats, reads and loads.
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import struct
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -44,6 +50,9 @@ from nodeagent.plugin.responders import RESPONDERS
 
 LOAD_TIMEOUT_S = 5.0
 """How long the loading subprocess may take (an interpreter start and one dlopen)."""
+RETRY_UNSETTLED_S = 60.0
+"""How long an `Unsettled` verdict is kept before the unchanged file is loaded again: a library
+that hangs costs one `LOAD_TIMEOUT_S` a minute, not one every monitor round."""
 ELF_MAGIC = b"\x7fELF"
 ET_DYN = 3
 """`e_type` of a shared object (a position-independent executable says the same: dlopen tells
@@ -126,18 +135,28 @@ def elf_problem(header: bytes, machine: str, bits: int) -> str:
     return ""
 
 
+class Unsettled(str):
+    """A load problem that says nothing sure about the file: the loading process ran out of
+    time (a node busy starting its Pods is enough, as is a library that hangs), was killed with
+    SIGKILL (the agent container's memory limit), or could not start. Tried again after
+    `RETRY_UNSETTLED_S` although the file did not change."""
+
+
 def load_problem(path: str, timeout_s: float = LOAD_TIMEOUT_S) -> str:
     """dlopen `path` in a subprocess of this interpreter: empty when it loads, else why (the
-    last line the loader wrote)."""
+    last line the loader wrote); `Unsettled` when the attempt, not the file, failed."""
     argv = [sys.executable, "-I", "-S", "-c", LOADER, path]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
-        return f"dlopen did not return within {timeout_s:g} s"
+        return Unsettled(f"dlopen did not return within {timeout_s:g} s")
     except OSError as error:
-        return f"dlopen could not be tried: {error}"
+        return Unsettled(f"dlopen could not be tried: {error}")
     if done.returncode == 0:
         return ""
+    if done.returncode == -signal.SIGKILL:
+        killed = int(signal.SIGKILL)
+        return Unsettled(f"dlopen failed: the loading process was killed by signal {killed}")
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
     if lines:
         return f"dlopen failed: {lines[-1]}"
@@ -148,6 +167,8 @@ def load_problem(path: str, timeout_s: float = LOAD_TIMEOUT_S) -> str:
 
 FileKey = tuple[str, int, int, int]
 """(path, size, mtime in ns, inode): a file's identity for the kept verdicts."""
+Kept = tuple[FileKey, str, float]
+"""A kept verdict: the file's identity when judged, the verdict, and when (`clock`)."""
 
 
 class IsolationCheck:
@@ -155,7 +176,8 @@ class IsolationCheck:
 
     `root` is where the host's filesystem is read (`/` in the agent, which mounts the staged
     directory at its host path; a preflight's `--host-root`); every path it reports is the
-    host's. `load`, `machine` and `bits` stand in for the subprocess and the host in tests."""
+    host's. `load`, `machine`, `bits` and `clock` stand in for the subprocess, the host and
+    the time in tests."""
 
     def __init__(
         self,
@@ -165,6 +187,7 @@ class IsolationCheck:
         load: Callable[[str], str] = load_problem,
         machine: str | None = None,
         bits: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.responders = RESPONDERS if responders is None else responders
         self.lib_dir = lib_dir
@@ -172,8 +195,10 @@ class IsolationCheck:
         self.load = load
         self.machine = machine or os.uname().machine
         self.bits = bits or struct.calcsize("P") * 8
-        self.kept: dict[str, tuple[FileKey, str]] = {}
-        """Per file, the identity it had when last judged and the verdict (a shared object's)."""
+        self.clock = clock
+        self.kept: dict[str, Kept] = {}
+        """Per file, the identity it had when last judged, the verdict (a shared object's) and
+        when it was given."""
         self.loads = 0
         """Subprocesses started (what the kept verdicts save)."""
 
@@ -209,11 +234,19 @@ class IsolationCheck:
             return ""
         key = (where, found.st_size, found.st_mtime_ns, found.st_ino)
         kept = self.kept.get(where)
-        if kept is not None and kept[0] == key:
+        if kept is not None and self._still_holds(kept, key):
             return kept[1]
         verdict = self._judge(where)
-        self.kept[where] = (key, verdict)
+        self.kept[where] = (key, verdict, self.clock())
         return verdict
+
+    def _still_holds(self, kept: Kept, key: FileKey) -> bool:
+        """Whether a kept verdict answers for the file `key` names now: the same file, and
+        not an `Unsettled` verdict older than `RETRY_UNSETTLED_S`."""
+        judged, verdict, at = kept
+        if judged != key:
+            return False
+        return not isinstance(verdict, Unsettled) or self.clock() - at < RETRY_UNSETTLED_S
 
     def _judge(self, where: str) -> str:
         try:

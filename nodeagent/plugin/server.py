@@ -6,14 +6,22 @@ service and keeps watching: kubelet wipes the directory and recreates its own so
 restarts, forgetting every plugin, so a changed kubelet socket (inode or mtime) means register
 again, and a vanished own socket means bind again first. Registration retries with backoff.
 
+The socket is bound under a fresh name of its own beside it and renamed into place: gRPC
+removes the path it bound when its server stops, and two agents of one manufacturer can overlap
+on a node (a DaemonSet in another namespace starting while the old one's Pod terminates). Bound
+at the endpoint's own path, the old agent's shutdown removed the new agent's socket; its own
+socket it still removes on stop, only while the path is that socket (the same inode).
+
 Allocate runs on a worker thread while the RPC thread waits at most the internal deadline; late
 work is abandoned (and rolled back by the allocator), so kubelet's admission never hangs on us.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -215,12 +223,22 @@ class DevicePluginService:
         return protos.deviceplugin().PreStartContainerResponse()
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
+def _stat(path: str) -> os.stat_result | None:
     try:
-        info = os.stat(path)
+        return os.stat(path)
     except OSError:
         return None
-    return (info.st_ino, info.st_mtime_ns)
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file at `path`; None when there is none."""
+    info = _stat(path)
+    return None if info is None else (info.st_dev, info.st_ino)
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    info = _stat(path)
+    return None if info is None else (info.st_ino, info.st_mtime_ns)
 
 
 class PluginServer:
@@ -247,6 +265,8 @@ class PluginServer:
         self.service = DevicePluginService(allocator, self.stopped, deadline_s, gc, events)
         self.registrations = 0
         self._server: Any = None
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket this server put at `socket_path`."""
         self._watcher: threading.Thread | None = None
 
     def start(self) -> None:
@@ -262,17 +282,28 @@ class PluginServer:
             self._watcher.join()
         if self._server is not None:
             self._server.stop(grace=None)
+        if self._bound is not None and _identity(self.socket_path) == self._bound:
+            # Ours still (not a newer agent's, renamed over it): the kubelet must not dial a
+            # socket nobody serves.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+        self._bound = None
         self.service.workers.shutdown(wait=False, cancel_futures=True)
 
     def _serve(self) -> None:
         if self._server is not None:
-            self._server.stop(grace=None)
-        if os.path.exists(self.socket_path):
-            os.unlink(self.socket_path)  # a stale socket from an earlier run blocks the bind
+            self._server.stop(grace=None)  # gRPC removes its own name, gone since the rename
+        # A new name per bind, not the process id (each agent may be PID 1 of its container):
+        # a stopped server removes its name when its shutdown ends, which may come later.
+        name = f".{self.endpoint}.{secrets.token_hex(6)}"
+        own = os.path.join(os.path.dirname(self.socket_path), name)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
         protos.deviceplugin_grpc().add_DevicePluginServicer_to_server(self.service, server)
-        server.add_insecure_port(f"unix://{self.socket_path}")
+        server.add_insecure_port(f"unix://{own}")
         server.start()
+        # Replaces a stale socket of an earlier run, or an older agent's, in one step.
+        os.rename(own, self.socket_path)
+        self._bound = _identity(self.socket_path)
         self._server = server
 
     def register(self) -> None:

@@ -90,6 +90,48 @@ def test_fit_labels_follow_the_nodes_labels_at_once(testbed: Testbed, chain: Ins
         forget_nodes(testbed, [name])
 
 
+def _sliced_units(kube: Kube, name: str) -> int:
+    node = kube.get("v1", "Node", name) or {}
+    value = ((node.get("status") or {}).get("capacity") or {}).get("nvidia.com/gpu.sliced.units")
+    return int(parse_quantity(value)) if value else 0
+
+
+def test_an_agent_started_after_its_nodefeature_went_brings_its_slice_keys_back(
+    testbed: Testbed, chain: Installed
+) -> None:
+    """The Helm test's uninstall and install elsewhere, in small (#35): the uninstall deletes the
+    agents' namespace, so the NodeFeature goes, nfd-master takes the accelerator labels off the
+    Node, and the old agent's counting keys stay. The next agent's first report nulls the keys
+    (no accelerator label) and writes the NodeFeature again; the labels nfd-master writes back,
+    during that report or after it, bring the keys back at once, not at a monitor round (a
+    minute here) or a re-detection. Which of the two it is, is a race: this test passed before
+    the fix whenever the labels came after the report (the unit test
+    `tests/unit/nodeagent/test_report_lost_update.py` makes them land during it)."""
+    kube = testbed.kube
+    name = f"sim-{uuid.uuid4().hex[:5]}-moved"
+    register_node(kube, node_object(name, cpu="48"))
+    kube.apply(nfd_worker_feature(name))
+    feature = f"{name}-gpustack-device-manager"
+    try:
+        run_agent(testbed, name, "t4x4", "--period", "0.5", "--redetect-every", "4")
+        # The kubelet advertises sliced tokens: the agent adds the counting keys.
+        tokens = {"status": {"capacity": {"nvidia.com/gpu.sliced": "512"}}}
+        kube.merge_patch("v1", "Node", name, tokens, subresource="status")
+        wait_for(lambda: _sliced_units(kube, name) == 4 * 1_600_000, 60, "the first agent's keys")
+        # The uninstall: the agent goes, its NodeFeature with its namespace, and NFD's labels.
+        testbed.stop(f"agent-{name}")
+        kube.delete(NFD, "NodeFeature", feature, AGENT_NS)
+        wait_for(lambda: T4 not in _labels(kube, "Node", name), 60, "NFD to take the labels off")
+        assert _sliced_units(kube, name) == 4 * 1_600_000  # the old agent's keys stay
+        # The install: a new agent, whose monitor rounds come a minute apart.
+        run_agent(testbed, name, "t4x4", "--period", "60", "--redetect-every", "100")
+        wait_for(lambda: kube.get(NFD, "NodeFeature", feature, AGENT_NS), 60, "its NodeFeature")
+        wait_for(lambda: T4 in _labels(kube, "Node", name), 60, "NFD to put the labels back")
+        wait_for(lambda: _sliced_units(kube, name) == 4 * 1_600_000, 40, "the keys back at once")
+    finally:
+        forget_nodes(testbed, [name])
+
+
 def devices_owner_uid(devices: Obj) -> str:
     return str(devices["metadata"]["ownerReferences"][0]["uid"])
 
@@ -182,14 +224,7 @@ def test_agents_report_and_pools_appear(
         subresource="status",
     )
 
-    def units() -> int:
-        node = kube.get("v1", "Node", t4a) or {}
-        value = ((node.get("status") or {}).get("capacity") or {}).get(
-            "nvidia.com/gpu.sliced.units"
-        )
-        return int(parse_quantity(value)) if value else 0
-
-    wait_for(lambda: units() == 4 * 1_600_000, 60, "the sliced counting keys")
+    wait_for(lambda: _sliced_units(kube, t4a) == 4 * 1_600_000, 60, "the sliced counting keys")
 
     # A node leaves the cluster: the garbage collector takes its NodeFeature and its Devices.
     testbed.stop(f"agent-{t4b}")

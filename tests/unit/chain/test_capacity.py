@@ -182,6 +182,23 @@ def test_patch_sets_changes_and_nulls_stale_keys(table: ManufacturerTable) -> No
     assert changes["capacity"]["nvidia.com/gpu.partitioned.units"] is None
 
 
+def test_a_key_held_in_the_api_servers_spelling_is_not_patched_again(
+    table: ManufacturerTable,
+) -> None:
+    """The API server keeps 12800000 as `12800k`: the same value, no patch (seen on the real
+    nodes: every report patched `.sliced.units` again, #35)."""
+    devices = Devices("n", DevicesSpec((logical_group("nvidia", "a10g", 8, 128, True, 24576),)))
+    labels = node_labels("nvidia-a10g", "24Gi")
+    capacity = {"nvidia.com/gpu": "8", "nvidia.com/gpu.sliced": "1024"}
+    wanted = desired_counting_keys(labels, capacity, devices, table)
+    held = {**capacity, **wanted, "nvidia.com/gpu.sliced.units": "12800k"}
+    assert node_capacity_patch(labels, held, devices, table).merge_patch() == {}
+    held["nvidia.com/gpu.sliced.units"] = "12700k"
+    assert node_capacity_patch(labels, held, devices, table).changed == {
+        "nvidia.com/gpu.sliced.units": "12800000"
+    }
+
+
 def test_unmanaged_or_unknown_nodes_want_nothing(table: ManufacturerTable) -> None:
     devices = Devices("n", DevicesSpec((logical_group("nvidia", "a10g", 1, 128, True, 24576),)))
     capacity = {

@@ -27,7 +27,9 @@ from nodeagent.plugin.isolation import (
     MACHINES,
     NOT_SERVED,
     OFFERED,
+    RETRY_UNSETTLED_S,
     IsolationCheck,
+    Unsettled,
     elf_problem,
     load_problem,
 )
@@ -127,6 +129,7 @@ def test_a_library_whose_constructor_crashes_takes_only_the_subprocess(tmp_path:
     crashing = shared_object(tmp_path / "libvgpu.so", source)
     found = problem(crashing)
     assert found.startswith("dlopen failed: ") and "signal 6" in found
+    assert not isinstance(found, Unsettled)  # the file's fault: kept until it changes
 
 
 def test_the_verdict_is_kept_until_the_file_changes(tmp_path: Path) -> None:
@@ -142,6 +145,47 @@ def test_the_verdict_is_kept_until_the_file_changes(tmp_path: Path) -> None:
     assert len(asked) == 2 and check.loads == 2
     library.unlink()
     assert problem(library, check) == "missing"
+
+
+def test_a_load_that_ran_out_of_time_is_tried_again_on_the_unchanged_file(
+    tmp_path: Path,
+) -> None:
+    """A node busy starting its Pods may not start the loading process in time: the verdict is
+    about the attempt, so it is kept a while (a hanging library is not loaded every round) and
+    then the same file is loaded again (#35)."""
+    library = shared_object(tmp_path / "libvgpu.so")
+    timeout_s, now = [0.001], [1000.0]  # no interpreter starts and loads within a millisecond
+    check = IsolationCheck(load=lambda path: load_problem(path, timeout_s[0]), clock=lambda: now[0])
+    found = problem(library, check)
+    assert found == "dlopen did not return within 0.001 s" and isinstance(found, Unsettled)
+    timeout_s[0] = 120.0  # the node is quiet again
+    now[0] += RETRY_UNSETTLED_S / 2
+    assert problem(library, check) == found and check.loads == 1  # kept a while
+    now[0] += RETRY_UNSETTLED_S / 2
+    assert problem(library, check) == ""  # the unchanged file, loaded again
+    now[0] += RETRY_UNSETTLED_S * 10
+    assert problem(library, check) == "" and check.loads == 2  # a settled verdict stays kept
+
+
+def test_a_loading_process_killed_with_sigkill_is_tried_again(tmp_path: Path) -> None:
+    """SIGKILL is what the container's memory limit sends: not the file's fault."""
+    crowded = tmp_path / "crowded"
+    crowded.touch()
+    source = (
+        "#include <signal.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void oom(void) {\n"
+        f'  if (access("{crowded}", F_OK) == 0) kill(getpid(), SIGKILL);\n'
+        "}\n"
+    )
+    library = shared_object(tmp_path / "libvgpu.so", source)
+    now = [0.0]
+    check = IsolationCheck(clock=lambda: now[0])
+    found = problem(library, check)
+    assert found == "dlopen failed: the loading process was killed by signal 9"
+    assert isinstance(found, Unsettled)
+    crowded.unlink()
+    now[0] = RETRY_UNSETTLED_S
+    assert problem(library, check) == ""
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -14,6 +15,7 @@ from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
 from chain.units import RESOURCE_MAX_UNITS
 from nodeagent.plugin import protos
+from nodeagent.plugin.server import PluginServer
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, SLICED, Rig, rig, t4_spec
 
@@ -309,3 +311,32 @@ def test_malformed_device_ids_are_invalid_arguments() -> None:
                 allocate(r, Mode.EXCLUSIVE, ids)
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert r.cluster.writes == []
+
+
+def test_an_old_agent_stopping_leaves_the_socket_of_the_new_one() -> None:
+    """Two agents of one manufacturer overlap on a node (a DaemonSet in another namespace
+    starting while the old one's Pod terminates): the new one takes the endpoint the old one
+    still serves, and the old one's shutdown must leave the new one's socket (gRPC removes the
+    path it bound when it stops), which the kubelet keeps dialing (#35)."""
+    with rig(modes=(Mode.SLICED,)) as r:
+        old = r.servers[Mode.SLICED]
+        r.kubelet.wait_devices(SLICED, lambda d: len(d) > 0)
+        # The new agent's server; it looks at its socket only once the test is done.
+        new = PluginServer(old.allocator, str(r.kubelet.plugin_dir), poll_s=3600)
+        new.start()
+        try:
+            deadline = time.monotonic() + 30
+            while len(r.kubelet.registrations) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert r.kubelet.registrations == [(SLICED, "nvidia.sliced.sock")] * 2
+            served = os.stat(new.socket_path).st_ino
+            old.stop()  # SIGTERM to the old agent
+            assert os.path.exists(new.socket_path), "the old agent removed the new one's socket"
+            assert os.stat(new.socket_path).st_ino == served
+            with grpc.insecure_channel(f"unix://{new.socket_path}") as channel:
+                stub = protos.deviceplugin_grpc().DevicePluginStub(channel)
+                stub.GetDevicePluginOptions(protos.deviceplugin().Empty(), timeout=10)
+        finally:
+            new.stop()
+        assert not os.path.exists(new.socket_path)  # its own socket goes with it
+        assert not [p for p in r.kubelet.plugin_dir.iterdir() if p.name.startswith(".")]
