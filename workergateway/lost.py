@@ -3,12 +3,14 @@
 When a member stops being Active (Kueue marks its `MultiKueueCluster` `Active=False`, or the
 gateway cannot read it), its cards leave every sum at once: MultiKueue dispatches nothing new
 there. Its name must not leave the pool's MultiKueueConfig at once, though. A Workload that was
-running there when the connection went is Kueue's to recover: its check stays Ready for
-`multiKueue.workerLostTimeout` (15 minutes by default), and only then does Kueue dispatch it
-again. Kueue follows the reserving worker through the config's clusters; taken out of the
-config, the worker is not waited for, and the Workload's fate no longer follows Kueue's own
-timeout. So a lost member stays listed until a grace (the gateway's `--orphan-grace`, at least
-the timeout) has passed since it was first seen lost, then leaves.
+admitted there when the connection went is Kueue's to recover: Kueue v0.19.2 keeps its check
+Ready for `multiKueue.workerLostTimeout` (15 minutes by default) from when it first saw the
+worker lost, and only then dispatches it again; but it waits so only for a worker that is still
+among the config's clusters. A worker taken out of the config "no longer exists" to Kueue, and
+the Workload is dispatched again at once, while the lost worker may still be running it
+(`pkg/controller/admissionchecks/multikueue/workload.go`, step 6a). So a lost member stays listed
+until a grace (the gateway's `--orphan-grace`, at least the timeout) has passed since the
+gateway first saw it lost, then leaves.
 
 The gateway keeps no state between passes, so when each member was first seen lost lives on
 the pool's `FleetPool` as the annotation `gpustack.ai/members-lost-since` (a JSON object,
