@@ -5,7 +5,8 @@ It starts the fleet bed (`testbed.fleet`: a manager and two members on this mach
 fleet's InstanceTypes beside each member's own, creates a Job asking one L4 card on the
 manager, shows where MultiKueue dispatched it (member-b, the only member with L4 cards), marks
 the member's Pod Succeeded (SIMULATED: the emulated members run no containers), and shows the
-manager's Job Complete with the member's status. Then it takes the bed down.
+manager's Job Complete with the member's status, and the member's copy deleted. Then it takes
+the bed down.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from chain.fleet_pools import fleet_check_name
 from chain.names import local_queue_name
 from kubeapi import Kube, Obj, wait_for
 from testbed import build
-from testbed.fleet import L4_POOL, MEMBERS, FleetBed, succeed_pod
+from testbed.fleet import L4_POOL, MEMBERS, T4_POOL, FleetBed, succeed_pod
 from testbed.workloads import condition, queued_job
 
 NAMESPACE = "team-demo"
@@ -97,11 +98,13 @@ def scene(bed: FleetBed, say: Callable[[str], None] = print) -> None:
     for kube in (manager, *(m.kube for m in bed.members.values())):
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
 
-    def summed() -> bool:
-        status = (manager.get(WORKER_API, "InstanceType", L4_POOL) or {}).get("status") or {}
-        return status.get("memberSummary") == "1/1 member-b"
+    def summary(pool: str) -> object:
+        return ((manager.get(WORKER_API, "InstanceType", pool) or {}).get("status") or {}).get(
+            "memberSummary"
+        )
 
-    wait_for(summed, 180, "the fleet's L4 pool")
+    wait_for(lambda: summary(L4_POOL) == "1/1 member-b", 180, "the fleet's L4 pool")
+    wait_for(lambda: summary(T4_POOL) == "2/2 member-a,member-b", 180, "the fleet's T4 pool")
     rows = pool_rows("manager", manager.list(WORKER_API, "InstanceType"))
     for name, member in bed.members.items():
         rows += pool_rows(name, member.kube.list(WORKER_API, "InstanceType"))
@@ -136,8 +139,11 @@ def scene(bed: FleetBed, say: Callable[[str], None] = print) -> None:
         180,
         "the manager's Job Complete",
     )
-    say(job_line("member-b", member_b.get("batch/v1", "Job", job, NAMESPACE)))
     say(job_line("manager", mirrored) + " (mirrored from member-b)")
+    wait_for(
+        lambda: member_b.get("batch/v1", "Job", job, NAMESPACE) is None, 60, "member-b's copy gone"
+    )
+    say("member-b's copy of the Job: deleted by MultiKueue once the manager's Workload finished")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
