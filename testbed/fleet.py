@@ -64,7 +64,6 @@ SYSTEM_NAMESPACE = "gpustack-system"
 GATEWAY = "gpustack-worker-gateway"
 GATEWAY_TOKEN = "gpustack-worker-gateway-token"
 MULTIKUEUE_CLUSTER = "MultiKueueCluster"
-T4_POOL = "gpustack--nvidia-tesla-t4-linux-amd64"
 L4_POOL = "gpustack--nvidia-l4-linux-amd64"
 WORKER_LOST_TIMEOUT = 20.0
 """Seconds: the manager Kueue's `multiKueue.workerLostTimeout` here (15 minutes by default)."""

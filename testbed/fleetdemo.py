@@ -24,7 +24,8 @@ from chain.fleet_pools import fleet_check_name
 from chain.names import local_queue_name
 from kubeapi import Kube, Obj, wait_for
 from testbed import build
-from testbed.fleet import L4_POOL, MEMBERS, T4_POOL, FleetBed, succeed_pod
+from testbed.fleet import L4_POOL, MEMBERS, FleetBed, succeed_pod
+from testbed.nodes import T4_POOL
 from testbed.workloads import condition, queued_job
 
 NAMESPACE = "team-demo"

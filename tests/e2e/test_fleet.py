@@ -25,7 +25,8 @@ from chain.fleet_pools import MEMBERS_LOST_SINCE, fleet_check_name
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
 from kubeapi import Kube, Obj, wait_for
-from testbed.fleet import L4_POOL, MEMBERS, T4_POOL, FleetBed, cluster_active, succeed_pod
+from testbed.fleet import L4_POOL, MEMBERS, FleetBed, cluster_active, succeed_pod
+from testbed.nodes import T4_POOL
 from testbed.workloads import condition, queued_job, sliced_job
 
 VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from chain.fleet_pools import fleet_check_name
-from testbed.fleet import L4_POOL, T4_POOL
+from testbed.fleet import L4_POOL
 from testbed.fleetdemo import dispatch_line, job_line, pool_rows, table, view_cell
+from testbed.nodes import T4_POOL
 
 
 def _type(name: str, summary: str | None, acceleratable: bool = True) -> dict[str, object]:
