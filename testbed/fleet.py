@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -449,3 +450,4 @@ class FleetBed:
         with ThreadPoolExecutor(max_workers=3) as pool:
             for done in [pool.submit(bed.down) for bed in self.beds()]:
                 done.result()
+        shutil.rmtree(self.root, ignore_errors=True)  # each bed removed its own folder in it
