@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image push demo test unit e2e fuzz bench-fleet churn-real-nodes lint clean
+.PHONY: all venv testbed image push demo demo-fleet test unit e2e fuzz bench-fleet churn-real-nodes lint clean
 
 all: test
 
@@ -39,6 +39,11 @@ push:
 
 demo: testbed
 	$(PY) -m testbed demo
+
+# A fleet of three emulated clusters on this machine (docs/fleet.md): a Job dispatched by
+# MultiKueue from the manager to a member, its status mirrored back.
+demo-fleet: testbed
+	$(PY) -m testbed demo-fleet
 
 lint: venv
 	$(PY) -m ruff check .

@@ -43,6 +43,10 @@ FLEET_LABEL_VALUE = "true"
 InstanceType is its parent. A fixed value, since a pool's name may be longer than a label's 63
 characters."""
 
+MEMBERS_LOST_SINCE = "gpustack.ai/members-lost-since"
+"""On a `FleetPool`, and copied onto its MultiKueueConfig: the lost members the pool still
+lists, and since when (`workergateway.lost` writes and reads it; the hook only copies it)."""
+
 MAX_MEMBERS = 20
 """`MultiKueueConfig.spec.clusters` holds 1 to 20 names (Kueue v1beta2)."""
 MAX_RESOURCES = 64
@@ -149,6 +153,8 @@ class FleetPoolView:
     cpu: View
     member_summary: str
     member_views: tuple[MemberView, ...]
+    lost_since: str = ""
+    """The gateway's `MEMBERS_LOST_SINCE` annotation, as written (the hook copies it)."""
 
     @classmethod
     def parse(cls, obj: fields.Obj) -> FleetPoolView:
@@ -183,6 +189,11 @@ class FleetPoolView:
             cpu=View.parse(fields.child(spec, "cpu", "spec", required=True), "spec.cpu"),
             member_summary=fields.string(spec, "memberSummary", "spec"),
             member_views=breakdown,
+            lost_since=fields.string(
+                fields.child(meta, "annotations", "metadata"),
+                MEMBERS_LOST_SINCE,
+                "metadata.annotations",
+            ),
         )
 
 

@@ -1,4 +1,4 @@
-"""`python -m testbed build|up|down|status|env|demo`.
+"""`python -m testbed build|up|down|status|env|demo|demo-fleet`.
 
 `up` starts a control plane that outlives the command (its components run in their own
 sessions); `status`, `env` and `down` find it again through the state file in its run folder.
@@ -103,6 +103,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.main(None)
 
 
+def cmd_demo_fleet(args: argparse.Namespace) -> int:
+    from testbed import fleetdemo
+
+    return fleetdemo.main(None)
+
+
 DESCRIPTION = """\
 The local testbed: a real control plane (etcd, kube-apiserver, Kueue, Metacontroller, NFD)
 built from source, for the chain's end-to-end tests and demo. It runs on a developer's or CI's
@@ -140,6 +146,12 @@ def build_parser() -> cli.Parser:
             "demo",
             cmd_demo,
             "the main job: the chain on the testbed, over simulated GPU nodes, then real ones",
+        ),
+        (
+            "demo-fleet",
+            cmd_demo_fleet,
+            "a fleet of three emulated clusters: a tenant's Job dispatched by MultiKueue to the "
+            "member with its cards, its status mirrored back",
         ),
     ):
         sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".", epilog=exits)

@@ -217,8 +217,16 @@ def start_kcm(bed: Testbed, binary: Path, timeout: float) -> None:
             + (
                 "*"
                 if bed.state.real_nodes
-                else "namespace,garbagecollector,serviceaccount,serviceaccount-token,"
-                "clusterrole-aggregation"
+                else ",".join(
+                    (
+                        "namespace",
+                        "garbagecollector",
+                        "serviceaccount",
+                        "serviceaccount-token",
+                        "clusterrole-aggregation",
+                        *bed.controllers,
+                    )
+                )
             ),
             f"--cluster-signing-cert-file={c.ca_crt}",
             f"--cluster-signing-key-file={c.ca_key}",
@@ -268,9 +276,22 @@ def kueue_config(bed: Testbed) -> Obj:
     """The Configuration the testbed's Kueue runs with: what running outside a cluster
     needs, plus the chain's shipped fragment (feature gates, resource transformations)."""
     config = kueue_base_config(bed, bed.state.ports)
-    if not KUEUE_FRAGMENT.is_file():
-        return config
-    return merged_configuration(config, load_yaml_documents(KUEUE_FRAGMENT)[0])
+    if KUEUE_FRAGMENT.is_file():
+        config = merged_configuration(config, load_yaml_documents(KUEUE_FRAGMENT)[0])
+    return settings_merged(config, bed.kueue_settings)
+
+
+def settings_merged(config: Obj, settings: Obj) -> Obj:
+    """`config` with `settings` set on top: a mapping merges into a mapping, key by key,
+    anything else replaces (what a user's edit of one field of the Configuration does)."""
+    out = dict(config)
+    for key, value in settings.items():
+        here = out.get(key)
+        if isinstance(value, dict) and isinstance(here, dict):
+            out[key] = settings_merged(here, value)
+        else:
+            out[key] = value
+    return out
 
 
 def kueue_base_config(bed: Testbed, p: dict[str, int]) -> Obj:

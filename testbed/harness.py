@@ -132,15 +132,24 @@ class Testbed:
         nfd_extra_label_ns: tuple[str, ...] = (),
         real_nodes: bool = False,
         audit: bool = False,
+        controllers: tuple[str, ...] = (),
+        kueue_settings: dict[str, Any] | None = None,
     ) -> None:
         """`real_nodes`: the control plane is also reached from a Pod network (the node bridge,
         the `kubernetes` Service, a scheduler, every default controller), so that
         `testbed.realnode` nodes can join it. `audit`: the API server logs every write it
-        serves (who, what, the answer) to `audit_log`, for benchmarks that count writes."""
+        serves (who, what, the answer) to `audit_log`, for benchmarks that count writes.
+        `controllers`: kube-controller-manager controllers run beside the emulated set (`job`,
+        for a cluster whose Jobs must make Pods). `kueue_settings`: fields of Kueue's
+        Configuration set on top of the testbed's, as a user edits theirs (the fleet's
+        `multiKueue.workerLostTimeout`, say); a mapping merges into a mapping, anything else
+        replaces."""
         self.root = root
         self.state = State(str(root), real_nodes=real_nodes)
         self.nfd_extra_label_ns = nfd_extra_label_ns
         self.audit = audit
+        self.controllers = controllers
+        self.kueue_settings = dict(kueue_settings or {})
         self._children: dict[str, subprocess.Popen[bytes]] = {}
         self._kube: Kube | None = None
         self._before_down: list[Callable[[], None]] = []
@@ -357,6 +366,14 @@ class Testbed:
         configuration files, the certificates), each waited on with the readiness probe of its
         first start; what a node's reboot or a rolled control-plane Pod does to a component.
         Returns the monotonic time the last of them was ready again."""
+        procs = self.halt(names)
+        time.sleep(down_s)
+        return self.resume(procs, timeout)
+
+    def halt(self, names: tuple[str, ...]) -> list[Process]:
+        """Stop `names` (the last first) and keep them down until `resume` is given what this
+        returns: `restart` for a caller that decides itself how long they stay down (a fleet
+        member lost until the manager notices)."""
         procs = [self.state.processes[name] for name in names]
         for proc in reversed(procs):
             self._stop(proc)
@@ -364,7 +381,11 @@ class Testbed:
             # Forgotten until started again: the liveness check must not take one still down
             # for a dead component while an earlier one is waited on.
             del self.state.processes[proc.name]
-        time.sleep(down_s)
+        self.state.save()
+        return procs
+
+    def resume(self, procs: list[Process], timeout: float = 120.0) -> float:
+        """Start what `halt` stopped, in order, as `restart` does."""
         for proc in procs:
             again = self._spawn(proc.name, proc.argv, proc.env)
             again.exe = proc.exe

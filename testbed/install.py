@@ -196,10 +196,16 @@ def _point_webhooks(obj: Obj, urls: dict[tuple[str, str], str], ca_bundle: str) 
 
 
 def install(
-    bed: Testbed, manifests: Path = MANIFESTS, timeout: float = 60, capture: Path | None = None
+    bed: Testbed,
+    manifests: Path = MANIFESTS,
+    timeout: float = 60,
+    capture: Path | None = None,
+    components: tuple[Path, ...] = (),
 ) -> Installed:
-    """Apply `manifests` on `bed`; with `capture`, record every hook request body there."""
-    objects = [copy.deepcopy(o) for o in kustomize(manifests)]
+    """Apply `manifests` on `bed`, with `components` as an overlay of the user's would add them
+    (`manifests/fleet` on a fleet's manager, `manifests/fleet/member` on a member); with
+    `capture`, record every hook request body there."""
+    objects = [copy.deepcopy(o) for o in kustomize_with(manifests, *components)]
     installed = Installed(objects)
     for (namespace, service), deployment in service_targets(objects).items():
         served = gunicorn_app(deployment)

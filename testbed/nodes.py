@@ -6,6 +6,8 @@ fills (labels, annotations) exist; a bare Node makes them fail. So every fake No
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kubeapi import Kube, Obj
 
 
@@ -102,9 +104,27 @@ def nfd_worker_feature(node: str) -> Obj:
     }
 
 
-def device_manager_feature(node: str, cards: int) -> Obj:
-    """The node agent's NodeFeature for `cards` Tesla T4 (docs/design/node-agent.md, "Node
-    labels")."""
+@dataclass(frozen=True)
+class CardFacts:
+    """What the node agent labels a card model with (docs/design/node-agent.md, "Node labels")."""
+
+    key: str
+    product: str
+    memory: str
+    cores: str
+    family: str
+    comcap: str
+
+
+T4 = CardFacts(T4_KEY, "Tesla-T4", "15Gi", "2560", "Turing", "7.5")
+L4 = CardFacts(
+    "acceleratable.feature.gpustack.ai/nvidia-l4", "NVIDIA-L4", "22Gi", "7424", "Ada", "8.9"
+)
+
+
+def device_manager_feature(node: str, cards: int, card: CardFacts = T4) -> Obj:
+    """The node agent's NodeFeature for `cards` cards of one model (Tesla T4 unless said)."""
+    key = card.key
     return {
         "apiVersion": NFD,
         "kind": "NodeFeature",
@@ -119,13 +139,13 @@ def device_manager_feature(node: str, cards: int) -> Obj:
                 "acceleratable.feature.gpustack.ai/nvidia": "true",
                 "acceleratable.feature.gpustack.ai/nvidia.driver-version": "580.126.09",
                 "acceleratable.feature.gpustack.ai/nvidia.runtime-version": "13.0",
-                T4_KEY: "true",
-                f"{T4_KEY}.product": "Tesla-T4",
-                f"{T4_KEY}.memory": "15Gi",
-                f"{T4_KEY}.cores": "2560",
-                f"{T4_KEY}.family": "Turing",
-                f"{T4_KEY}.comcap": "7.5",
-                f"{T4_KEY}.count": str(cards),
+                key: "true",
+                f"{key}.product": card.product,
+                f"{key}.memory": card.memory,
+                f"{key}.cores": card.cores,
+                f"{key}.family": card.family,
+                f"{key}.comcap": card.comcap,
+                f"{key}.count": str(cards),
             }
         },
     }

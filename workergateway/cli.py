@@ -83,8 +83,9 @@ def build_parser() -> cli.Parser:
         "--orphan-grace",
         type=float,
         default=WORKER_LOST_TIMEOUT,
-        help="seconds a FleetPool no Active member has is kept, at zero, before it is deleted "
-        "(default: Kueue's workerLostTimeout, 900)",
+        help="seconds a lost member stays listed in its pools' MultiKueueConfigs, and a "
+        "FleetPool no Active member has is kept at zero, before they go; at least Kueue's "
+        "multiKueue.workerLostTimeout (default: 900, that timeout's default)",
     )
     parser.add_argument(
         "--fleet-namespace",

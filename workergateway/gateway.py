@@ -21,6 +21,11 @@ has the pool's LocalQueue and a member of the pool does not (`workergateway.name
 Warning Event `NamespaceMissing` on the `FleetPool`). The status is written only when it
 changes, by server-side apply on the status subresource.
 
+A member lost (inactive, or unreadable) leaves every sum at once but stays listed in the
+pools it was a member of until the same grace has passed (`workergateway.lost`): Kueue re-dispatches
+a Workload that was running there only after `workerLostTimeout`, and only while the worker is
+in the config. When each was first seen lost is an annotation on the `FleetPool`.
+
 A pool no Active member has any more is first written with no counted member, its views and
 quota at zero and the time it was orphaned in an annotation, and deleted once `grace` has
 passed since (Kueue's `workerLostTimeout`, 15 minutes by default): the Workloads MultiKueue
@@ -31,6 +36,7 @@ object, so a restarted gateway keeps counting from it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -42,10 +48,16 @@ import requests
 
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, LOCAL_QUEUE, WORKER_API
 from chain.conditions import Condition, generation_of, merge
-from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API
+from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MAX_MEMBERS, MEMBERS_LOST_SINCE
 from chain.views import AcceleratorViews, View, shown_views
 from kubeapi import KubeError
 from workergateway.kubeconfig import FLEET_NAMESPACE, KubeconfigRefused
+from workergateway.lost import (
+    keep_lost,
+    parse_lost_since,
+    render_lost_since,
+    stamp,
+)
 from workergateway.members import (
     MULTIKUEUE_CLUSTER,
     MemberError,
@@ -56,7 +68,7 @@ from workergateway.members import (
 )
 from workergateway.namespaces import Queues, mirroring, queues_of
 from workergateway.reports import NAMESPACE_MISSING, pool_conditions
-from workergateway.sums import fleet_pools
+from workergateway.sums import FleetPool, fleet_pools
 
 log = logging.getLogger("gpustack.workergateway")
 
@@ -133,6 +145,8 @@ class PassReport:
     unmirrored: dict[str, str] = field(default_factory=dict)
     """Pools a member lacks namespaces for (or whose members' LocalQueues could not be listed),
     with what their condition says."""
+    kept_lost: dict[str, list[str]] = field(default_factory=dict)
+    """Per pool, the lost members it still lists (`workergateway.lost`)."""
 
 
 def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
@@ -155,16 +169,17 @@ def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
     return zeroed
 
 
-def _stamp(time: datetime) -> str:
-    return time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _since(obj: Mapping[str, Any]) -> datetime | None:
     raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ORPHANED_SINCE)
     try:
         return datetime.strptime(str(raw), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None  # none, or not ours: counting starts again from now
+
+
+def _lost_since(obj: Mapping[str, Any]) -> str | None:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(MEMBERS_LOST_SINCE)
+    return None if raw is None else str(raw)
 
 
 class Gateway:
@@ -239,7 +254,8 @@ class Gateway:
         active: list[tuple[Obj, tuple[MemberState, Api]]] = []
         # On this thread: the manager's client (the Secrets' reads) is not shared between
         # threads.
-        for cluster in self.manager.list(KUEUE_API, MULTIKUEUE_CLUSTER):
+        clusters = self.manager.list(KUEUE_API, MULTIKUEUE_CLUSTER)
+        for cluster in clusters:
             try:
                 state = read_cluster(cluster)
                 if state.active:
@@ -281,12 +297,25 @@ class Gateway:
                 self.reporter.event(
                     existing[conflict.pool], "Warning", CONFLICT, str(conflict), action="Sum"
                 )
+        # Every member with a MultiKueueCluster that this pass did not read and sum: a pool
+        # keeps listing those it listed for the grace (`workergateway.lost`).
+        summed = set(report.members)
+        lost = {
+            name
+            for cluster in clusters
+            if (name := str((cluster.get("metadata") or {}).get("name") or "")) not in summed
+        }
         fresh: dict[str, Obj] = {}
         """What the API server answered to this pass's writes (uid, generation)."""
         for name, pool in fleet.pools.items():
-            want = pool.object()
             have = existing.get(name)
-            if have is not None and have.get("spec") == want["spec"] and _since(have) is None:
+            want = self._keeping_lost(pool, have, lost, report)
+            if (
+                have is not None
+                and have.get("spec") == want["spec"]
+                and _since(have) is None
+                and _lost_since(have) == _lost_since(want)
+            ):
                 continue
             written = self._write(want, report, report.applied)
             if written is not None:
@@ -325,6 +354,45 @@ class Gateway:
         self.last = report
         return report
 
+    def _keeping_lost(
+        self, pool: FleetPool, have: Obj | None, lost: set[str], report: PassReport
+    ) -> Obj:
+        """The pool's `FleetPool`, listing after its members the lost ones it listed before
+        for the grace, with when each was first seen lost. They count in no sum (they were not
+        read) and have no entry in `memberViews`, so `memberSummary` shows them as members
+        that do not count (`1/2 east`)."""
+        spec = (have or {}).get("spec") or {}
+        listed = [name for name in spec.get("members") or [] if isinstance(name, str)]
+        raw = _lost_since(have or {})
+        try:
+            since = parse_lost_since(raw)
+        except ValueError as err:
+            # Not ours to read (edited by hand, say): counting starts again from now, which keeps
+            # a lost member listed longer, never shorter, than the grace.
+            log.warning("fleetpools/%s: %s; counting the lost members from now", pool.name, err)
+            since = {}
+        orphaned = _since(have or {})
+        if orphaned is not None:
+            # Back from no Active member: its lost members were lost since the pool was orphaned.
+            since = {member: orphaned for member in listed} | since
+        kept = keep_lost(
+            listed,
+            pool.members,
+            lost,
+            since,
+            self.clock(),
+            timedelta(seconds=self.grace),
+            room=MAX_MEMBERS - len(pool.members),
+        )
+        for member in kept.dropped:
+            log.info("fleetpools/%s: lost member %s listed no more", pool.name, member)
+        if not kept.members:
+            return pool.object()
+        report.kept_lost[pool.name] = list(kept.members)
+        want = dataclasses.replace(pool, members=pool.members + kept.members).object()
+        annotations = {MEMBERS_LOST_SINCE: render_lost_since(kept.lost_since)}
+        return {**want, "metadata": {"name": pool.name, "annotations": annotations}}
+
     def _orphan(self, name: str, obj: Obj, report: PassReport) -> None:
         now = self.clock()
         since = _since(obj) or now
@@ -342,7 +410,7 @@ class Gateway:
         want = {
             "apiVersion": FLEET_POOL_API,
             "kind": FLEET_POOL,
-            "metadata": {"name": name, "annotations": {ORPHANED_SINCE: _stamp(since)}},
+            "metadata": {"name": name, "annotations": {ORPHANED_SINCE: stamp(since)}},
             "spec": orphaned_spec(obj.get("spec") or {}),
         }
         if obj.get("spec") != want["spec"] or _since(obj) != since:
@@ -354,7 +422,7 @@ class Gateway:
         """The pool's status conditions, written when they differ from those it holds
         (`before`)."""
         name = held["metadata"]["name"]
-        merged = merge(before, conditions, generation_of(held), _stamp(self.clock()))
+        merged = merge(before, conditions, generation_of(held), stamp(self.clock()))
         if merged == before:
             return
         status = {

@@ -13,6 +13,7 @@ from chain.fleet_pools import (
     FLEET_LABEL,
     FLEET_LABEL_VALUE,
     KUEUE_GROUP,
+    MEMBERS_LOST_SINCE,
     MULTIKUEUE_CONFIG,
     MULTIKUEUE_CONTROLLER,
     FleetPoolView,
@@ -75,12 +76,17 @@ def admission_check(pool: FleetPoolView) -> Obj:
 
 
 def multikueue_config(pool: FleetPoolView) -> Obj:
-    """The members that have the pool, in the gateway's order (by name): the Incremental
-    dispatcher nominates in this order, so it must not change between passes."""
+    """The members that have the pool, in the gateway's order (by name, then the lost members it
+    still lists): the Incremental dispatcher nominates in this order, so it must not change
+    between passes. The gateway's note of when each listed lost member was lost is copied, so
+    that the config says why a cluster Kueue marks inactive is still listed."""
+    metadata: Obj = {"name": pool.name}
+    if pool.lost_since:
+        metadata["annotations"] = {MEMBERS_LOST_SINCE: pool.lost_since}
     return {
         "apiVersion": KUEUE_API,
         "kind": MULTIKUEUE_CONFIG,
-        "metadata": {"name": pool.name},
+        "metadata": metadata,
         "spec": {"clusters": list(pool.members)},
     }
 

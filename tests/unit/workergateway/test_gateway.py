@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from chain.apis import KUEUE_API, LOCAL_QUEUE
-from chain.fleet_pools import FLEET_POOL, FleetPoolView
+from chain.fleet_pools import FLEET_POOL, MEMBERS_LOST_SINCE, FleetPoolView
 from chain.names import local_queue_name
 from kubeapi import KubeError
 from workergateway.gateway import (
@@ -177,7 +177,15 @@ def test_a_pool_back_within_the_grace_loses_its_mark() -> None:
     fleet.gateway.run_pass()
     obj = next(iter(fleet.manager.of_kind(FLEET_POOL).values()))
     assert ORPHANED_SINCE not in (obj["metadata"].get("annotations") or {})
-    assert fleet.pools() == fleet.expected(leave_out={"east"})
+    # east is still lost: listed after west, counting nothing, lost since the pool was orphaned.
+    expected: dict[str, Any] = fleet.expected(leave_out={"east"})
+    for spec in expected.values():
+        spec["members"] = ["west", "east"]
+        spec["memberSummary"] = "1/2 west"
+    assert fleet.pools() == expected
+    assert obj["metadata"]["annotations"] == {
+        MEMBERS_LOST_SINCE: '{"east": "2026-12-04T15:00:00Z"}'
+    }
 
 
 def test_a_lost_write_converges_on_the_next_pass() -> None:

@@ -264,6 +264,25 @@ AVAILABLE_TWO = condition(
 READY_TRUE = condition("Ready", True, "Ready", "the pool is active and has counted capacity")
 
 
+LOST_NORTH = '{"north": "2026-12-05T08:00:00Z"}'
+
+
+def _with_lost_member(pool: Obj) -> Obj:
+    """`pool` as the gateway writes it while north, lost, is kept listed."""
+    kept = copy.deepcopy(pool)
+    kept["spec"]["members"] = [*kept["spec"]["members"], "north"]
+    kept["spec"]["memberSummary"] = kept["spec"]["memberSummary"].replace("2/2", "2/3")
+    kept["metadata"]["annotations"] = {"gpustack.ai/members-lost-since": LOST_NORTH}
+    return kept
+
+
+def _config_annotated(objects: list[Obj], lost_since: str) -> list[Obj]:
+    for obj in objects:
+        if obj["kind"] == "MultiKueueConfig":
+            obj["metadata"]["annotations"] = {"gpustack.ai/members-lost-since": lost_since}
+    return objects
+
+
 def _cases() -> dict[str, Obj]:
     two = gateway_pool("two-members")
     none_count = gateway_pool("no-member-counts")
@@ -275,6 +294,21 @@ def _cases() -> dict[str, Obj]:
             "flavor and admits through its MultiKueue check, whose config lists both members",
             two,
             children(T4, ["east", "west"], [("credits.gpustack.ai/nvidia", "9600000")], t4_spec()),
+        ),
+        "lost-member-kept": pool_case(
+            "north is lost and still listed after the members that have the pool (the gateway "
+            "keeps it for the grace): the config lists it last and carries the gateway's note of "
+            "since when, the quota is the two others' alone",
+            _with_lost_member(two),
+            _config_annotated(
+                children(
+                    T4,
+                    ["east", "west", "north"],
+                    [("credits.gpustack.ai/nvidia", "9600000")],
+                    t4_spec(),
+                ),
+                LOST_NORTH,
+            ),
         ),
         "cpu-pool": pool_case(
             "the CPU pool of three members: its queue covers cpu, summed",

@@ -1,0 +1,350 @@
+"""A fleet on real control planes (docs/fleet.md; issue #32): one fleet bed for the module
+(`testbed.fleet`: a manager with Kueue's MultiKueue, the shipped `manifests/fleet` and the worker
+gateway; member-a with two 4xT4 nodes, member-b with a 4xT4 and a 2xL4 node).
+
+No kubelet runs on these emulated clusters, so no container ever starts: where a test needs a
+Pod to finish, it marks the member's Pod Succeeded itself, and says so. Kueue's
+`workerLostTimeout` is shortened on the manager (`testbed.fleet.WORKER_LOST_TIMEOUT`) and the
+gateway's `--orphan-grace` set at least to it, as docs/fleet.md tells users.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from chain.apis import KUEUE_API, WORKER_API
+from chain.fleet_pools import MEMBERS_LOST_SINCE, fleet_check_name
+from chain.names import local_queue_name
+from chain.quantity import parse_quantity
+from kubeapi import Kube, Obj, wait_for
+from testbed.fleet import L4_POOL, MEMBERS, FleetBed, cluster_active, succeed_pod
+from testbed.nodes import T4_POOL
+from testbed.workloads import condition, queued_job, sliced_job
+
+VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")
+CREDITS = "credits.gpustack.ai/nvidia"
+IMAGE = "busybox"
+NAMESPACE = "team-fleet"
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[FleetBed]:
+    root = Path(tempfile.mkdtemp(prefix="gpustack-fleet-"))
+    bed = FleetBed(root)
+    started = time.monotonic()
+    try:
+        bed.up()
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    print(
+        f"\nfleet bed up in {time.monotonic() - started:.0f} s {bed.timings}; RSS MiB {bed.rss()}"
+    )
+    try:
+        # The platform team mirrors the tenant namespace on every member (docs/fleet.md,
+        # "Namespaces").
+        for kube in _all(bed):
+            kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for kube in _all(bed):
+            wait_for(
+                lambda kube=kube: kube.get("v1", "ServiceAccount", "default", NAMESPACE),
+                60,
+                "the tenant namespace's default ServiceAccount",
+            )
+        yield bed
+    finally:
+        print(f"\nfleet bed RSS MiB at the end {bed.rss()}")
+        bed.down()
+
+
+@pytest.fixture(autouse=True)
+def _alive(fleet: FleetBed) -> Iterator[None]:
+    fleet.check_alive()
+    yield
+    fleet.check_alive()
+
+
+def _all(bed: FleetBed) -> list[Kube]:
+    return [bed.manager.kube, *(member.kube for member in bed.members.values())]
+
+
+def _q(text: object) -> Fraction:
+    return parse_quantity(str(text or "0"))
+
+
+def _status(kube: Kube, pool: str) -> Obj:
+    found = kube.get(WORKER_API, "InstanceType", pool) or {}
+    status: Obj = found.get("status") or {}
+    return status
+
+
+def _views(status: Obj) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
+    return {
+        view: (
+            _q((status.get(view) or {}).get("onceMaxRequest")),
+            _q((status.get(view) or {}).get("remaining")),
+            _q((status.get(view) or {}).get("capacity")),
+        )
+        for view in VIEWS
+    }
+
+
+def _members_sum(statuses: list[Obj]) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
+    """What the fleet must show, from the members' own InstanceTypes: `remaining` and `capacity`
+    add, `onceMaxRequest` is the largest (docs/fleet.md, "How the views sum")."""
+    each = [_views(status) for status in statuses]
+    return {
+        view: (
+            max((v[view][0] for v in each), default=Fraction(0)),
+            sum((v[view][1] for v in each), Fraction(0)),
+            sum((v[view][2] for v in each), Fraction(0)),
+        )
+        for view in VIEWS
+    }
+
+
+def _quota(kube: Kube, queue: str) -> Fraction:
+    found = kube.get(KUEUE_API, "ClusterQueue", queue) or {}
+    return sum(
+        (
+            _q(resource.get("nominalQuota"))
+            for group in (found.get("spec") or {}).get("resourceGroups") or []
+            for flavor in group.get("flavors") or []
+            for resource in flavor.get("resources") or []
+            if resource.get("name") == CREDITS
+        ),
+        Fraction(0),
+    )
+
+
+def _sums_match(fleet: FleetBed, pool: str, members: tuple[str, ...], summary: str) -> str | None:
+    """None once the manager's fleet InstanceType shows `summary` and the sums of `members`'
+    own InstanceTypes and queues; else what differs (for the timeout's message)."""
+    manager = _status(fleet.manager.kube, pool)
+    own = [_status(fleet.members[name].kube, pool) for name in members]
+    if any(status.get("phase") != "Active" for status in own):
+        return f"members' {pool} not all Active: {[s.get('phase') for s in own]}"
+    if any(_views(status)["accelerator"][2] == 0 for status in own):
+        return f"members' {pool} not counting cards yet"
+    want = _members_sum(own)
+    have = _views(manager)
+    quota_want = sum((_quota(fleet.members[n].kube, pool) for n in members), Fraction(0))
+    quota_have = _quota(fleet.manager.kube, pool)
+    if (have, manager.get("memberSummary"), quota_have) != (want, summary, quota_want):
+        return (
+            f"fleet {have} {manager.get('memberSummary')!r} quota {quota_have}; "
+            f"members {want} {summary!r} quota {quota_want}"
+        )
+    return None
+
+
+def _wait_sums(fleet: FleetBed, pool: str, members: tuple[str, ...], summary: str) -> None:
+    last: list[str | None] = [None]
+
+    def matched() -> bool:
+        last[0] = _sums_match(fleet, pool, members, summary)
+        return last[0] is None
+
+    try:
+        wait_for(matched, 180, f"the fleet's {pool} to be the sums of {members}")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}: {last[0]}") from None
+
+
+def test_fleet_views_are_the_sums_of_the_members_own(fleet: FleetBed) -> None:
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    _wait_sums(fleet, L4_POOL, ("member-b",), "1/1 member-b")
+    t4 = _status(fleet.manager.kube, T4_POOL)
+    # The breakdown, one entry per member, each its own views.
+    breakdown = {entry["name"]: entry for entry in t4["memberViews"]}
+    assert sorted(breakdown) == ["member-a", "member-b"]
+    for name in breakdown:
+        own = _views(_status(fleet.members[name].kube, T4_POOL))
+        assert _views(breakdown[name]) == own
+        assert breakdown[name]["counted"] is True
+    # 12 T4 and 2 L4 cards in all, as the nodes were made.
+    assert _views(t4)["accelerator"][2] == sum(
+        node.cards for nodes in MEMBERS.values() for node in nodes if node.model == "t4"
+    )
+    assert _views(_status(fleet.manager.kube, L4_POOL))["accelerator"][2] == 2
+    # MultiKueue's side of it: one config per pool, listing the members that have it.
+    config = fleet.manager.kube.get(KUEUE_API, "MultiKueueConfig", L4_POOL) or {}
+    assert config["spec"]["clusters"] == ["member-b"]
+
+
+def _workload_of(kube: Kube, job: str) -> Obj | None:
+    for workload in kube.list(KUEUE_API, "Workload", NAMESPACE):
+        owners = workload["metadata"].get("ownerReferences") or []
+        if any(owner.get("kind") == "Job" and owner.get("name") == job for owner in owners):
+            return workload
+    return None
+
+
+def _dispatched_to(kube: Kube, job: str, pool: str) -> str | None:
+    """The member the manager's Workload of `job` was admitted on, once its MultiKueue check
+    is Ready."""
+    workload = _workload_of(kube, job) or {}
+    status = workload.get("status") or {}
+    checks = {c["name"]: c for c in status.get("admissionChecks") or []}
+    if (checks.get(fleet_check_name(pool)) or {}).get("state") != "Ready":
+        return None
+    return str(status.get("clusterName") or "") or None
+
+
+def _job(kube: Kube, pool: str, limits: dict[str, str]) -> str:
+    name = f"fleet-{uuid.uuid4().hex[:6]}"
+    kube.create(queued_job(name, NAMESPACE, local_queue_name(pool), limits, IMAGE, "true"))
+    return name
+
+
+def _pods_of(kube: Kube, job: str) -> list[Obj]:
+    return kube.list("v1", "Pod", NAMESPACE, label_selector=f"job-name={job}")
+
+
+def test_an_l4_job_runs_on_member_b_and_its_status_comes_back(fleet: FleetBed) -> None:
+    manager = fleet.manager.kube
+    member_b = fleet.members["member-b"].kube
+    wait_for(
+        lambda: manager.get(KUEUE_API, "LocalQueue", local_queue_name(L4_POOL), NAMESPACE),
+        120,
+        "the L4 LocalQueue on the manager",
+    )
+    job = _job(manager, L4_POOL, {"nvidia.com/gpu": "1"})
+    where = wait_for(lambda: _dispatched_to(manager, job, L4_POOL), 180, "the L4 Job dispatched")
+    assert where == "member-b"
+    assert fleet.members["member-a"].kube.get("batch/v1", "Job", job, NAMESPACE) is None
+    pod = wait_for(lambda: next(iter(_pods_of(member_b, job)), None), 120, "member-b's Pod")
+    succeed_pod(member_b, pod)  # SIMULATED: the container "ran" and exited 0 (no kubelet here)
+    # member-b's Job completes, Kueue there finishes its Workload, and MultiKueue copies the
+    # Job's status to the manager's, finishes the manager's Workload, and deletes member-b's
+    # copies (so member-b's Job is seen Complete for a moment at most).
+    mirrored = wait_for(
+        lambda: (
+            found
+            if condition(found := manager.get("batch/v1", "Job", job, NAMESPACE), "Complete")
+            == "True"
+            else None
+        ),
+        120,
+        "the manager's Job Complete (its status mirrored from member-b)",
+    )
+    assert mirrored["status"].get("succeeded") == 1
+    wait_for(
+        lambda: condition(_workload_of(manager, job), "Finished") == "True",
+        60,
+        "the manager's Workload Finished",
+    )
+    wait_for(
+        lambda: member_b.get("batch/v1", "Job", job, NAMESPACE) is None,
+        120,
+        "member-b's copy of the Job deleted once finished",
+    )
+
+
+def test_a_stopped_member_leaves_the_sums_and_comes_back(fleet: FleetBed) -> None:
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    manager = fleet.manager.kube
+    fleet.stop_member("member-a")
+    try:
+        wait_for(lambda: cluster_active(manager, "member-a") == "False", 180, "member-a lost")
+        # Out of every sum at once; still listed (docs/fleet.md, "A member turning inactive").
+        _wait_sums(fleet, T4_POOL, ("member-b",), "1/2 member-b")
+    finally:
+        fleet.start_member("member-a")
+    wait_for(lambda: cluster_active(manager, "member-a") == "True", 180, "member-a back")
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+
+
+def _copies(
+    fleet: FleetBed, workload: str, members: tuple[str, ...] = tuple(MEMBERS)
+) -> dict[str, int]:
+    """Per member, its copies of the manager's Workload `workload` (MultiKueue gives each copy
+    the manager's name)."""
+    return {
+        name: int(
+            fleet.members[name].kube.get(KUEUE_API, "Workload", workload, NAMESPACE) is not None
+        )
+        for name in members
+    }
+
+
+def test_a_lost_member_stays_listed_and_its_workload_runs_once(fleet: FleetBed) -> None:
+    """The member holding a Workload is lost: it stays in the pool's MultiKueueConfig (the
+    gateway's note on it), Kueue dispatches the Workload again after `workerLostTimeout`, to
+    the other member, once; and when the lost member comes back within the grace, Kueue still
+    follows it, so one copy of the Workload is left in the fleet, not two."""
+    manager = fleet.manager.kube
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    job = _job(manager, T4_POOL, {"nvidia.com/gpu": "1"})
+    first = wait_for(lambda: _dispatched_to(manager, job, T4_POOL), 180, "the T4 Job dispatched")
+    other = next(name for name in MEMBERS if name != first)
+    local = (_workload_of(manager, job) or {})["metadata"]["name"]
+    wait_for(lambda: _copies(fleet, local) == {first: 1, other: 0}, 60, f"one copy, on {first}")
+    fleet.stop_member(first)
+    try:
+        wait_for(lambda: cluster_active(manager, first) == "False", 180, f"{first} lost")
+        lost_at = time.monotonic()
+        # Listed still, with the gateway's note, while Kueue waits for the lost worker.
+        config = wait_for(
+            lambda: _noted_config(manager), 120, "the lost member's note on the MultiKueueConfig"
+        )
+        assert config["spec"]["clusters"] == [other, first]
+        assert first in config["metadata"]["annotations"][MEMBERS_LOST_SINCE]
+        wait_for(
+            lambda: _dispatched_to(manager, job, T4_POOL) == other,
+            fleet.worker_lost_timeout + 180,
+            f"the Workload dispatched again, to {other}",
+        )
+        print(f"\nre-dispatched to {other} {time.monotonic() - lost_at:.0f} s after {first} lost")
+        assert _copies(fleet, local, (other,)) == {other: 1}
+        config = manager.get(KUEUE_API, "MultiKueueConfig", T4_POOL) or {}
+        assert config["spec"]["clusters"] == [other, first]  # the grace has not passed
+    finally:
+        fleet.start_member(first)
+    wait_for(lambda: cluster_active(manager, first) == "True", 180, f"{first} back")
+    # Back within the grace, still listed: Kueue sees both copies and keeps one.
+    wait_for(lambda: sum(_copies(fleet, local).values()) == 1, 120, "one copy in the fleet")
+    time.sleep(5)
+    assert sum(_copies(fleet, local).values()) == 1, _copies(fleet, local)
+    config = manager.get(KUEUE_API, "MultiKueueConfig", T4_POOL) or {}
+    assert MEMBERS_LOST_SINCE not in (config["metadata"].get("annotations") or {})
+
+
+def _noted_config(kube: Kube) -> Obj | None:
+    found = kube.get(KUEUE_API, "MultiKueueConfig", T4_POOL) or {}
+    annotations = (found.get("metadata") or {}).get("annotations") or {}
+    return found if MEMBERS_LOST_SINCE in annotations else None
+
+
+def test_gate_one_folds_a_sliced_job_on_the_manager(fleet: FleetBed) -> None:
+    manager = fleet.manager.kube
+    name = f"sliced-{uuid.uuid4().hex[:6]}"
+    created = manager.create(
+        sliced_job(name, NAMESPACE, local_queue_name(T4_POOL), IMAGE, 20, "true")
+    )
+    limits = created["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu.sliced.units"] == "320k"  # 20 % of 1,600,000
+    assert limits["nvidia.com/gpu.sliced.cores-percentage"] == "100"  # defaulted
+    workload = wait_for(lambda: _workload_of(manager, name), 60, "the manager's Workload")
+    template = workload["spec"]["podSets"][0]["template"]["spec"]
+    assert template["containers"][0]["resources"]["limits"]["nvidia.com/gpu.sliced.units"] == "320k"
+    # Pinned by the manager's Workload webhook to nodes whose fit labels show room for the
+    # slice: the manager has no nodes, but MultiKueue copies the pin to the members, whose
+    # agents write the same labels (the bed writes them as the agent would).
+    terms = template["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expression,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expression == {
+        "key": "sliced-max-free-units.fit.gpustack.ai/nvidia-tesla-t4",
+        "operator": "Gt",
+        "values": ["319999"],
+    }
+    where = wait_for(lambda: _dispatched_to(manager, name, T4_POOL), 180, "the sliced Job")
+    assert where in MEMBERS
