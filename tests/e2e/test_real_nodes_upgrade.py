@@ -255,6 +255,14 @@ def _start(bed: Testbed, holder: str, node: str, limits: dict[str, str]) -> str:
 
     card = str(wait_for(shown, 60, f"{name}'s environment"))
     wait_for(lambda: card in _record(_stored(bed, holder)), 60, f"{name}'s record")
+
+    def charged() -> bool:
+        return any(
+            key[1] == card and row.mode != Mode.NONE for key, row in _rows(bed, node).items()
+        )
+
+    # The ledger follows the record a moment later; every snapshot below starts from it.
+    wait_for(charged, 60, f"{name}'s card charged in the ledger of {node}")
     return card
 
 
@@ -485,7 +493,7 @@ def _admitted(bed: Testbed, namespace: str, names: list[str], timeout: float = 2
 
 @pytest.fixture
 def tenant(real_cluster: Testbed) -> Iterator[str]:
-    """A namespace for the Workloads, deleted after (made once the pools' LocalQueues can be)."""
+    """The Workloads' namespace (the test makes it once the pools exist), deleted after."""
     name = "upgrade-tenant"
     yield name
     real_cluster.kube.delete("v1", "Namespace", name)
@@ -574,8 +582,10 @@ def _under_load(
         name: why for name, history in watch.histories.items() if (why := judged_twice(history))
     }
     assert not twice, twice
+    # Kueue's own account, which does not depend on sampling (an Event can be lost, never made
+    # up): at most one admission each.
     events = _admitted_events(bed, tenant)
-    assert all(events.get(name) == 1 for name in [*first, *upgraded, *rolled]), events
+    assert events and all(events.get(name, 0) <= 1 for name in [*first, *upgraded, *rolled]), events
     for name in [*first, *upgraded, *rolled]:
         bed.kube.delete(KUEUE, "Workload", name, tenant)
     wait_for(lambda: not bed.kube.list(KUEUE, "Workload", tenant), 120, "the Workloads to go")
