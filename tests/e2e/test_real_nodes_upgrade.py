@@ -113,7 +113,17 @@ MODES = (Mode.EXCLUSIVE, Mode.SHARED, Mode.SLICED)
 CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 HOLDERS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("a-whole", "node-a", {GPU: "1"}),
-    ("a-slice", "node-a", {SLICED: "1", f"{SLICED}.units": str(RESOURCE_MAX_UNITS // 2)}),
+    # Half a card, as the Pod webhook folds a queued Pod's ask (a bare Pod is not folded; the
+    # agent sizes the slice by the memory percentage).
+    (
+        "a-slice",
+        "node-a",
+        {
+            SLICED: "1",
+            f"{SLICED}.memory-percentage": "50",
+            f"{SLICED}.units": str(RESOURCE_MAX_UNITS // 2),
+        },
+    ),
     ("b-share", "node-b", {SHARED: "1"}),
 )
 """Each holder: its Pod's name (`upgrade-<name>` in `default`), its node, what it asks."""
