@@ -164,7 +164,7 @@ def _old_release_installed(bed: Testbed, into: Path) -> None:
 
 def _serving(bed: Testbed, overlay: Path, image: str) -> list[str]:
     """Every Deployment `overlay` renders available on `image`, the NVIDIA agents ready on it,
-    every node offering its whole cards; the nodes whose agent has not published its counting
+    every node offering whole cards; the nodes whose agent has not published its counting
     keys within two minutes more (none need them but for the sliced holder's, and a known
     defect keeps them from one node at times: CHANGELOG, "Known")."""
     rendered = [d for d in yaml.safe_load_all(kubectl(bed, "kustomize", str(overlay))) if d]
@@ -182,10 +182,12 @@ def _serving(bed: Testbed, overlay: Path, image: str) -> list[str]:
         f"the agents ready on {image}",
     )
     for spec in REAL_NODES:
+        # Registered: the kubelet offers whole cards (fewer than the node has while another
+        # mode holds some: the agent lists those tokens Unhealthy).
         wait_for(
-            lambda spec=spec: _allocatable(bed, spec.name).get(GPU) == str(NODE_CARDS[spec.name]),
+            lambda spec=spec: int(_allocatable(bed, spec.name).get(GPU, "0")) > 0,
             300,
-            f"{spec.name} to offer its cards",
+            f"{spec.name} to offer whole cards",
         )
     silent = []
     for spec in REAL_NODES:
