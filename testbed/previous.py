@@ -15,6 +15,7 @@ A clone without that commit (`--depth`) cannot make any of them: `HistoryMissing
 
 from __future__ import annotations
 
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -76,6 +77,47 @@ def overlay(into: Path) -> Path:
         "kind": "Kustomization",
         "resources": ["../tree/testbed/overlay"],
         "images": [{"name": f"{REGISTRY_HOST}/gpustack-chain", "newTag": VERSION}],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return folder
+
+
+def _simulated(overlay: Path) -> str:
+    """The `--simulate=...` argument a testbed overlay gives the NVIDIA agent."""
+    patch = yaml.safe_load((overlay / "simulate-nvidia.yaml").read_text())
+    (argument,) = [op["value"] for op in patch if str(op["value"]).startswith("--simulate=")]
+    return str(argument)
+
+
+def upgrade_overlay(into: Path, current: Path, rendered_args: list[str]) -> Path:
+    """The current release's testbed overlay `current` with the NVIDIA agent simulating the
+    machines the previous release's overlay simulated (`extract`ed under `into` by `overlay`).
+    Since 0.1.0 the testbed's node-b shows a RoCE port (profile `l4x2-roce`, which 0.1.0 lacks):
+    its cards' simulated UUIDs differ from `l4x2`'s, and an upgrade keeps a machine's cards, so
+    the upgrade keeps the old simulation. `rendered_args` are the agent's arguments as `current`
+    renders them (the patch replaces the simulation's own entry)."""
+    (index,) = [i for i, arg in enumerate(rendered_args) if arg.startswith("--simulate=")]
+    folder = into / "upgrade"
+    folder.mkdir(parents=True, exist_ok=True)
+    value = _simulated(into / "tree" / "testbed" / "overlay")
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(current, folder)],
+        "patches": [
+            {
+                "target": {"kind": "DaemonSet", "name": "gpustack-device-manager-nvidia"},
+                "patch": yaml.safe_dump(
+                    [
+                        {
+                            "op": "replace",
+                            "path": f"/spec/template/spec/containers/0/args/{index}",
+                            "value": value,
+                        }
+                    ]
+                ),
+            }
+        ],
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return folder

@@ -40,7 +40,9 @@ What must hold, and is checked:
   its own card and nothing else (every other row as before).
 
 Simulated, said plainly: the cards (the agents' simulated NVML over node-a's 4 x T4 and node-b's
-2 x L4) and the isolation library (the testbed's stand-in). Real: the images, the kubelets and
+2 x L4) and the isolation library (the testbed's stand-in). Both releases simulate the same cards:
+the upgrade applies the current overlay with the old overlay's `--simulate` (0.1.0 has no
+`l4x2-roce` profile, whose L4 cards have other UUIDs; `previous.upgrade_overlay`). Real: the images, the kubelets and
 containerd, the device-plugin registrations and checkpoint, the API server, Kueue,
 Metacontroller and every chain component as a Pod.
 
@@ -556,15 +558,32 @@ def test_an_upgrade_from_0_1_0_under_running_pods_keeps_every_card_and_judgment(
     step("install 0.1.0")
     cards: dict[str, str] = {}
     try:
-        _under_load(bed, tenant, cards, step)
+        _under_load(bed, tenant, cards, step, tmp_path)
     finally:
         for holder in [*[h for h, _, _ in HOLDERS], "a-new", "b-new"]:
             bed.kube.delete("v1", "Pod", _pod_name(holder), NAMESPACE)
     print("steps (s):", steps)
 
 
+def _upgrade_overlay(bed: Testbed, workdir: Path) -> Path:
+    """The current testbed overlay, simulating the same cards as the old one
+    (`previous.upgrade_overlay`)."""
+    rendered = yaml.safe_load_all(kubectl(bed, "kustomize", str(OVERLAY)))
+    (agent,) = [
+        d
+        for d in rendered
+        if d and d["kind"] == "DaemonSet" and d["metadata"]["name"] == NVIDIA_AGENT
+    ]
+    args = [str(a) for a in agent["spec"]["template"]["spec"]["containers"][0]["args"]]
+    return previous.upgrade_overlay(workdir, OVERLAY, args)
+
+
 def _under_load(
-    bed: Testbed, tenant: str, cards: dict[str, str], step: Callable[[str], None]
+    bed: Testbed,
+    tenant: str,
+    cards: dict[str, str],
+    step: Callable[[str], None],
+    workdir: Path,
 ) -> None:
     # Holders, one at a time (see the module's docstring for why).
     for holder, node, limits in HOLDERS:
@@ -586,13 +605,14 @@ def _under_load(
     kept = {holder: _kept(bed, holder) for holder in holders}
     ledgers = {spec.name: _rows(bed, spec.name) for spec in REAL_NODES}
     attachments = _attachments(bed.kube, tenant)
+    upgrade = _upgrade_overlay(bed, workdir)
     with Watch(bed, tenant, ledgers, attachments) as watch:
         # 3. The upgrade, as a user runs it.
-        kubectl(bed, "apply", "-k", str(OVERLAY))
+        kubectl(bed, "apply", "-k", str(upgrade))
         upgraded = ["upgrade-0", "upgrade-1"]
         for name in upgraded:
             _submit(bed, tenant, name)
-        for node in _serving(bed, OVERLAY, PROJECT_IMAGE):
+        for node in _serving(bed, upgrade, PROJECT_IMAGE):
             # Not needed by what follows (the new Pods ask whole cards); reported, not hidden.
             print(f"after the upgrade, the agent on {node} published no counting keys in time")
         _admitted(bed, tenant, upgraded)
