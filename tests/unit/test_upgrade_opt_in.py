@@ -59,3 +59,21 @@ def test_the_previous_release_is_0_1_0_from_its_commit(tmp_path: Path) -> None:
     # The tree is that commit's: its Containerfile did not copy packages added since.
     containerfile = previous.extract(tmp_path / "whole", "Containerfile") / "Containerfile"
     assert "COPY workergateway/" not in containerfile.read_text()
+
+
+def test_the_upgrade_keeps_the_previous_releases_simulated_cards(tmp_path: Path) -> None:
+    """0.1.0's overlay simulates node-b as `l4x2` (it has no `l4x2-roce`, whose L4 UUIDs differ):
+    the upgrade replaces the current overlay's simulation argument with the old one, in place."""
+    previous.overlay(tmp_path)
+    rendered = ["serve", "--simulate=node-a=t4x4,node-b=l4x2-roce", "--sim-root=/x"]
+    upgrade = previous.upgrade_overlay(tmp_path, ROOT / "testbed" / "overlay", rendered)
+    kustomization = yaml.safe_load((upgrade / "kustomization.yaml").read_text())
+    assert (upgrade / kustomization["resources"][0]).resolve() == ROOT / "testbed" / "overlay"
+    (patch,) = kustomization["patches"]
+    assert yaml.safe_load(patch["patch"]) == [
+        {
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/args/1",
+            "value": "--simulate=node-a=t4x4,node-b=l4x2",
+        }
+    ]
