@@ -42,9 +42,9 @@ What must hold, and is checked:
 Simulated, said plainly: the cards (the agents' simulated NVML over node-a's 4 x T4 and node-b's
 2 x L4) and the isolation library (the testbed's stand-in). Both releases simulate the same cards:
 the upgrade applies the current overlay with the old overlay's `--simulate` (0.1.0 has no
-`l4x2-roce` profile, whose L4 cards have other UUIDs; `previous.upgrade_overlay`). Real: the images, the kubelets and
-containerd, the device-plugin registrations and checkpoint, the API server, Kueue,
-Metacontroller and every chain component as a Pod.
+`l4x2-roce` profile, whose L4 cards have other UUIDs; `previous.upgrade_overlay`). Real: the
+images, the kubelets and containerd, the device-plugin registrations and checkpoint, the API
+server, Kueue, Metacontroller and every chain component as a Pod.
 
 Long (about 15 min with its cluster's start), so `make test` does not run it: it is marked
 `upgrade`, deselected unless pytest runs with `--upgrade-real-nodes` (`make upgrade-real-nodes`).
