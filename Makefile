@@ -11,7 +11,7 @@ CONTAINER_TOOL ?= $(shell command -v podman >/dev/null 2>&1 && echo podman || ec
 IMAGE ?= ghcr.io/gpustack-chain/gpustack-chain:0.1.0
 BASE_IMAGE ?= docker.io/library/python:3.11-slim-bookworm
 
-.PHONY: all venv testbed image push demo demo-fleet test unit e2e fuzz bench-fleet churn-real-nodes lint clean
+.PHONY: all venv testbed image push demo demo-fleet test unit e2e fuzz bench-fleet churn-real-nodes upgrade-real-nodes lint clean
 
 all: test
 
@@ -74,6 +74,14 @@ bench-fleet: testbed
 churn-real-nodes: testbed
 	GPUSTACK_REAL_CHURN=long flock /tmp/gpustack-testbed.lock \
 		$(PY) -m pytest -q -s -p no:cacheprovider tests/e2e/test_real_nodes_churn.py
+
+# The upgrade test (make test leaves it out, it is long: README, "Test suites and their cost"):
+# release 0.1.0 installed on the real nodes with Pods holding cards, then the current release
+# applied over it and every Deployment rolled (tests/e2e/test_real_nodes_upgrade.py). Marked
+# `upgrade`, which pytest deselects unless given --upgrade-real-nodes; with its own cluster.
+upgrade-real-nodes: testbed
+	flock /tmp/gpustack-testbed.lock $(PY) -m pytest -q -s -p no:cacheprovider \
+		--upgrade-real-nodes tests/e2e/test_real_nodes_upgrade.py
 
 # The test command: lint and types, then both tiers (unit, and e2e on the testbed).
 # pytest exits 5 when it collects nothing; that is not a failure of the suite.

@@ -90,6 +90,12 @@ def ensure_base() -> str:
 def ensure_project_image() -> str:
     """Build the repository's Containerfile on the offline base (podman's layer cache makes an
     unchanged tree a no-op)."""
+    return build_tree(REPO_ROOT, PROJECT_IMAGE)
+
+
+def build_tree(tree: Path, tag: str) -> str:
+    """Build `tree`'s own Containerfile, with `tree` as its context, on the offline base: the
+    working tree, or a release's tree taken from the project's history (testbed/previous.py)."""
     base = ensure_base()
     _run(
         [
@@ -98,13 +104,13 @@ def ensure_project_image() -> str:
             "--network=host",
             f"--build-arg=BASE_IMAGE={base}",
             "-f",
-            str(REPO_ROOT / "Containerfile"),
+            str(tree / "Containerfile"),
             "-t",
-            PROJECT_IMAGE,
-            str(REPO_ROOT),
+            tag,
+            str(tree),
         ]
     )
-    return PROJECT_IMAGE
+    return tag
 
 
 def ensure_scratch_image(tag: str, binary: Path, path: str = "", user: str = "") -> str:

@@ -24,6 +24,7 @@ from testbed.cluster import REAL_NODES, install_chain, start_nodes
 from testbed.harness import COMPONENT_ORDER, ComponentDied, Testbed
 
 _LOGS = pytest.StashKey[list[tuple[str, str]]]()
+_UPGRADE_DESELECTED = pytest.StashKey[int]()
 CLUSTERS = ("testbed", "real_cluster")
 _open: dict[str, Testbed] = {}
 """The clusters up now, by fixture name: the fixture opens one, its last test closes it."""
@@ -31,12 +32,39 @@ _last_user: dict[str, str] = {}
 """The node id of the last test that uses each cluster, in the order the session runs them."""
 
 
+UPGRADE_OPTION = "--upgrade-real-nodes"
+"""Runs the tests marked `upgrade` (`make upgrade-real-nodes`); without it they are deselected."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        UPGRADE_OPTION,
+        action="store_true",
+        default=False,
+        help="also run the tests marked `upgrade` (the previous release upgraded on the real "
+        "nodes, about 15 min; `make upgrade-real-nodes`); they are deselected otherwise",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "/e2e/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+    if not config.getoption(UPGRADE_OPTION):
+        # Deselected, not skipped: `make test` does not run them at all (they are long), and
+        # the summary counts them as deselected, never as skipped or passed.
+        upgrade = [item for item in items if item.get_closest_marker("upgrade")]
+        if upgrade:
+            config.stash[_UPGRADE_DESELECTED] = len(upgrade)
+            config.hook.pytest_deselected(items=upgrade)
+            items[:] = [item for item in items if not item.get_closest_marker("upgrade")]
     items.sort(key=cluster_group)
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str:
+    count = config.stash.get(_UPGRADE_DESELECTED, 0)
+    return f"{count} tests marked `upgrade` deselected; {UPGRADE_OPTION} runs them" if count else ""
 
 
 def cluster_group(item: pytest.Item) -> int:

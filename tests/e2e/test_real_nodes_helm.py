@@ -39,7 +39,7 @@ from chain.instances import INSTANCE_CATALOG_CONFIGMAP
 from chain.kvcache import KVCACHE_CATALOG_CONFIGMAP
 from chain.release import AGENT_NAMESPACE, SYSTEM_NAMESPACE
 from kubeapi import wait_for
-from testbed import build
+from testbed import build, previous
 from testbed.cluster import (
     OVERLAY,
     REAL_NODES,
@@ -54,8 +54,6 @@ from tests.e2e.conftest import scratch_namespace
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CHART = REPOSITORY / "charts" / "gpustack-chain"
-PREVIOUS = "f2965f5"
-"""The commit whose chart is 0.1.0, the version before this one."""
 KUBE_VERSION = build.versions()["kubernetes"]["version"]
 RELEASE = "gpustack-chain"
 # Uninstalls the shared install and installs it elsewhere: run after every other module
@@ -103,26 +101,12 @@ def overlay_values() -> str:
 
 def previous_chart(into: Path) -> Path:
     """Chart 0.1.0 as the project's history holds it."""
-    if (
-        not (REPOSITORY / ".git").exists()
-        or subprocess.run(
-            ["git", "-C", str(REPOSITORY), "cat-file", "-e", f"{PREVIOUS}^{{commit}}"],
-            capture_output=True,
-            check=False,
-        ).returncode
-    ):
-        pytest.fail(
-            f"the upgrade test needs the project's git history: commit {PREVIOUS} (chart 0.1.0) "
-            f"is not in {REPOSITORY}; clone without --depth, or fetch it"
-        )
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", PREVIOUS, "charts/gpustack-chain"],
-        capture_output=True,
-        check=True,
-    )
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    try:
+        previous.extract(into, "charts/gpustack-chain")
+    except previous.HistoryMissing as missing:
+        pytest.fail(f"the upgrade test needs the project's git history: {missing}")
     chart = into / "charts" / "gpustack-chain"
-    assert yaml.safe_load((chart / "Chart.yaml").read_text())["version"] == "0.1.0"
+    assert yaml.safe_load((chart / "Chart.yaml").read_text())["version"] == previous.VERSION
     return chart
 
 

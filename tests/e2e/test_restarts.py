@@ -232,27 +232,33 @@ class Owner:
     def audit(self, workloads: dict[str, Obj], pods: dict[str, Obj]) -> None:
         """No card promised twice (Workloads) nor held twice (Pods' records), on this read."""
         for node, plugin in self.nodes.items():
-            exclusive, shared_units = 0, 0
-            holders = []
-            for wl in workloads.values():
-                if not holds_cards(wl, NODE_DEVICES_CHECK):
-                    continue
-                for share in workload_shares(wl, TABLE):
-                    if share.node != node:
-                        continue
-                    holders.append(wl["metadata"]["name"])
-                    for demand in share.per_pod:
-                        if demand.family == Family.EXCLUSIVE:
-                            exclusive += share.pods * demand.cards
-                        elif demand.family == Family.SHARED:
-                            shared_units += share.pods * demand.cards * demand.units_per_card
-            needed = exclusive + math.ceil(shared_units / RESOURCE_MAX_UNITS)
-            if needed > plugin_cards(plugin):
-                self.problems.append(
-                    f"cards promised twice on {node}: {holders} hold {exclusive} whole cards and "
-                    f"{shared_units} shared units, more than its {plugin_cards(plugin)} cards"
-                )
+            self.problems += promised_twice(node, plugin_cards(plugin), workloads.values())
             self.problems += records_overlap(node, _on_node(pods.values(), node))
+
+
+def promised_twice(node: str, cards: int, workloads: Iterable[Obj]) -> list[str]:
+    """What the Workloads that hold cards by the verdict driver's rule (admitted, or the check
+    said Ready) ask of `node` beyond its `cards` (whole cards, plus shares packed ten to a card)."""
+    exclusive, shared_units = 0, 0
+    holders = []
+    for wl in workloads:
+        if not holds_cards(wl, NODE_DEVICES_CHECK):
+            continue
+        for share in workload_shares(wl, TABLE):
+            if share.node != node:
+                continue
+            holders.append(wl["metadata"]["name"])
+            for demand in share.per_pod:
+                if demand.family == Family.EXCLUSIVE:
+                    exclusive += share.pods * demand.cards
+                elif demand.family == Family.SHARED:
+                    shared_units += share.pods * demand.cards * demand.units_per_card
+    if exclusive + math.ceil(shared_units / RESOURCE_MAX_UNITS) <= cards:
+        return []
+    return [
+        f"cards promised twice on {node}: {holders} hold {exclusive} whole cards and "
+        f"{shared_units} shared units, more than its {cards} cards"
+    ]
 
 
 def plugin_cards(node: PluginNode) -> int:
