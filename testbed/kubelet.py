@@ -259,7 +259,11 @@ class KubeletEmulator:
                 timeout=30,  # the caller's guard; kubelet itself sets none
             )
         except grpc.RpcError as error:
-            raise AdmissionError(container, resource, error.code(), error.details()) from None
+            # What this kubelet saw when it chose: a refusal is read against the offer.
+            hint = self.hints[-1][1] if endpoint.options.get_preferred_allocation_available else []
+            seen = f" (offered {free}, hinted {hint}, chose {chosen})"
+            details = error.details() + seen
+            raise AdmissionError(container, resource, error.code(), details) from None
         self.allocate_seconds.append(time.perf_counter() - started)
         for device in chosen:
             taken[device] = (uid, container)

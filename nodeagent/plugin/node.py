@@ -16,7 +16,10 @@ amends or restores through `NodeState`'s methods; nothing else touches them.
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Protocol, TypeVar, runtime_checkable
@@ -28,6 +31,10 @@ from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations, rebui
 
 Pod = Mapping[str, object]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+UNSEEN_S = 60.0
+"""How long a grant's Pod may stay unseen by the cache before a fresh list checks it is still
+there: past the watch's longest backoff (`kubeapi.watch.BACKOFF_MAX`, 30 s)."""
 
 
 def pod_annotations(pod: Pod) -> Mapping[str, str]:
@@ -146,10 +153,14 @@ class Held:
         return set(self._owner._grants)
 
     def prune(self, live: set[str]) -> None:
-        self._owner._prune(live)
+        """Forget what Pods not in `live` (this step's list of the node's Pods) held."""
+        self._owner._prune(live, self.fresh)
 
     def reserve(self, holder: Holder, record: AllocationRecord) -> AllocationRecord | None:
-        """Hold `record` for `holder`; the reservation it replaces (None: none)."""
+        """Hold `record` for `holder`; the reservation it replaces (None: none). A Pod found
+        only in a fresh list is one the cache has not seen yet (`NodeState._unseen`)."""
+        if self.fresh:
+            self._owner._unseen.setdefault(holder.pod_uid, time.monotonic())
         return self._owner._put(holder, record)
 
     def grant(self, holder: Holder) -> None:
@@ -182,6 +193,12 @@ class NodeState:
         """Held around identify + decide + reserve (never around a write)."""
         self._reservations: dict[Holder, AllocationRecord] = {}
         self._grants: set[Holder] = set()
+        self._unseen: dict[str, float] = {}
+        """Pods reserved for from a fresh list that the cache has not listed since, with when:
+        the cache lags (after the API server was away, the watch comes back only after its
+        backoff, seconds), and pruned by its list their grants would be forgotten while they
+        run, their cards offered again and handed to another mode (#35). Kept until the cache
+        lists them or a fresh list does not."""
         """Containers already shown their Pod's cards by the visibility plugin
         (docs/design/node-agent.md, "Visibility Allocate"): never identified again, so a second
         visibility container of a Pod gets its own call."""
@@ -193,6 +210,10 @@ class NodeState:
         """Allocate answers on their way (`answering`)."""
         self._held_change = False
         """A change `notify` keeps until those answers have left."""
+        self._streams: dict[int, int] = {}
+        """Per open ListAndWatch stream, the newest version its kubelet has been given a list
+        for (-1: none yet); `announce` waits on them."""
+        self._stream_keys = itertools.count()
 
     def pods(self) -> list[PodAllocations]:
         return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
@@ -202,9 +223,24 @@ class NodeState:
         under the mutex, so a reservation made for a Pod newer than the list is never pruned;
         a Pod gone since the last Allocate must not keep its cards held."""
         with self._mutex:
-            pods = self.pods()
-            self._prune({pod.uid for pod in pods})
+            fresh = self._settle_unseen()
+            try:
+                raw = self.listed(fresh)
+            except Exception:
+                if not fresh:
+                    raise
+                log.warning("cannot list the node's Pods afresh; the cache's list for now")
+                fresh, raw = False, self.listed()
+            pods = [PodAllocations.from_pod(pod) for pod in raw]
+            self._prune({pod.uid for pod in pods}, fresh)
             return pods, dict(self._reservations)
+
+    def _settle_unseen(self) -> bool:
+        """Whether to list afresh (under the mutex): once a Pod the cache has not seen was
+        reserved for longer than `UNSEEN_S` ago, it may have been deleted before the cache
+        could see it; only a fresh list can tell, and free its cards then."""
+        oldest = min(self._unseen.values(), default=time.monotonic())
+        return time.monotonic() - oldest > UNSEEN_S and isinstance(self.source, CachedPodSource)
 
     def listed(self, fresh: bool = False) -> Sequence[Pod]:
         """The node's Pods: from the source's cache, or from the API server when `fresh`."""
@@ -301,9 +337,17 @@ class NodeState:
         self._reservations[holder] = record
         return prior
 
-    def _prune(self, live: set[str]) -> None:
+    def _prune(self, live: set[str], fresh: bool) -> None:
         """Forget reservations and visibility grants of Pods no longer on the node (under the
-        mutex)."""
+        mutex): not in `live`, the uids a list of the node's Pods names. A cached list (not
+        `fresh`) does not prove gone a Pod the cache has not seen yet (`_unseen`): it counts
+        as live."""
+        for uid in list(self._unseen):
+            if fresh and uid in live:
+                self._unseen[uid] = time.monotonic()  # still there; the cache is still behind
+            elif fresh or uid in live:
+                del self._unseen[uid]  # gone by the API server's word, or the cache caught up
+        live = live | self._unseen.keys()
         for holder in [h for h in self._reservations if h.pod_uid not in live]:
             del self._reservations[holder]
         for holder in [h for h in self._grants if h.pod_uid not in live]:
@@ -347,6 +391,44 @@ class NodeState:
                 self._held_change = True
                 return
             self._version += 1
+            self._changed.notify_all()
+
+    def announce(self, timeout: float) -> bool:
+        """Wake every stream now, answers on their way or not, and wait (at most `timeout`)
+        until each has given its kubelet a list at least as new as this change; False when the
+        time ran out first.
+
+        A grant that puts a card in a mode turns that card's tokens of every other mode
+        Unhealthy. Kubelet admits the next Pod as soon as this answer is back and picks among
+        the tokens it last heard were Healthy: told after the answer, it could still hand a
+        Pod of another mode a token of this very card, and Allocate must refuse that Pod
+        (#35: a share and a whole card starting together on a two-card node)."""
+        with self._changed:
+            self._version += 1
+            target = self._version
+            self._changed.notify_all()
+            return self._changed.wait_for(
+                lambda: all(given >= target for given in self._streams.values()), timeout
+            )
+
+    def stream_opened(self) -> int:
+        """A ListAndWatch stream begins; its key for `stream_sent` and `stream_closed`."""
+        with self._changed:
+            key = next(self._stream_keys)
+            self._streams[key] = -1
+            return key
+
+    def stream_sent(self, key: int, version: int) -> None:
+        """The stream's kubelet now has a list built at `version` or later (sent, or equal to
+        the one it was sent last)."""
+        with self._changed:
+            if key in self._streams and version > self._streams[key]:
+                self._streams[key] = version
+                self._changed.notify_all()
+
+    def stream_closed(self, key: int) -> None:
+        with self._changed:
+            self._streams.pop(key, None)
             self._changed.notify_all()
 
     def wait_change(self, seen: int, timeout: float) -> int:

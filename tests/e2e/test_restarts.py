@@ -217,7 +217,25 @@ class Owner:
         try:
             self.nodes[life.node].kubelet.admit(pod)
         except AdmissionError as refused:
-            self.problems.append(f"Allocate refused {life.name} on {life.node}: {refused}")
+            self.problems.append(
+                f"Allocate refused {life.name} on {life.node}: {refused}; "
+                f"{self.node_now(life.node)}"
+            )
+
+    def node_now(self, node: str) -> str:
+        """The node's ledger and its Pods' records, read now (a refusal's context)."""
+        devices = self.kube.get(WORKER, "Devices", node)
+        pods = _on_node(self.kube.list("v1", "Pod", self.namespace), node)
+        held = {
+            p["metadata"]["name"]: [
+                (c.row.id, c.row.mode.name)
+                for r in PodAllocations.from_pod(p).records.values()
+                for c in r.claims()
+            ]
+            for p in pods
+        }
+        ledger = ledger_differs(node, devices, pods) or "the ledger equals the records"
+        return f"Pods' records {held}; {ledger}"
 
     def end_pod(self, life: Life, pod: Obj) -> None:
         self.nodes[life.node].kubelet.forget(pod)

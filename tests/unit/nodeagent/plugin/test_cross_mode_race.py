@@ -15,6 +15,7 @@ many times: exactly one is granted.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +24,10 @@ import pytest
 
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
+from nodeagent.plugin import allocator as allocator_module
+from nodeagent.plugin import node as node_module
 from nodeagent.plugin import protos
+from nodeagent.plugin.allocator import Advertised
 from nodeagent.plugin.node import Pod
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, FakeCluster, Rig, rig, t4_spec
@@ -216,3 +220,115 @@ def test_hints_and_allocations_of_two_modes_in_parallel_never_share_a_card() -> 
                 r.cluster.remove(name)
             r.node.notify()
         print(f"{refused} of {2 * ROUNDS} calls refused: both hints came before either grant")
+
+
+def test_the_kubelet_hears_of_a_card_taken_before_the_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kubelet picks the next Pod's tokens among those it last heard were Healthy, and it
+    admits that Pod as soon as an answer is back. So a grant that takes a card is told to every
+    other mode's stream before it is answered (`NodeState.announce`), even when that stream is
+    slow to rebuild (here 0.3 s): once the whole card's Allocate returned, the kubelet's share
+    list already marks that card's shares Unhealthy (allowing only for its stream thread to
+    apply a message already sent). Told after the answer, it would hear 0.3 s later, and a
+    share admitted meanwhile could be handed a token of the card and refused by Allocate (#35,
+    the restart test's refusal in CI: "held in Exclusive mode, cannot allocate it in Shared
+    mode")."""
+    monkeypatch.setattr(allocator_module, "ANNOUNCE_S", 5.0)
+    with rig(modes=(Mode.EXCLUSIVE, Mode.SHARED), spec=L4X2) as r:
+        r.ready()
+        shares = r.servers[Mode.SHARED].allocator
+        rebuild = shares.advertised
+
+        def slow() -> list[Advertised]:
+            time.sleep(0.3)
+            return rebuild()
+
+        monkeypatch.setattr(shares, "advertised", slow)
+        r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))
+        [card] = _cards(r, "whole")
+
+        def card_fenced(devices: dict[str, str]) -> bool:
+            on_card = [h for d, h in devices.items() if d.split(":")[1] == card]
+            return bool(on_card) and all(h == protos.UNHEALTHY for h in on_card)
+
+        r.kubelet.wait_devices(SHARED, card_fenced, timeout=0.1)
+
+
+class WatchAway:
+    """The agent's Pod cache while its watch is away (the API server restarted; the watch comes
+    back only after its backoff, seconds later): the list as the watch last had it, and a fresh
+    list from the API server."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.seen = cluster.pods()
+
+    def pods(self) -> Sequence[Pod]:
+        return self.seen
+
+    def fresh_pods(self) -> Sequence[Pod]:
+        return self.cluster.pods()
+
+
+class JournaledWrites:
+    """The annotation writer as the journal runs it: the write lands after the answer (here,
+    when `land` says)."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.held: list[tuple[str, str, str]] = []
+
+    def write(self, namespace: str, name: str, value: str) -> None:
+        self.held.append((namespace, name, value))
+
+    def land(self) -> None:
+        for write in self.held:
+            self.cluster.write(*write)
+        self.held.clear()
+
+
+def test_a_grant_made_while_the_pod_cache_lags_is_not_forgotten_by_it() -> None:
+    """After the API server restarted, the agent's Pod watch waits out its backoff while Pods
+    are created and admitted: Allocate finds each in a fresh list and reserves its card, and
+    its annotation lands only after the answer. A ListAndWatch tick over the cache, which has
+    not seen the Pod, must not take that reservation for a Pod gone: forgotten, the card reads
+    free, its shares are offered again, and a share is granted on the card held whole (the
+    restart test's wave after the API server's restart, #35). Once the cache lists the Pod and
+    then no longer does, its card is free again."""
+    with rig(modes=(Mode.EXCLUSIVE, Mode.SHARED), spec=L4X2) as r:
+        r.ready()
+        away, writes = WatchAway(r.cluster), JournaledWrites(r.cluster)
+        r.node.source, r.node.writer = away, writes
+        r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))
+        r.node.live()  # a stream's tick over the cache that has not seen the Pod
+        assert r.node.announce(5.0)  # every stream has given the kubelet its list since
+        r.kubelet.admit(r.cluster.add("share", ("main", {SHARED: "1"})))
+        writes.land()
+        assert _cards(r, "whole") and _cards(r, "share"), r.kubelet.hints
+        assert not _cards(r, "share") & _cards(r, "whole"), r.kubelet.hints
+
+        away.seen = r.cluster.pods()  # the watch is back: both Pods, both records
+        r.node.live()
+        r.cluster.remove("whole")
+        away.seen = r.cluster.pods()
+        _, reserved = r.node.live()
+        assert {holder.pod_uid for holder in reserved} == {"uid-share"}
+
+
+def test_a_pod_the_cache_never_saw_is_checked_in_a_fresh_list_after_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Pod admitted while the watch was away and deleted before it came back is never listed
+    by the cache: after `UNSEEN_S` a tick lists afresh, and the Pod's card is free again."""
+    monkeypatch.setattr(node_module, "UNSEEN_S", 0.0)
+    with rig(modes=(Mode.EXCLUSIVE, Mode.SHARED), spec=L4X2) as r:
+        r.ready()
+        away = WatchAway(r.cluster)
+        r.node.source = away
+        r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))
+        _, reserved = r.node.live()
+        assert {holder.pod_uid for holder in reserved} == {"uid-whole"}  # still there afresh
+        r.cluster.remove("whole")
+        _, reserved = r.node.live()
+        assert not reserved
