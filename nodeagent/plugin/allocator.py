@@ -101,9 +101,6 @@ NodeView = tuple[DevicesSpec, DevicesStatus, Occupancy, tuple[AllocationRecord, 
 process's reservations (grants the ledger may not show yet)."""
 
 DEFAULT_DEADLINE_S = 0.8
-ANNOUNCE_S = 0.25
-"""How long an answer waits for the streams to tell kubelet of a card it took
-(`NodeState.announce`); past it, the answer goes anyway."""
 KUBELET_LIST_TIMEOUT_S = 2.0
 
 
@@ -450,7 +447,7 @@ class Allocator:
                 f"logical slice is always a single card (set {self.resource}: 1), and "
                 "multi-card logical slicing is not supported",
             )
-        found, record, prior, takes_card = self._locked(
+        found, record, prior = self._locked(
             device_ids,
             attempt,
             lambda held: self._decide(held, device_ids, attempt),
@@ -459,15 +456,10 @@ class Allocator:
         grant = Recording(self.node, found, prior)
         grant.record(record, attempt)
         response = grant.answer(attempt, lambda: self._render(found, record))
-        if takes_card:
-            # A card free until now is held in this mode: its tokens of the other modes go
-            # Unhealthy, and the kubelet must know before it admits its next Pod.
-            self.node.announce(ANNOUNCE_S)
-        else:
-            # Nothing another mode offers changed: ListAndWatch hears of the grant once the
-            # answer has left (`NodeState.answering`), so the streams' rebuild does not share
-            # the interpreter with this call's answer.
-            self.node.notify()
+        # ListAndWatch hears of the grant only now (under a server, once the answer has left:
+        # `NodeState.answering`): woken earlier, every stream would rebuild its list while
+        # this call still writes and answers.
+        self.node.notify()
         return response
 
     def _locked(
@@ -495,9 +487,7 @@ class Allocator:
 
     def _decide(
         self, held: Held, device_ids: Sequence[str], attempt: Attempt
-    ) -> tuple[Candidate, AllocationRecord, AllocationRecord | None, bool]:
-        """The Pod, its record, the reservation the grant replaces, and whether the grant
-        takes a card no mode held until now."""
+    ) -> tuple[Candidate, AllocationRecord, AllocationRecord | None]:
         node = self.node
         raw = held.listed()
         pods = [PodAllocations.from_pod(pod) for pod in raw]
@@ -546,12 +536,7 @@ class Allocator:
             raise RefusedFor(refusal, found.pod) from None
         if attempt.left() <= 0:
             raise Late("the deadline passed while the grant was decided")
-        before = tuple(charging.values())
-        takes_card = any(
-            conflicting_mode(claim.ref, Mode.NONE, status, before) == Mode.NONE
-            for claim in record.claims()
-        )
-        return found, record, held.reserve(found.holder, record), takes_card
+        return found, record, held.reserve(found.holder, record)
 
     def _render(self, found: Candidate, record: AllocationRecord) -> ContainerResponse:
         responder = self.responder

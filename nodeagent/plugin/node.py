@@ -16,7 +16,6 @@ amends or restores through `NodeState`'s methods; nothing else touches them.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -210,10 +209,6 @@ class NodeState:
         """Allocate answers on their way (`answering`)."""
         self._held_change = False
         """A change `notify` keeps until those answers have left."""
-        self._streams: dict[int, int] = {}
-        """Per open ListAndWatch stream, the newest version its kubelet has been given a list
-        for (-1: none yet); `announce` waits on them."""
-        self._stream_keys = itertools.count()
 
     def pods(self) -> list[PodAllocations]:
         return [PodAllocations.from_pod(pod) for pod in self.source.pods()]
@@ -391,44 +386,6 @@ class NodeState:
                 self._held_change = True
                 return
             self._version += 1
-            self._changed.notify_all()
-
-    def announce(self, timeout: float) -> bool:
-        """Wake every stream now, answers on their way or not, and wait (at most `timeout`)
-        until each has given its kubelet a list at least as new as this change; False when the
-        time ran out first.
-
-        A grant that puts a card in a mode turns that card's tokens of every other mode
-        Unhealthy. Kubelet admits the next Pod as soon as this answer is back and picks among
-        the tokens it last heard were Healthy: told after the answer, it could still hand a
-        Pod of another mode a token of this very card, and Allocate must refuse that Pod
-        (#35: a share and a whole card starting together on a two-card node)."""
-        with self._changed:
-            self._version += 1
-            target = self._version
-            self._changed.notify_all()
-            return self._changed.wait_for(
-                lambda: all(given >= target for given in self._streams.values()), timeout
-            )
-
-    def stream_opened(self) -> int:
-        """A ListAndWatch stream begins; its key for `stream_sent` and `stream_closed`."""
-        with self._changed:
-            key = next(self._stream_keys)
-            self._streams[key] = -1
-            return key
-
-    def stream_sent(self, key: int, version: int) -> None:
-        """The stream's kubelet now has a list built at `version` or later (sent, or equal to
-        the one it was sent last)."""
-        with self._changed:
-            if key in self._streams and version > self._streams[key]:
-                self._streams[key] = version
-                self._changed.notify_all()
-
-    def stream_closed(self, key: int) -> None:
-        with self._changed:
-            self._streams.pop(key, None)
             self._changed.notify_all()
 
     def wait_change(self, seen: int, timeout: float) -> int:

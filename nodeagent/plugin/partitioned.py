@@ -36,7 +36,6 @@ from chain.ledger_rebuild import (
 from chain.manufacturers import Manufacturer
 from chain.partitions import Placement, vendor_profile_name
 from nodeagent.plugin.allocator import (
-    ANNOUNCE_S,
     DEFAULT_DEADLINE_S,
     Advertised,
     Allocator,
@@ -220,11 +219,7 @@ class PartitionedAllocator(Allocator):
         self.node.reserve(holder, record)
         recording = Recording(self.node, found, prior)
         recording.record(record, attempt, undo=unmake)
-        answer = recording.answer(attempt, lambda: response, undo=unmake)
-        # The card's tokens of the other modes went Unhealthy with this partition: the kubelet
-        # hears it before the answer (`NodeState.announce`).
-        self.node.announce(ANNOUNCE_S)
-        return answer
+        return recording.answer(attempt, lambda: response, undo=unmake)
 
     def _decide_partition(
         self, held: Held, device_ids: Sequence[str], attempt: Attempt

@@ -116,21 +116,6 @@ class DevicePluginService:
         node = self.allocator.node
         seen = node.version  # subscribe before the first list, so no change is missed
         sent: list[Advertised] | None = None
-        key = node.stream_opened()
-        try:
-            yield from self._stream(context, api, node, key, seen, sent)
-        finally:
-            node.stream_closed(key)
-
-    def _stream(
-        self,
-        context: Any,
-        api: Any,
-        node: NodeState,
-        key: int,
-        seen: int,
-        sent: list[Advertised] | None,
-    ) -> Iterator[Any]:
         while context.is_active() and not self.stopped.is_set():
             try:
                 advertised = self.allocator.advertised()
@@ -155,7 +140,6 @@ class DevicePluginService:
                     ]
                 )
                 sent = advertised
-            node.stream_sent(key, seen)  # built after `seen`: the kubelet has that state now
             while seen == (now := node.wait_change(seen, WATCH_TICK_S)):
                 if not context.is_active() or self.stopped.is_set():
                     return

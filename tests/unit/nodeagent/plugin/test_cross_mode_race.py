@@ -24,10 +24,8 @@ import pytest
 
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
-from nodeagent.plugin import allocator as allocator_module
 from nodeagent.plugin import node as node_module
 from nodeagent.plugin import protos
-from nodeagent.plugin.allocator import Advertised
 from nodeagent.plugin.node import Pod
 from testbed.kubelet import AdmissionError
 from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, FakeCluster, Rig, rig, t4_spec
@@ -222,39 +220,6 @@ def test_hints_and_allocations_of_two_modes_in_parallel_never_share_a_card() -> 
         print(f"{refused} of {2 * ROUNDS} calls refused: both hints came before either grant")
 
 
-def test_the_kubelet_hears_of_a_card_taken_before_the_answer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The kubelet picks the next Pod's tokens among those it last heard were Healthy, and it
-    admits that Pod as soon as an answer is back. So a grant that takes a card is told to every
-    other mode's stream before it is answered (`NodeState.announce`), even when that stream is
-    slow to rebuild (here 0.3 s): once the whole card's Allocate returned, the kubelet's share
-    list already marks that card's shares Unhealthy (allowing only for its stream thread to
-    apply a message already sent). Told after the answer, it would hear 0.3 s later, and a
-    share admitted meanwhile could be handed a token of the card and refused by Allocate (#35,
-    the restart test's refusal in CI: "held in Exclusive mode, cannot allocate it in Shared
-    mode")."""
-    monkeypatch.setattr(allocator_module, "ANNOUNCE_S", 5.0)
-    with rig(modes=(Mode.EXCLUSIVE, Mode.SHARED), spec=L4X2) as r:
-        r.ready()
-        shares = r.servers[Mode.SHARED].allocator
-        rebuild = shares.advertised
-
-        def slow() -> list[Advertised]:
-            time.sleep(0.3)
-            return rebuild()
-
-        monkeypatch.setattr(shares, "advertised", slow)
-        r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))
-        [card] = _cards(r, "whole")
-
-        def card_fenced(devices: dict[str, str]) -> bool:
-            on_card = [h for d, h in devices.items() if d.split(":")[1] == card]
-            return bool(on_card) and all(h == protos.UNHEALTHY for h in on_card)
-
-        r.kubelet.wait_devices(SHARED, card_fenced, timeout=0.1)
-
-
 class WatchAway:
     """The agent's Pod cache while its watch is away (the API server restarted; the watch comes
     back only after its backoff, seconds later): the list as the watch last had it, and a fresh
@@ -302,7 +267,8 @@ def test_a_grant_made_while_the_pod_cache_lags_is_not_forgotten_by_it() -> None:
         r.node.source, r.node.writer = away, writes
         r.kubelet.admit(r.cluster.add("whole", ("main", {GPU: "1"})))
         r.node.live()  # a stream's tick over the cache that has not seen the Pod
-        assert r.node.announce(5.0)  # every stream has given the kubelet its list since
+        r.node.notify()
+        time.sleep(0.5)  # the streams' rebuild after the tick has reached the kubelet
         r.kubelet.admit(r.cluster.add("share", ("main", {SHARED: "1"})))
         writes.land()
         assert _cards(r, "whole") and _cards(r, "share"), r.kubelet.hints
