@@ -406,6 +406,10 @@ def burst(testbed: Testbed, chain: Installed) -> Iterator[Burst]:
         namespace = f"restarts-{uuid.uuid4().hex[:5]}"
         kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         stack.callback(kube.delete, "v1", "Namespace", namespace)
+        # Run first (LIFO): a test that failed mid-wave leaves Pods that no kubelet will end,
+        # and they would hold the namespace, its Workloads, the pools' queues and so the next
+        # module's pools (stop 44: two modules' setup timed out on the T4 InstanceType).
+        stack.callback(_end_every_pod, kube, namespace)
         for pool in (T4_POOL, L4_POOL):
             wait_for(
                 lambda p=pool: kube.get(KUEUE, "LocalQueue", local_queue_name(p), namespace),
@@ -415,6 +419,12 @@ def burst(testbed: Testbed, chain: Installed) -> Iterator[Burst]:
         pooled.update({T4_POOL: (t4a.name, t4b.name), L4_POOL: (l4.name,)})
         owner = Owner(kube, namespace, nodes)
         yield Burst(testbed, owner, (t4a.name, t4b.name), l4.name, ports["a"])
+
+
+def _end_every_pod(kube: Kube, namespace: str) -> None:
+    """What the kubelets would do for the namespace's Pods left running: end and remove them."""
+    for pod in kube.list("v1", "Pod", namespace):
+        delete_ended(kube, pod)
 
 
 def offer_cards(testbed: Testbed, node: PluginNode, cards: int) -> None:

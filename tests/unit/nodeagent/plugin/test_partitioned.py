@@ -389,3 +389,33 @@ def test_a_partition_that_cannot_be_unmade_is_left_to_the_reclaimer(node: Node) 
     sweep = MigReclaimer(node.partitioner, lambda: CARDS).reconcile(frozenset())
     assert sweep.destroyed == [(CARDS[0], 0)]
     nothing_left(node)
+
+
+class LaggingCache:
+    """The Pod cache while its watch is away: the list as it was, and a fresh list."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.seen = cluster.pods()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.seen
+
+    def fresh_pods(self) -> list[dict[str, Any]]:
+        return self.cluster.pods()
+
+
+def test_a_partition_cut_while_the_pod_cache_lags_is_not_reclaimed(node: Node) -> None:
+    """Cut for a Pod only a fresh list names (the watch away after the API server restarted),
+    the partition is still the Pod's at the next listing over the cache: its uid is in the live
+    set the reclaimer hears, so the sweep keeps the instance, and the reservation stays (#35)."""
+    heard: list[frozenset[str]] = []
+    node.state.on_live(heard.append)
+    node.state.source = LaggingCache(node.cluster)
+    node.grant("p1", "1g.5gb")
+    node.allocator.advertised()  # a ListAndWatch tick over the cache without p1
+    assert heard[-1] == frozenset({"uid-p1"})
+    sweep = MigReclaimer(node.partitioner, lambda: CARDS).reconcile(heard[-1])
+    assert sweep.destroyed == []
+    assert len(node.nvml.instances()) == 1
+    assert {holder.pod_uid for holder in node.state.reserved()} == {"uid-p1"}
