@@ -158,12 +158,17 @@ class Held:
     def reserve(self, holder: Holder, record: AllocationRecord) -> AllocationRecord | None:
         """Hold `record` for `holder`; the reservation it replaces (None: none). A Pod found
         only in a fresh list is one the cache has not seen yet (`NodeState._unseen`)."""
-        if self.fresh:
-            self._owner._unseen.setdefault(holder.pod_uid, time.monotonic())
+        self._mark_unseen(holder)
         return self._owner._put(holder, record)
 
     def grant(self, holder: Holder) -> None:
+        """Note a visibility container shown its Pod's cards (kept as a reservation is)."""
+        self._mark_unseen(holder)
         self._owner._grants.add(holder)
+
+    def _mark_unseen(self, holder: Holder) -> None:
+        if self.fresh:
+            self._owner._unseen.setdefault(holder.pod_uid, time.monotonic())
 
     def revoke(self, holder: Holder) -> None:
         self._owner._grants.discard(holder)
