@@ -419,3 +419,87 @@ def test_a_partition_cut_while_the_pod_cache_lags_is_not_reclaimed(node: Node) -
     assert sweep.destroyed == []
     assert len(node.nvml.instances()) == 1
     assert {holder.pod_uid for holder in node.state.reserved()} == {"uid-p1"}
+
+
+# --- across an agent roll -------------------------------------------------------------------------
+
+
+def _agent(node: Node, kubelet: KubeletEmulator, root: Path) -> tuple[Node, PluginServer]:
+    """A node agent's partitioned plugin over `node`'s Pods and cards (the simulated NVML keeps
+    its instances across agents, as a card does), with a fresh `NodeState` and `Partitioner`
+    over the same marker directory: what a new agent Pod on the node starts with."""
+    state = NodeState(lambda: SPEC, node.cluster, node.cluster)
+    partitioner = Partitioner(node.nvml, Markers(str(root / "mig")))
+    allocator = PartitionedAllocator(
+        state, NVIDIA, partitioner, PodResourcesClient(str(kubelet.pod_resources_socket))
+    )
+    server = PluginServer(
+        allocator, str(kubelet.plugin_dir), poll_s=0.05, deadline_s=PARTITION_DEADLINE_S
+    )
+    server.start()
+    return Node(node.cluster, state, node.nvml, partitioner, allocator), server
+
+
+def _replay(kubelet: KubeletEmulator, ids: list[str]) -> Any:
+    """The Allocate the kubelet sends again for an admitted container (after its own restart)."""
+    api = protos.deviceplugin()
+    answer = kubelet.wait_endpoint(PART).stub.Allocate(
+        api.AllocateRequest(container_requests=[api.ContainerAllocateRequest(devices_ids=ids)]),
+        timeout=10,
+    )
+    return answer.container_responses[0]
+
+
+def test_a_partitioned_pod_keeps_its_instance_across_an_agent_roll() -> None:
+    """The agent rolls (an upgrade, a restart) under a Pod that holds a MIG instance: simulated
+    A100 (its NVML keeps the instances, as the card would), the real gRPC plugin and a kubelet
+    emulator. The new agent rebuilds the same ledger from the record, its reclaimer keeps the
+    instance of the live Pod, a replayed Allocate gets the same instance without cutting another,
+    a newcomer's instance is cut beside it, and the old one goes only once its Pod is gone
+    (#35)."""
+    root = Path(tempfile.mkdtemp(prefix="kdp", dir="/tmp"))
+    kubelet = KubeletEmulator(root)
+    try:
+        first, server = _agent(make_node(root), kubelet, root)
+        try:
+            kubelet.wait_devices(PART, lambda d: len(d) == 56)
+            kubelet.admit(first.cluster.add("infer", ("main", limits("3g.20gb"))))
+            mig = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+            before = first.state.ledger()
+            ids = kubelet.known[("default", "infer")]["main"][PART]
+            endpoint = kubelet.endpoints[PART]
+        finally:
+            server.stop()  # the old agent exits; the card keeps its instance
+
+        second, server = _agent(first, kubelet, root)
+        try:
+            deadline = time.monotonic() + 10
+            while kubelet.endpoints.get(PART) is endpoint:
+                assert time.monotonic() < deadline, "the new agent never registered"
+                time.sleep(0.02)
+            assert second.state.reserved() == {}  # nothing but the record carries the grant
+            assert second.state.ledger() == before
+            kubelet.wait_devices(PART, lambda d: len(d) == 56 and healthy(d) == 53)
+            live = frozenset(pod.uid for pod in second.state.pods())
+            sweep = MigReclaimer(second.partitioner, lambda: CARDS).reconcile(live)
+            assert sweep.destroyed == []
+            assert _replay(kubelet, ids).envs["NVIDIA_VISIBLE_DEVICES"] == mig
+            assert [view.mig_uuids for view in second.nvml.instances()] == [(mig,)]
+
+            kubelet.admit(second.cluster.add("next", ("main", limits("3g.20gb"))))
+            newer = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+            assert newer != mig
+            assert sorted(v.mig_uuids for v in second.nvml.instances()) == sorted(
+                [(mig,), (newer,)]
+            )
+            kubelet.forget(second.cluster.by_key[("default", "infer")])
+            second.cluster.remove("infer")
+            live = frozenset(pod.uid for pod in second.state.pods())
+            sweep = MigReclaimer(second.partitioner, lambda: CARDS).reconcile(live)
+            assert len(sweep.destroyed) == 1
+            assert [view.mig_uuids for view in second.nvml.instances()] == [(newer,)]
+        finally:
+            server.stop()
+    finally:
+        kubelet.stop()
+        shutil.rmtree(root, ignore_errors=True)
