@@ -235,6 +235,7 @@ class KubeletEmulator:
         if len(free) < size:
             raise AdmissionError(container, resource, "Insufficient", f"{len(free)} free")
         chosen = free[:size]
+        preferred: list[str] = []
         if endpoint.options.get_preferred_allocation_available:
             hint = endpoint.stub.GetPreferredAllocation(
                 api.PreferredAllocationRequest(
@@ -260,8 +261,7 @@ class KubeletEmulator:
             )
         except grpc.RpcError as error:
             # What this kubelet saw when it chose: a refusal is read against the offer.
-            hint = self.hints[-1][1] if endpoint.options.get_preferred_allocation_available else []
-            seen = f" (offered {free}, hinted {hint}, chose {chosen})"
+            seen = f" (offered {free}, hinted {preferred}, chose {chosen})"
             details = error.details() + seen
             raise AdmissionError(container, resource, error.code(), details) from None
         self.allocate_seconds.append(time.perf_counter() - started)

@@ -197,15 +197,15 @@ class NodeState:
         """Held around identify + decide + reserve (never around a write)."""
         self._reservations: dict[Holder, AllocationRecord] = {}
         self._grants: set[Holder] = set()
+        """Containers already shown their Pod's cards by the visibility plugin
+        (docs/design/node-agent.md, "Visibility Allocate"): never identified again, so a second
+        visibility container of a Pod gets its own call."""
         self._unseen: dict[str, float] = {}
         """Pods reserved for from a fresh list that the cache has not listed since, with when:
         the cache lags (after the API server was away, the watch comes back only after its
         backoff, seconds), and pruned by its list their grants would be forgotten while they
         run, their cards offered again and handed to another mode (#35). Kept until the cache
         lists them or a fresh list does not."""
-        """Containers already shown their Pod's cards by the visibility plugin
-        (docs/design/node-agent.md, "Visibility Allocate"): never identified again, so a second
-        visibility container of a Pod gets its own call."""
         self._live_listeners: list[Callable[[frozenset[str]], None]] = []
         """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()

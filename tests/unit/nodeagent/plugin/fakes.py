@@ -106,6 +106,22 @@ class FakeCluster:
             self.writes.append((namespace, name, value))
 
 
+class WatchAway:
+    """The agent's Pod cache while its watch is away (the API server restarted; the watch comes
+    back only after its backoff, seconds later): the list as the watch last had it (`seen`),
+    and a fresh list from the API server."""
+
+    def __init__(self, cluster: FakeCluster) -> None:
+        self.cluster = cluster
+        self.seen = cluster.pods()
+
+    def pods(self) -> list[dict[str, Any]]:
+        return self.seen
+
+    def fresh_pods(self) -> list[dict[str, Any]]:
+        return self.cluster.pods()
+
+
 @dataclass
 class Rig:
     kubelet: KubeletEmulator

@@ -28,7 +28,15 @@ from nodeagent.plugin import node as node_module
 from nodeagent.plugin import protos
 from nodeagent.plugin.node import Pod
 from testbed.kubelet import AdmissionError
-from tests.unit.nodeagent.plugin.fakes import GPU, SHARED, FakeCluster, Rig, rig, t4_spec
+from tests.unit.nodeagent.plugin.fakes import (
+    GPU,
+    SHARED,
+    FakeCluster,
+    Rig,
+    WatchAway,
+    rig,
+    t4_spec,
+)
 
 grpc = protos.grpc_runtime()
 L4X2 = t4_spec("l4x2")
@@ -218,22 +226,6 @@ def test_hints_and_allocations_of_two_modes_in_parallel_never_share_a_card() -> 
                 r.cluster.remove(name)
             r.node.notify()
         print(f"{refused} of {2 * ROUNDS} calls refused: both hints came before either grant")
-
-
-class WatchAway:
-    """The agent's Pod cache while its watch is away (the API server restarted; the watch comes
-    back only after its backoff, seconds later): the list as the watch last had it, and a fresh
-    list from the API server."""
-
-    def __init__(self, cluster: FakeCluster) -> None:
-        self.cluster = cluster
-        self.seen = cluster.pods()
-
-    def pods(self) -> Sequence[Pod]:
-        return self.seen
-
-    def fresh_pods(self) -> Sequence[Pod]:
-        return self.cluster.pods()
 
 
 class JournaledWrites:

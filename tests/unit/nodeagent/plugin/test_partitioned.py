@@ -45,7 +45,13 @@ from nodeagent.simulate import SimulatedNvml
 from nodeagent.vendors.nvidia.simulate import load_profile
 from testbed.kubelet import KubeletEmulator
 from tests.unit.nodeagent.helpers import detect
-from tests.unit.nodeagent.plugin.fakes import NVIDIA, FakeCluster, FakeKube, partition_limits
+from tests.unit.nodeagent.plugin.fakes import (
+    NVIDIA,
+    FakeCluster,
+    FakeKube,
+    WatchAway,
+    partition_limits,
+)
 
 SPEC = DevicesSpec(tuple(detect("a100-40gb-mig")))
 GROUP = SPEC.groups[0].id
@@ -391,27 +397,13 @@ def test_a_partition_that_cannot_be_unmade_is_left_to_the_reclaimer(node: Node) 
     nothing_left(node)
 
 
-class LaggingCache:
-    """The Pod cache while its watch is away: the list as it was, and a fresh list."""
-
-    def __init__(self, cluster: FakeCluster) -> None:
-        self.cluster = cluster
-        self.seen = cluster.pods()
-
-    def pods(self) -> list[dict[str, Any]]:
-        return self.seen
-
-    def fresh_pods(self) -> list[dict[str, Any]]:
-        return self.cluster.pods()
-
-
 def test_a_partition_cut_while_the_pod_cache_lags_is_not_reclaimed(node: Node) -> None:
     """Cut for a Pod only a fresh list names (the watch away after the API server restarted),
     the partition is still the Pod's at the next listing over the cache: its uid is in the live
     set the reclaimer hears, so the sweep keeps the instance, and the reservation stays (#35)."""
     heard: list[frozenset[str]] = []
     node.state.on_live(heard.append)
-    node.state.source = LaggingCache(node.cluster)
+    node.state.source = WatchAway(node.cluster)
     node.grant("p1", "1g.5gb")
     node.allocator.advertised()  # a ListAndWatch tick over the cache without p1
     assert heard[-1] == frozenset({"uid-p1"})
