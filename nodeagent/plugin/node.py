@@ -31,9 +31,12 @@ from chain.ledger_rebuild import AllocationRecord, Holder, PodAllocations, rebui
 Pod = Mapping[str, object]
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-UNSEEN_S = 60.0
+UNSEEN_S = 1.0
 """How long a grant's Pod may stay unseen by the cache before a fresh list checks it is still
-there: past the watch's longest backoff (`kubeapi.watch.BACKOFF_MAX`, 30 s)."""
+there. The cache sees a new Pod within milliseconds when its watch is up; past this the watch is
+away (waiting out its backoff, up to `kubeapi.watch.BACKOFF_MAX`, 30 s), and a Pod deleted
+meanwhile is never heard of: the streams look afresh about once per this period until the cache
+catches up, so its cards are offered again in seconds. At most one fresh list per period."""
 
 
 def pod_annotations(pod: Pod) -> Mapping[str, str]:
@@ -167,8 +170,11 @@ class Held:
         self._owner._grants.add(holder)
 
     def _mark_unseen(self, holder: Holder) -> None:
-        if self.fresh:
+        # Only a cache lags: a source that lists the API server every time has seen the Pod,
+        # and an entry it could never clear would wake the streams once per `UNSEEN_S` forever.
+        if self.fresh and isinstance(self._owner.source, CachedPodSource):
             self._owner._unseen.setdefault(holder.pod_uid, time.monotonic())
+            self._owner._unseen_changed()
 
     def revoke(self, holder: Holder) -> None:
         self._owner._grants.discard(holder)
@@ -206,6 +212,9 @@ class NodeState:
         backoff, seconds), and pruned by its list their grants would be forgotten while they
         run, their cards offered again and handed to another mode (#35). Kept until the cache
         lists them or a fresh list does not."""
+        self._unseen_due = float("inf")
+        """When a fresh list is next due for `_unseen` (monotonic; written under the mutex,
+        read by `wait_change` as one float)."""
         self._live_listeners: list[Callable[[frozenset[str]], None]] = []
         """Told every live-Pod set the plugins list (the partition reclaimer's broadcast)."""
         self._changed = threading.Condition()
@@ -230,6 +239,8 @@ class NodeState:
                 if not fresh:
                     raise
                 log.warning("cannot list the node's Pods afresh; the cache's list for now")
+                now = time.monotonic()  # look again a period from now, not on every tick
+                self._unseen.update(dict.fromkeys(self._unseen, now))
                 fresh, raw = False, self.listed()
             pods = [PodAllocations.from_pod(pod) for pod in raw]
             self._prune({pod.uid for pod in pods}, fresh)
@@ -239,8 +250,12 @@ class NodeState:
         """Whether to list afresh (under the mutex): once a Pod the cache has not seen was
         reserved for longer than `UNSEEN_S` ago, it may have been deleted before the cache
         could see it; only a fresh list can tell, and free its cards then."""
-        oldest = min(self._unseen.values(), default=time.monotonic())
-        return time.monotonic() - oldest > UNSEEN_S and isinstance(self.source, CachedPodSource)
+        return time.monotonic() >= self._unseen_due and isinstance(self.source, CachedPodSource)
+
+    def _unseen_changed(self) -> None:
+        """Recompute when `_unseen` next needs a fresh list (under the mutex)."""
+        oldest = min(self._unseen.values(), default=float("inf"))
+        self._unseen_due = oldest + UNSEEN_S
 
     def listed(self, fresh: bool = False) -> Sequence[Pod]:
         """The node's Pods: from the source's cache, or from the API server when `fresh`."""
@@ -347,6 +362,7 @@ class NodeState:
                 self._unseen[uid] = time.monotonic()  # still there; the cache is still behind
             elif fresh or uid in live:
                 del self._unseen[uid]  # gone by the API server's word, or the cache caught up
+        self._unseen_changed()
         live = live | self._unseen.keys()
         for holder in [h for h in self._reservations if h.pod_uid not in live]:
             del self._reservations[holder]
@@ -394,7 +410,12 @@ class NodeState:
             self._changed.notify_all()
 
     def wait_change(self, seen: int, timeout: float) -> int:
-        """The version after a change past `seen`, or `seen` when `timeout` ran out."""
+        """The version after a change past `seen`, or `seen` when `timeout` ran out. A Pod the
+        cache has not seen and that is due a fresh look (`UNSEEN_S`) counts as a change: nothing
+        else would wake the streams while the Pod watch is away."""
         with self._changed:
             self._changed.wait_for(lambda: self._version != seen, timeout)
+            if self._version == seen and time.monotonic() >= self._unseen_due:
+                self._version += 1
+                self._changed.notify_all()
             return self._version

@@ -290,3 +290,26 @@ def test_a_pod_the_cache_never_saw_is_checked_in_a_fresh_list_after_a_while(
         r.cluster.remove("whole")
         _, reserved = r.node.live()
         assert not reserved
+
+
+def test_a_pod_deleted_before_the_cache_saw_it_frees_its_card_within_seconds() -> None:
+    """While the watch is away nothing tells the agent that a Pod it admitted from a fresh list
+    was deleted: no Pod event, no Allocate. The streams look afresh once the Pod has been unseen
+    for `UNSEEN_S` (1 s), so the kubelet is offered the card again in seconds, without waiting
+    for the watch (the restart test's next whole card was refused "Insufficient" when this
+    waited 60 s)."""
+    with rig(modes=(Mode.EXCLUSIVE, Mode.SHARED), spec=L4X2) as r:
+        r.ready()
+        r.node.source = WatchAway(r.cluster)
+        pod = r.cluster.add("whole", ("main", {GPU: "1"}))
+        r.kubelet.admit(pod)
+        # The card's shares go Unhealthy (held whole), and stay so while the Pod lives.
+        r.kubelet.wait_devices(SHARED, lambda d: protos.UNHEALTHY in d.values())
+        time.sleep(2.5)  # past `UNSEEN_S`: the fresh look finds the Pod still there
+        assert protos.UNHEALTHY in r.kubelet.wait_devices(SHARED, lambda d: True).values()
+        r.kubelet.forget(pod)
+        r.cluster.remove("whole")
+        r.kubelet.wait_devices(
+            SHARED, lambda d: all(h == protos.HEALTHY for h in d.values()), timeout=5.0
+        )
+        assert r.node.reserved() == {}
