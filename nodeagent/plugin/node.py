@@ -249,8 +249,9 @@ class NodeState:
     def _settle_unseen(self) -> bool:
         """Whether to list afresh (under the mutex): once a Pod the cache has not seen was
         reserved for longer than `UNSEEN_S` ago, it may have been deleted before the cache
-        could see it; only a fresh list can tell, and free its cards then."""
-        return time.monotonic() >= self._unseen_due and isinstance(self.source, CachedPodSource)
+        could see it; only a fresh list can tell, and free its cards then. Only a caching source
+        marks Pods unseen (`Held._mark_unseen`), so it is never due for any other."""
+        return time.monotonic() >= self._unseen_due
 
     def _unseen_changed(self) -> None:
         """Recompute when `_unseen` next needs a fresh list (under the mutex)."""
