@@ -33,7 +33,7 @@ import json
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -224,13 +224,24 @@ def _token(member: Testbed) -> str | None:
     return base64.b64decode(token).decode() if token else None
 
 
-def cluster_active(kube: Kube, member: str) -> str | None:
-    """The `Active` condition's status Kueue wrote on the member's `MultiKueueCluster`."""
+def _active(kube: Kube, member: str) -> Obj | None:
+    """The `Active` condition Kueue wrote on the member's `MultiKueueCluster`."""
     found = kube.get(KUEUE_API, MULTIKUEUE_CLUSTER, member) or {}
     for condition in (found.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "Active":
-            return str(condition.get("status"))
+            return dict(condition)
     return None
+
+
+def cluster_active(kube: Kube, member: str) -> str | None:
+    """The `Active` condition's status Kueue wrote on the member's `MultiKueueCluster`."""
+    condition = _active(kube, member)
+    return None if condition is None else str(condition.get("status"))
+
+
+def connected(kube: Kube, member: str) -> bool:
+    """Whether Kueue has `member`'s `MultiKueueCluster` Active on the manager `kube`."""
+    return cluster_active(kube, member) == "True"
 
 
 def gateway_argv(kubeconfig: Path, health_port: int, orphan_grace: float) -> list[str]:
@@ -317,6 +328,90 @@ def _rss_kib(pid: int) -> int:
     return total
 
 
+def manager_bed(
+    root: Path,
+    worker_lost_timeout: float = WORKER_LOST_TIMEOUT,
+    frameworks: Sequence[str] | None = None,
+) -> Testbed:
+    """A fleet's manager (not started): Kueue's MultiKueue with `workerLostTimeout` shortened,
+    and Kueue's `integrations.frameworks` set to `frameworks` where given: Kueue connects to a
+    member only if it serves the CRDs of every framework the manager integrates (docs/fleet.md,
+    "What MultiKueue gives, and what it asks")."""
+    settings: dict[str, object] = {"multiKueue": {"workerLostTimeout": f"{worker_lost_timeout:g}s"}}
+    if frameworks is not None:
+        settings["integrations"] = {"frameworks": list(frameworks)}
+    return Testbed(root, kueue_settings=settings)
+
+
+def manager_up(
+    manager: Testbed,
+    members: Mapping[str, Testbed],
+    orphan_grace: float = ORPHAN_GRACE,
+    timings: dict[str, float] | None = None,
+) -> Installed:
+    """Start `manager` (`manager_bed`) with the chain and the shipped `manifests/fleet`, join
+    `members` (each up, with the member component applied), run the gateway, and wait until
+    Kueue is connected to every member; each step's seconds go in `timings`."""
+    timings = {} if timings is None else timings
+    started = time.monotonic()
+    # No NFD on the manager: it has no nodes (docs/fleet.md, "Installing a fleet").
+    manager.up(components=COMPONENT_ORDER[:-1])
+    installed = install(manager, components=(FLEET_COMPONENT,))
+    timings["manager"] = time.monotonic() - started
+    started = time.monotonic()
+    for name, member in members.items():
+        join(manager.kube, name, member)
+    run_gateway(manager, orphan_grace)
+    for name in members:
+        try:
+            wait_for(partial(connected, manager.kube, name), 120, f"Kueue to connect to {name}")
+        except TimeoutError as err:
+            # Kueue's reason (a CRD the member lacks, a refused credential) is the diagnosis.
+            raise TimeoutError(f"{err}; Kueue's Active: {_active(manager.kube, name)}") from err
+    timings["join"] = time.monotonic() - started
+    return installed
+
+
+def join(manager: Kube, name: str, member: Testbed) -> None:
+    """`member` joins as docs/fleet.md tells users: the gateway's Secret with the member's
+    read-only token, MultiKueue's kubeconfig Secret, the `MultiKueueCluster`."""
+    ca = member.certs.ca_crt.read_bytes()
+    token = wait_for(lambda: _token(member), 60, f"{name}'s {GATEWAY_TOKEN}")
+    manager.apply(
+        _secret(
+            f"gpustack-gateway-{name}",
+            FLEET_NAMESPACE,
+            inline_kubeconfig(member.server, ca, {"token": token}),
+        )
+    )
+    c = member.certs
+    admin = {
+        "client-certificate-data": base64.b64encode(c.admin_crt.read_bytes()).decode(),
+        "client-key-data": base64.b64encode(c.admin_key.read_bytes()).decode(),
+    }
+    manager.apply(
+        _secret(f"{name}-multikueue", KUEUE_NAMESPACE, inline_kubeconfig(member.server, ca, admin))
+    )
+    manager.apply(
+        {
+            "apiVersion": KUEUE_API,
+            "kind": MULTIKUEUE_CLUSTER,
+            "metadata": {"name": name},
+            "spec": {
+                "clusterSource": {
+                    "kubeConfig": {"location": f"{name}-multikueue", "locationType": "Secret"}
+                }
+            },
+        }
+    )
+
+
+def run_gateway(manager: Testbed, orphan_grace: float = ORPHAN_GRACE) -> None:
+    """The worker gateway from its shipped command line, under its shipped account."""
+    kubeconfig = manager.service_account_kubeconfig(SYSTEM_NAMESPACE, GATEWAY)
+    manager.run("worker-gateway", gateway_argv(kubeconfig, free_port(), orphan_grace))
+
+
 @dataclass
 class FleetBed:
     """The manager and its two members, each in a folder of `root`."""
@@ -332,10 +427,7 @@ class FleetBed:
     _halted: dict[str, list[Process]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.manager = Testbed(
-            self.root / "manager",
-            kueue_settings={"multiKueue": {"workerLostTimeout": f"{self.worker_lost_timeout:g}s"}},
-        )
+        self.manager = manager_bed(self.root / "manager", self.worker_lost_timeout)
 
     def up(self) -> None:
         try:
@@ -350,66 +442,15 @@ class FleetBed:
                 for node in nodes:
                     write_devices(bed.kube, node)
                 self.timings[name] = time.monotonic() - started
-            started = time.monotonic()
-            # No NFD on the manager: it has no nodes (docs/fleet.md, "Installing a fleet").
-            self.manager.up(components=COMPONENT_ORDER[:-1])
-            self.installed["manager"] = install(self.manager, components=(FLEET_COMPONENT,))
-            self.timings["manager"] = time.monotonic() - started
-            started = time.monotonic()
-            for name in MEMBERS:
-                self.join(name)
-            self.run_gateway()
-            for name in MEMBERS:
-                wait_for(partial(self.connected, name), 120, f"Kueue to connect to {name}")
-            self.timings["join"] = time.monotonic() - started
+            self.installed["manager"] = manager_up(
+                self.manager, self.members, self.orphan_grace, self.timings
+            )
         except BaseException:
             self.down()
             raise
 
-    def connected(self, name: str) -> bool:
-        return cluster_active(self.manager.kube, name) == "True"
-
     def join(self, name: str) -> None:
-        """A member joins as docs/fleet.md tells users: the gateway's Secret with the member's
-        read-only token, MultiKueue's kubeconfig Secret, the `MultiKueueCluster`."""
-        member = self.members[name]
-        ca = member.certs.ca_crt.read_bytes()
-        token = wait_for(lambda: _token(member), 60, f"{name}'s {GATEWAY_TOKEN}")
-        kube = self.manager.kube
-        kube.apply(
-            _secret(
-                f"gpustack-gateway-{name}",
-                FLEET_NAMESPACE,
-                inline_kubeconfig(member.server, ca, {"token": token}),
-            )
-        )
-        c = member.certs
-        admin = {
-            "client-certificate-data": base64.b64encode(c.admin_crt.read_bytes()).decode(),
-            "client-key-data": base64.b64encode(c.admin_key.read_bytes()).decode(),
-        }
-        kube.apply(
-            _secret(
-                f"{name}-multikueue", KUEUE_NAMESPACE, inline_kubeconfig(member.server, ca, admin)
-            )
-        )
-        kube.apply(
-            {
-                "apiVersion": KUEUE_API,
-                "kind": MULTIKUEUE_CLUSTER,
-                "metadata": {"name": name},
-                "spec": {
-                    "clusterSource": {
-                        "kubeConfig": {"location": f"{name}-multikueue", "locationType": "Secret"}
-                    }
-                },
-            }
-        )
-
-    def run_gateway(self) -> None:
-        kubeconfig = self.manager.service_account_kubeconfig(SYSTEM_NAMESPACE, GATEWAY)
-        argv = gateway_argv(kubeconfig, free_port(), self.orphan_grace)
-        self.manager.run("worker-gateway", argv)
+        join(self.manager.kube, name, self.members[name])
 
     def stop_member(self, name: str) -> None:
         """The member's API server goes away (its etcd and controllers stay): Kueue loses the

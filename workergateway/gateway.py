@@ -51,7 +51,7 @@ from chain.conditions import Condition, generation_of, merge
 from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MAX_MEMBERS, MEMBERS_LOST_SINCE
 from chain.views import AcceleratorViews, View, shown_views
 from kubeapi import KubeError
-from workergateway.kubeconfig import FLEET_NAMESPACE, KubeconfigRefused
+from workergateway.kubeconfig import FLEET_NAMESPACE, KubeconfigRefused, secret_name
 from workergateway.lost import (
     keep_lost,
     parse_lost_since,
@@ -128,6 +128,24 @@ READ_ERRORS = (
     KubeError,
     requests.RequestException,
 )
+
+REFUSED = (401, 403)
+"""What a member's API server answers a token it no longer accepts, or a role it lacks."""
+
+
+def why_unread(member: str, err: Exception) -> str:
+    """Why `member` could not be read, naming the member: a pool's condition gathers every
+    member's reason in one message, so each must say whose it is. A refusal also says where the
+    credentials it refused live, the one place a platform team fixes it."""
+    if isinstance(err, MemberUnreachable | MemberError):
+        return str(err)  # already names the member and the field
+    said = f"member {member}: {err}"
+    if isinstance(err, KubeError) and err.status in REFUSED:
+        said += (
+            f" (the credentials in secrets/{secret_name(member)} were refused; docs/fleet.md,"
+            ' "Rotating the gateway\'s token")'
+        )
+    return said
 
 
 @dataclass
@@ -231,7 +249,7 @@ class Gateway:
             ]
             pools = read_pools(state.name, types, queues)
         except READ_ERRORS as err:
-            return str(err)
+            return why_unread(state.name, err)
         # The namespace report only: a member whose LocalQueues cannot be listed (a member-side
         # role from before the report, say) still counts in the sums.
         try:
@@ -239,10 +257,11 @@ class Gateway:
         except (KubeError, requests.RequestException) as err:
             return pools, str(err)
 
-    def _unreadable(self, cluster: Obj, message: str, report: PassReport) -> None:
+    def _unreadable(self, cluster: Obj, why: str | Exception, report: PassReport) -> None:
         """Counted as inactive: the gateway cannot vouch for its views. Left out of the sums
         whole, as an inactive member is, and said."""
         name = str((cluster.get("metadata") or {}).get("name") or "?")
+        message = why if isinstance(why, str) else why_unread(name, why)
         report.unreadable[name] = message
         log.warning("member %s left out of this pass: %s", name, message)
         self.reporter.event(cluster, "Warning", UNREADABLE, message, action="Read")
@@ -263,7 +282,7 @@ class Gateway:
                 else:
                     read.append((state, ()))
             except READ_ERRORS as err:
-                self._unreadable(cluster, str(err), report)
+                self._unreadable(cluster, err, report)
         if self.watches is not None:
             # Before the reads: a change that lands while this pass reads the member wakes the
             # next one. A member that does not answer keeps its watch (it retries, and rings

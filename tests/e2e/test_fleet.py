@@ -19,13 +19,23 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import yaml
 
 from chain.apis import KUEUE_API, WORKER_API
-from chain.fleet_pools import MEMBERS_LOST_SINCE, fleet_check_name
+from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MEMBERS_LOST_SINCE, fleet_check_name
 from chain.names import local_queue_name
 from chain.quantity import parse_quantity
 from kubeapi import Kube, Obj, wait_for
-from testbed.fleet import L4_POOL, MEMBERS, FleetBed, cluster_active, succeed_pod
+from kubeapi.events import EVENTS_API
+from testbed.fleet import (
+    GATEWAY_TOKEN,
+    L4_POOL,
+    MEMBERS,
+    SYSTEM_NAMESPACE,
+    FleetBed,
+    cluster_active,
+    succeed_pod,
+)
 from testbed.nodes import T4_POOL
 from testbed.workloads import condition, queued_job, sliced_job
 
@@ -33,6 +43,7 @@ VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")
 CREDITS = "credits.gpustack.ai/nvidia"
 IMAGE = "busybox"
 NAMESPACE = "team-fleet"
+MEMBER_RBAC = Path(__file__).parents[2] / "manifests" / "fleet" / "member" / "rbac.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +272,64 @@ def test_a_stopped_member_leaves_the_sums_and_comes_back(fleet: FleetBed) -> Non
         fleet.start_member("member-a")
     wait_for(lambda: cluster_active(manager, "member-a") == "True", 180, "member-a back")
     _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+
+
+def _readable(kube: Kube, pool: str, status: str) -> Obj | None:
+    """The `FleetPool`'s `MembersReadable` condition, once its status is `status`."""
+    found = kube.get(FLEET_POOL_API, FLEET_POOL, pool) or {}
+    conditions = (found.get("status") or {}).get("conditions") or []
+    return next(
+        (c for c in conditions if c.get("type") == "MembersReadable" and c["status"] == status),
+        None,
+    )
+
+
+def _unreadable_events(kube: Kube, member: str) -> list[Obj]:
+    """The gateway's Warning Events on `member`'s `MultiKueueCluster` (cluster-scoped, so its
+    Events are in `default`)."""
+    return [
+        event
+        for event in kube.list(EVENTS_API, "Event", "default")
+        if event.get("reason") == "MemberUnreadable"
+        and (event.get("regarding") or {}).get("name") == member
+    ]
+
+
+def test_a_member_whose_gateway_token_is_revoked_leaves_the_sums_and_comes_back(
+    fleet: FleetBed,
+) -> None:
+    """member-a's admin revokes the gateway's token (deletes its Secret, which the API server's
+    token check looks up on every request): the gateway can no longer vouch for member-a's
+    views, so member-a leaves every sum within a pass and the fleet says why, while Kueue, whose
+    own credentials still work, keeps it Active. A new token (the shipped Secret applied again,
+    its token put in the manager's Secret as docs/fleet.md, "Rotating the gateway's token",
+    says) brings it back."""
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    manager = fleet.manager.kube
+    member_a = fleet.members["member-a"].kube
+    member_a.delete("v1", "Secret", GATEWAY_TOKEN, SYSTEM_NAMESPACE)
+    revoked_at = time.monotonic()
+    try:
+        _wait_sums(fleet, T4_POOL, ("member-b",), "1/2 member-b")
+        print(f"\nmember-a out of the sums {time.monotonic() - revoked_at:.0f} s after revoking")
+        said = wait_for(
+            lambda: _readable(manager, T4_POOL, "False"), 60, "MembersReadable False on T4"
+        )
+        assert said["reason"] == "MemberUnreadable"
+        assert "member member-a: 401" in said["message"], said
+        assert "secrets/gpustack-gateway-member-a" in said["message"], said
+        wait_for(lambda: _unreadable_events(manager, "member-a"), 60, "a MemberUnreadable Event")
+        assert cluster_active(manager, "member-a") == "True"  # Kueue's credentials are not these
+    finally:
+        (secret,) = [
+            doc
+            for doc in yaml.safe_load_all(MEMBER_RBAC.read_text())
+            if doc and doc["kind"] == "Secret"
+        ]
+        member_a.apply(secret)
+        fleet.join("member-a")  # the new token into gpustack-gateway-member-a on the manager
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    wait_for(lambda: _readable(manager, T4_POOL, "True"), 60, "MembersReadable True again")
 
 
 def _copies(

@@ -374,6 +374,33 @@ def test_an_unreadable_member_is_a_condition_on_every_pool_until_it_is_read() ->
         assert _conditions(fleet, pool)[MEMBERS_READABLE]["status"] == "True"
 
 
+class TokenRevoked(MemoryCluster):
+    """A member whose API server no longer accepts the gateway's token (its Secret deleted)."""
+
+    def list(self, api_version: str, kind: str) -> list[dict[str, Any]]:
+        raise KubeError(401, "Unauthorized")
+
+
+def test_a_member_that_refuses_the_token_is_named_with_the_secret_to_fix() -> None:
+    """The pool's condition gathers every unread member's reason: a refusal names the member
+    and the Secret whose credentials it refused (the e2e saw a bare "401: Unauthorized")."""
+    fleet = Fleet("three-members")
+    fleet.members["west"] = TokenRevoked()
+    fleet.unreachable.add("north")
+    report = fleet.gateway.run_pass()
+    assert sorted(report.unreadable) == ["north", "west"]
+    for pool in fleet.pools():
+        message = _conditions(fleet, pool)[MEMBERS_READABLE]["message"]
+        assert "member north: secrets/gpustack-gateway-north: not found" in message
+        assert (
+            "member west: 401: Unauthorized (the credentials in secrets/gpustack-gateway-west"
+            " were refused" in message
+        )
+    assert ("MultiKueueCluster/west", "Warning", MEMBER_UNREADABLE) in {
+        e[:3] for e in fleet.events.events
+    }
+
+
 def test_a_conflicting_pool_says_so_on_its_status() -> None:
     fleet = Fleet("two-members")
     fleet.gateway.run_pass()

@@ -1,0 +1,169 @@
+"""A fleet whose member runs containers (docs/fleet.md; issue #32): the real-node cluster
+(`real_chain`, the whole install as a user installs it) joins a fleet manager as its only
+member, so a Job a tenant submits to the manager is dispatched by MultiKueue onto a real node,
+its container runs there with its slice, and its status comes back to the manager.
+
+The manager is an emulated control plane of its own (`testbed.fleet.manager_bed`: etcd, the API
+server, the controller manager, Kueue with MultiKueue, Metacontroller and the chain with the
+shipped `manifests/fleet`, the worker gateway from its shipped command line); it has no nodes,
+as a fleet's manager need not. The member gets what docs/fleet.md tells users to apply on a
+member (`manifests/fleet/member`), removed again at the end with the tenant namespace, so the
+modules after this one find the install as it was. Only the cards are simulated (the real
+nodes' simulated T4s).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from chain.apis import KUEUE_API, WORKER_API
+from chain.fleet_pools import fleet_check_name
+from chain.names import local_queue_name
+from kubeapi import Kube, Obj, wait_for
+from testbed import images
+from testbed.cluster import offers_every_card
+from testbed.fleet import MEMBER_COMPONENT, manager_bed, manager_up
+from testbed.harness import Testbed
+from testbed.kubectl import kubectl
+from testbed.nodes import T4_POOL
+from testbed.pytest_plugin import REAL_NODES
+from testbed.workloads import condition, sliced_job
+
+MEMBER = "real"
+NAMESPACE = "team-fleet-real"
+MEMBER_FRAMEWORKS = ("batch/job",)
+"""The job frameworks whose CRDs the real-node cluster serves (it installs no JobSet)."""
+MEMBER_RBAC = MEMBER_COMPONENT / "rbac.yaml"
+"""The member component's one resource file: the gateway's read-only account on the member."""
+
+
+@pytest.fixture(scope="module")
+def manager(real_chain: Testbed) -> Iterator[Testbed]:
+    root = Path(tempfile.mkdtemp(prefix="gpustack-fleet-manager-"))
+    # The member runs no JobSet: the manager's Kueue integrates only what every member serves
+    # (docs/fleet.md, "What MultiKueue gives, and what it asks").
+    bed = manager_bed(root / "manager", frameworks=MEMBER_FRAMEWORKS)
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    kubectl(real_chain, "apply", "-f", str(MEMBER_RBAC))
+    try:
+        manager_up(bed, {MEMBER: real_chain}, timings=timings)
+        print(
+            f"\nfleet manager up, {MEMBER} joined, in {time.monotonic() - started:.0f} s {timings}"
+        )
+        # The platform team mirrors the tenant namespace on the member (docs/fleet.md,
+        # "Namespaces").
+        for kube in (bed.kube, real_chain.kube):
+            kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        yield bed
+    finally:
+        bed.down()
+        shutil.rmtree(root, ignore_errors=True)
+        real_chain.kube.delete("v1", "Namespace", NAMESPACE)
+        kubectl(real_chain, "delete", "--ignore-not-found", "-f", str(MEMBER_RBAC))
+        # Gone before the next module starts: its LocalQueues vanishing later would read as
+        # losses to a test that watches them.
+        wait_for(
+            lambda: real_chain.kube.get("v1", "Namespace", NAMESPACE) is None,
+            120,
+            f"{NAMESPACE} deleted",
+        )
+
+
+def _workload_of(kube: Kube, job: str) -> Obj | None:
+    for workload in kube.list(KUEUE_API, "Workload", NAMESPACE):
+        owners = workload["metadata"].get("ownerReferences") or []
+        if any(owner.get("kind") == "Job" and owner.get("name") == job for owner in owners):
+            return workload
+    return None
+
+
+def _dispatched_to(kube: Kube, job: str) -> str | None:
+    workload = _workload_of(kube, job) or {}
+    status = workload.get("status") or {}
+    checks = {c["name"]: c for c in status.get("admissionChecks") or []}
+    if (checks.get(fleet_check_name(T4_POOL)) or {}).get("state") != "Ready":
+        return None
+    return str(status.get("clusterName") or "") or None
+
+
+def _fleet_cards(kube: Kube) -> str | None:
+    """The manager's T4 InstanceType's card count, once its one member counts."""
+    found = kube.get(WORKER_API, "InstanceType", T4_POOL) or {}
+    status = found.get("status") or {}
+    if status.get("memberSummary") != f"1/1 {MEMBER}":
+        return None
+    return str((status.get("accelerator") or {}).get("capacity") or "") or None
+
+
+def _env(log: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in log.splitlines() if "=" in line)
+
+
+def test_a_sliced_job_on_the_manager_runs_on_the_members_real_node(
+    manager: Testbed, real_chain: Testbed
+) -> None:
+    """A tenant's batch/v1 Job asking half a card's memory, submitted to the manager: folded and
+    pinned there, admitted by the manager's fleet queue, dispatched to the member, admitted by
+    the member's queue and per-card check, run on node-a with its slice's environment, and
+    Complete on the manager once it ends there."""
+    # The fleet counts the member's four T4 cards (node-a's).
+    assert wait_for(lambda: _fleet_cards(manager.kube), 180, "the fleet's T4 pool") == "4"
+    queue = local_queue_name(T4_POOL)
+    for kube in (manager.kube, real_chain.kube):
+        wait_for(
+            lambda kube=kube: kube.get(KUEUE_API, "LocalQueue", queue, NAMESPACE),
+            90,
+            "the pool's LocalQueue in the tenant namespace",
+        )
+    name = f"sliced-{uuid.uuid4().hex[:6]}"
+    # /proc/self/maps of grep itself: the dynamic loader preloaded the isolation library. The
+    # sleep keeps the Pod (and its log) there to be read: once the Job is done, MultiKueue
+    # deletes the member's copy and its Pod with it.
+    command = "env; echo LIBVGPU=$(grep -c /usr/local/vgpu/libvgpu.so /proc/self/maps); sleep 15"
+    created = manager.kube.create(
+        sliced_job(name, NAMESPACE, queue, images.PROJECT_IMAGE, 50, command)
+    )
+    limits = created["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu.sliced.units"] == "800k"  # folded on the manager: 50 %
+    where = wait_for(lambda: _dispatched_to(manager.kube, name), 180, "the Job dispatched")
+    assert where == MEMBER
+
+    def running_pod() -> Obj | None:
+        pods = real_chain.kube.list("v1", "Pod", NAMESPACE, label_selector=f"job-name={name}")
+        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+        return running[0] if running else None
+
+    pod = wait_for(running_pod, 180, "the member's Pod to run on a real node")
+    assert pod["spec"]["nodeName"] == "node-a"
+
+    def logged() -> dict[str, str] | None:
+        env = _env(kubectl(real_chain, "logs", "-n", NAMESPACE, pod["metadata"]["name"]))
+        return env if "LIBVGPU" in env else None
+
+    env = wait_for(logged, 30, "the sliced container's environment")
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{16384 // 2}m"  # half a T4's 16,384 MiB
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "100"
+    assert int(env["LIBVGPU"]) > 0
+    assert env["GPUSTACK_ISOLATION_STANDIN"] == "loaded"  # the testbed's stand-in: enforces nothing
+    # MultiKueue copies the member's Job status to the manager's Job.
+    mirrored = wait_for(
+        lambda: (
+            found
+            if condition(found := manager.kube.get("batch/v1", "Job", name, NAMESPACE), "Complete")
+            == "True"
+            else None
+        ),
+        120,
+        "the manager's Job Complete (its status mirrored from the member)",
+    )
+    assert mirrored["status"].get("succeeded") == 1
+    (node_a,) = [spec for spec in REAL_NODES if spec.name == "node-a"]
+    wait_for(lambda: offers_every_card(real_chain, node_a), 120, "node-a's four cards free")
