@@ -201,10 +201,14 @@ class Watcher:
         backoff: tuple[float, float] = (BACKOFF_MIN, BACKOFF_MAX),
         label_selector: str | None = None,
         field_selector: str | None = None,
+        namespace: str | None = None,
     ) -> None:
+        """`namespace`: follow that namespace's objects only (a role that grants `list` and
+        `watch` in one namespace allows no more); every namespace's when None."""
         self.kube = kube
         self.api_version = api_version
         self.kind = kind
+        self.namespace = namespace
         # The same selectors on the list and on every watch: an object that stops matching
         # arrives as DELETED, one that starts matching as ADDED (the API server's rule).
         self.selectors = {
@@ -267,6 +271,7 @@ class Watcher:
         listing = self.kube.list_object(
             self.api_version,
             self.kind,
+            namespace=self.namespace,
             label_selector=self.selectors.get("labelSelector"),
             field_selector=self.selectors.get("fieldSelector"),
         )
@@ -276,7 +281,7 @@ class Watcher:
 
     def watch_once(self) -> None:
         """Follow one watch until the server ends it; Gone when it must list afresh."""
-        path = self.kube.resource(self.api_version, self.kind).path()
+        path = self.kube.resource(self.api_version, self.kind).path(self.namespace)
         params = {
             "watch": "1",
             "resourceVersion": self.cache.resource_version,

@@ -4,7 +4,8 @@
 Everything the gateway is made of is built here and handed in: the manager's client (in-cluster
 credentials, or `--kubeconfig`), the members' clients from their Secrets (`SecretClients`), the
 Event recorder, the pass (`Gateway`), the watches that wake the loop (`workergateway.watches`:
-the `MultiKueueCluster`s, and each Active member's InstanceTypes and pool ClusterQueues),
+the `MultiKueueCluster`s, the members' Secrets, and each Active member's InstanceTypes and
+pool ClusterQueues),
 `/healthz` and `/metrics`. A pass runs at start, soon after any watched change (a burst of
 changes is one pass: the loop waits for `--debounce` seconds of quiet, at most `HOLD` seconds),
 and at least every `--resync` seconds, which is what still catches a change every watch missed.
@@ -38,7 +39,13 @@ from workergateway.clients import SecretClients
 from workergateway.gateway import EVENTS_CONTROLLER, WORKER_LOST_TIMEOUT, Gateway, PassReport
 from workergateway.kubeconfig import FLEET_NAMESPACE, member_kube
 from workergateway.members import MULTIKUEUE_CLUSTER
-from workergateway.watches import Doorbell, RingingCache, kube_member_watches, spec_and_status
+from workergateway.watches import (
+    Doorbell,
+    RingingCache,
+    kube_member_watches,
+    member_credentials,
+    spec_and_status,
+)
 
 log = logging.getLogger("gpustack.workergateway")
 
@@ -176,6 +183,14 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
         MULTIKUEUE_CLUSTER,
         cache=RingingCache(bell, spec_and_status),
     )
+    # The members' Secrets, in the fleet's namespace only (the one its Role covers).
+    secrets = Watcher(
+        Kube.from_environment(args.kubeconfig),
+        "v1",
+        "Secret",
+        cache=RingingCache(bell, member_credentials),
+        namespace=args.fleet_namespace,
+    )
     clients = SecretClients(kube, args.fleet_namespace)
     watches = kube_member_watches(bell, lambda name: member_kube(clients.credentials(name)))
     gateway = Gateway(
@@ -193,6 +208,7 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     watcher.start()
+    secrets.start()
     log.info("worker gateway %s: a pass every %.0fs at most", args.identity, args.resync)
     try:
         run(gateway, bell.wait, args.resync, stopping, liveness, args.debounce)
@@ -200,6 +216,7 @@ def serve(kube: Kube, args: argparse.Namespace) -> int:
         watches.stop()
         clients.close()
     watcher.stop()
+    secrets.stop()
     events.drain(timeout=5.0)
     return cli.EXIT_OK
 

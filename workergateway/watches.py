@@ -11,6 +11,9 @@ the resync timer would.
   status on every admission, and the pass reads only the nominal quota), a
   `MultiKueueCluster`'s spec or status. A watch's first list always rings: a change that landed
   between the pass that started the watch and the watch's own list must not wait for a resync.
+- The members' Secrets in the fleet's namespace (`gpustack-gateway-<member>`): a rotated
+  token, or a Secret made after its `MultiKueueCluster`, is read by the pass it wakes rather
+  than by the resync's.
 - `MemberWatches` keeps one watch per Active member whose client could be made: started when
   the member joins, started anew when its client changes (a rotated Secret makes a new one),
   torn down when it leaves (inactive, deleted, or its Secret gone). A member Kueue still says
@@ -33,6 +36,7 @@ from chain.labels import RESOURCE_TYPE, RESOURCE_TYPE_INSTANCE_TYPES
 from kubeapi import Kube
 from kubeapi.watch import Cache, Event, Watcher, key_of
 from workergateway.gateway import Api, Obj
+from workergateway.kubeconfig import SECRET_PREFIX
 
 log = logging.getLogger("gpustack.workergateway")
 
@@ -72,6 +76,13 @@ def spec_and_status(obj: Obj) -> object:
 
 def spec_only(obj: Obj) -> object:
     return obj.get("spec")
+
+
+def member_credentials(obj: Obj) -> object:
+    """A member's Secret's data (a rotated token, a new CA); any other Secret of the fleet's
+    namespace is none of the pass's business."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    return obj.get("data") if name.startswith(SECRET_PREFIX) else None
 
 
 class RingingCache(Cache):

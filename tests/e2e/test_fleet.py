@@ -328,7 +328,10 @@ def test_a_member_whose_gateway_token_is_revoked_leaves_the_sums_and_comes_back(
         ]
         member_a.apply(secret)
         fleet.join("member-a")  # the new token into gpustack-gateway-member-a on the manager
+    rotated_at = time.monotonic()
+    # The gateway watches the members' Secrets: the new one wakes a pass (no resync waited for).
     _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    print(f"member-a back in the sums {time.monotonic() - rotated_at:.1f} s after its new token")
     wait_for(lambda: _readable(manager, T4_POOL, "True"), 60, "MembersReadable True again")
 
 

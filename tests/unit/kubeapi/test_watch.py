@@ -19,6 +19,7 @@ from kubeapi.watch import Cache, Event, Watcher
 
 API = "kueue.x-k8s.io/v1beta2"
 PATH = f"/apis/{API}/workloads"
+NS_PATH = f"/apis/{API}/namespaces/team-a/workloads"
 Obj = dict[str, Any]
 Step = Obj | int | float
 """A scripted watch: an event to send, an HTTP status to answer instead (int), or a pause (s)."""
@@ -50,6 +51,8 @@ class FakeApi:
         self.watches: queue.Queue[list[Step]] = queue.Queue()
         self.queries: list[dict[str, str]] = []
         self.list_queries: list[dict[str, str]] = []
+        self.paths: list[str] = []
+        """Every list's and watch's path, in order."""
         self.closing = threading.Event()
         api = self
 
@@ -65,11 +68,13 @@ class FakeApi:
                 if url.path == f"/apis/{API}":
                     resources = [{"name": "workloads", "namespaced": True, "kind": "Workload"}]
                     self._json(200, {"resources": resources})
-                elif url.path == PATH and query.get("watch") != "1":
+                elif url.path in (PATH, NS_PATH) and query.get("watch") != "1":
+                    api.paths.append(url.path)
                     api.list_queries.append(query)
                     body = {"items": api.items, "metadata": {"resourceVersion": api.list_version}}
                     self._json(200, body)
-                elif url.path == PATH:
+                elif url.path in (PATH, NS_PATH):
+                    api.paths.append(url.path)
                     api.queries.append(query)
                     self._watch(query)
                 else:
@@ -199,6 +204,22 @@ def test_selectors_scope_the_list_and_every_watch(api: FakeApi) -> None:
         scoped = {"labelSelector": "team=a", "fieldSelector": "spec.nodeName=n1"}
         assert api.list_queries == [{**scoped, "limit": "500"}]  # a list comes in pages
         assert {k: api.queries[0][k] for k in scoped} == scoped
+    finally:
+        api.closing.set()
+        watcher.stop()
+
+
+def test_a_namespace_scopes_the_list_and_every_watch(api: FakeApi) -> None:
+    """A role granting `list` and `watch` in one namespace allows no cluster-wide request."""
+    api.items = [workload("a", "5")]
+    api.watches.put([event("ADDED", workload("b", "11"))])
+    watcher = Watcher(
+        api.kube(), API, "Workload", watch_seconds=1, backoff=(0.05, 0.2), namespace="team-a"
+    ).start()
+    try:
+        until(lambda: len(api.queries) >= 2)
+        assert set(api.paths) == {NS_PATH}
+        assert sorted(o["metadata"]["name"] for o in watcher.cache.items()) == ["a", "b"]
     finally:
         api.closing.set()
         watcher.stop()

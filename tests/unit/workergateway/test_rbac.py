@@ -54,7 +54,9 @@ def test_the_manager_grants_what_a_pass_does() -> None:
     }
     assert needed <= cluster
     assert not any(resource == "secrets" for _, resource, _ in cluster)
-    assert _grants(FLEET / "gateway-rbac.yaml", "Role") == {("", "secrets", "get")}
+    assert _grants(FLEET / "gateway-rbac.yaml", "Role") == {
+        ("", "secrets", verb) for verb in ("get", "list", "watch")
+    }
 
 
 def test_a_member_grants_reads_of_three_kinds_only() -> None:

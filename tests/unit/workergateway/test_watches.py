@@ -19,6 +19,7 @@ from workergateway.watches import (
     Doorbell,
     MemberWatches,
     RingingCache,
+    member_credentials,
     spec_and_status,
     spec_only,
 )
@@ -63,6 +64,29 @@ def test_a_watch_rings_on_its_first_list_and_then_only_when_what_the_pass_reads_
     assert bell.rings == 6
     types.replace([], "9")  # a relist that lost an object
     assert bell.rings == 7
+
+
+def _secret(name: str, data: Obj, version: str = "1") -> Obj:
+    return {"kind": "Secret", "metadata": {"name": name, "resourceVersion": version}, "data": data}
+
+
+def test_a_members_secret_rings_when_its_data_changes_and_no_other_secret_does() -> None:
+    """A rotated token wakes the pass that reads it (docs/fleet.md, "Rotating the gateway's
+    token"); a Secret of the namespace that is not a member's rings only by coming or going."""
+    bell = Doorbell()
+    secrets = RingingCache(bell, member_credentials)
+    member = _secret("gpustack-gateway-west", {"kubeconfig": "b2xk"})
+    other = _secret("notes", {"text": "YQ=="})
+    secrets.replace([member, other], "1")
+    assert bell.rings == 1
+    labelled = {**member, "metadata": {**member["metadata"], "labels": {"team": "a"}}}
+    secrets.apply(Event("MODIFIED", labelled))
+    secrets.apply(Event("MODIFIED", {**other, "data": {"text": "Yg=="}}))
+    assert bell.rings == 1
+    secrets.apply(Event("MODIFIED", {**member, "data": {"kubeconfig": "bmV3"}}))
+    assert bell.rings == 2
+    secrets.apply(Event("ADDED", _secret("gpustack-gateway-east", {"kubeconfig": "ZQ=="})))
+    assert bell.rings == 3
 
 
 def test_the_doorbell_answers_at_once_when_it_rang_since() -> None:
