@@ -94,6 +94,19 @@ def _dispatched_to(kube: Kube, job: str) -> str | None:
     return str(status.get("clusterName") or "") or None
 
 
+def _why_not(manager: Kube, member: Kube, job: str) -> str:
+    """The Workloads' status on both sides and the member's node-a fit labels: what a Job that
+    was not dispatched was waiting for."""
+    there = (_workload_of(manager, job) or {}).get("status")
+    copies = [
+        (w["metadata"]["name"], w.get("status"))
+        for w in member.list(KUEUE_API, "Workload", NAMESPACE)
+    ]
+    labels = ((member.get("v1", "Node", "node-a") or {}).get("metadata") or {}).get("labels") or {}
+    fit = {k: v for k, v in labels.items() if "fit.gpustack.ai" in k}
+    return f"manager's Workload status {there}; member's Workloads {copies}; node-a's fit {fit}"
+
+
 def _fleet_cards(kube: Kube) -> str | None:
     """The manager's T4 InstanceType's card count, once its one member counts."""
     found = kube.get(WORKER_API, "InstanceType", T4_POOL) or {}
@@ -133,7 +146,10 @@ def test_a_sliced_job_on_the_manager_runs_on_the_members_real_node(
     )
     limits = created["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu.sliced.units"] == "800k"  # folded on the manager: 50 %
-    where = wait_for(lambda: _dispatched_to(manager.kube, name), 180, "the Job dispatched")
+    try:
+        where = wait_for(lambda: _dispatched_to(manager.kube, name), 180, "the Job dispatched")
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}; {_why_not(manager.kube, real_chain.kube, name)}") from err
     assert where == MEMBER
 
     def running_pod() -> Obj | None:
