@@ -74,6 +74,10 @@ class Event:
         return cls(str(body.get("type", "")), body["object"])
 
 
+def _set(flag: threading.Event | None) -> bool:
+    return flag is not None and flag.is_set()
+
+
 class Gone(Exception):
     """The watch's resourceVersion is too old (410): only a fresh list can resume."""
 
@@ -144,11 +148,18 @@ class Cache:
             if version:
                 self._version = version
 
-    def wait(self, seen: int, timeout: float) -> int:
-        """Block until the change count differs from `seen` or `timeout` passes; the count."""
+    def wait(self, seen: int, timeout: float, stop: threading.Event | None = None) -> int:
+        """Block until the change count differs from `seen`, `stop` is set (seen by the next
+        `wake`) or `timeout` passes; the count."""
         with self._cond:
-            self._cond.wait_for(lambda: self._changes != seen, timeout)
+            self._cond.wait_for(lambda: self._changes != seen or _set(stop), timeout)
             return self._changes
+
+    def wake(self) -> None:
+        """Make every waiter look again, at its `stop` flag: a thread that follows the cache
+        ends at once when told to, not after its tick."""
+        with self._cond:
+            self._cond.notify_all()
 
     def changed_since(self, seen: int) -> list[Key] | None:
         """The keys added, modified or deleted after change number `seen` (`changes` read

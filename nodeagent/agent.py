@@ -427,15 +427,17 @@ class Reporter:
         return self.kube.merge_patch("v1", "Node", self.node, {"metadata": {"labels": patch}})
 
 
-def stop_on_signals() -> threading.Event:
+def stop_on_signals(wake: Callable[[], None] = lambda: None) -> threading.Event:
     """An event set on SIGTERM/SIGINT (a DaemonSet Pod being replaced). The loop's sleeps wait
     on it, so the agent stops at once rather than after its current monitor period (the
-    kubelet kills it after the grace period otherwise)."""
+    kubelet kills it after the grace period otherwise). `wake` then rouses what the sleep
+    waits on (the Node cache), so it looks at the event now, not at its next poll."""
     stopping = threading.Event()
 
     def handler(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
         stopping.set()
+        wake()
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
@@ -443,7 +445,8 @@ def stop_on_signals() -> threading.Event:
 
 
 LABEL_POLL_SECONDS = 1.0
-"""The longest a sleep waits on the Node cache before looking at the stop event again."""
+"""The longest a sleep waits on the Node cache before looking at the stop event again, if
+nothing wakes it (a stop signal does: `stop_on_signals`)."""
 
 
 def label_waker(
@@ -478,7 +481,7 @@ def label_waker(
             left = end - time.monotonic()
             if left <= 0:
                 return
-            seen = nodes.wait(seen, min(left, LABEL_POLL_SECONDS))
+            seen = nodes.wait(seen, min(left, LABEL_POLL_SECONDS), stopping)
 
     return sleep
 

@@ -432,9 +432,9 @@ def serve(args: argparse.Namespace) -> int:
             report(current)
             health.mark_reported()
 
-        stopping = stop_on_signals()
         node_watch = Watcher(kube, "v1", "Node", field_selector=f"metadata.name={node}").start()
         stack.callback(node_watch.stop)
+        stopping = stop_on_signals(wake=node_watch.cache.wake)
         # A signal or a change of the Node's labels ends the sleep at once.
         sleep = label_waker(stopping, node_watch.cache, node, lambda: reporter.reported_labels)
 

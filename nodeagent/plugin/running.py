@@ -60,7 +60,8 @@ from nodeagent.vendors.registry import vendor_named
 log = logging.getLogger(__name__)
 
 FOLLOW_TICK_S = 1.0
-"""How often the Pod-following thread looks at its stop flag while no Pod changes."""
+"""How often the Pod-following thread looks at its stop flag while no Pod changes and nothing
+wakes it (a stop wakes it: `Follower.stop`)."""
 
 SERVED_MANUFACTURERS = frozenset(RESPONDERS)
 """Manufacturers with a container recipe (env, mounts, device nodes) in this package."""
@@ -72,8 +73,13 @@ class Changing(Protocol):
     @property
     def changes(self) -> int: ...
 
-    def wait(self, seen: int, timeout: float) -> int:
-        """The count once it moved past `seen`, or `seen` when `timeout` ran out."""
+    def wait(self, seen: int, timeout: float, stop: threading.Event | None = None) -> int:
+        """The count once it moved past `seen`, or `seen` when `stop` was set (and woken) or
+        `timeout` ran out."""
+        ...
+
+    def wake(self) -> None:
+        """Make every waiter look at its `stop` flag now."""
         ...
 
 
@@ -97,10 +103,16 @@ class Changes:
             self._count += 1
             self._moved.notify_all()
 
-    def wait(self, seen: int, timeout: float) -> int:
+    def wait(self, seen: int, timeout: float, stop: threading.Event | None = None) -> int:
         with self._moved:
-            self._moved.wait_for(lambda: self._count != seen, timeout)
+            self._moved.wait_for(
+                lambda: self._count != seen or (stop is not None and stop.is_set()), timeout
+            )
             return self._count
+
+    def wake(self) -> None:
+        with self._moved:
+            self._moved.notify_all()
 
 
 class Follower:
@@ -121,13 +133,16 @@ class Follower:
         self._thread.start()
 
     def stop(self) -> None:
+        # Woken, not left to its tick: each follower's tick was a second of every agent's
+        # shutdown (two followers, 2 s of a DaemonSet roll per node).
         self._stopped.set()
+        self.cache.wake()
         self._thread.join(FOLLOW_TICK_S * 5)
 
     def _run(self) -> None:
         seen = self._seen
         while not self._stopped.is_set():
-            now = self.cache.wait(seen, FOLLOW_TICK_S)
+            now = self.cache.wait(seen, FOLLOW_TICK_S, self._stopped)
             if now == seen:
                 continue
             seen = now

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
 
+import pytest
+
 from kubeapi.watch import Cache, Event
-from nodeagent.agent import label_waker
+from nodeagent import agent
+from nodeagent.agent import label_waker, stop_on_signals
 
 
 def _node(labels: dict[str, str], heartbeat: str = "t0") -> dict[str, Any]:
@@ -61,6 +65,28 @@ def test_a_stop_signal_ends_the_sleep() -> None:
     stopping.set()
     thread.join(5)
     assert took and took[0] < 3
+
+
+def test_a_stop_signal_wakes_the_sleep_at_once_not_at_its_next_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SIGTERM sets the stop event and wakes the Node cache the sleep waits on: the agent's
+    shutdown does not wait out a poll (an hour here; a second each shutdown before)."""
+    monkeypatch.setattr(agent, "LABEL_POLL_SECONDS", 3600.0)
+    nodes = Cache()
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stopping = stop_on_signals(wake=nodes.wake)
+        thread, took = _sleeping(label_waker(stopping, nodes, "node-a", lambda: None), 7200)
+        time.sleep(0.2)
+        # The handler runs in the main thread, as it does in the agent, and wakes the other.
+        signal.raise_signal(signal.SIGTERM)
+        thread.join(30)  # a bound for a loaded machine, far below the poll
+        assert stopping.is_set()
+        assert took, "the sleep waited out its poll"
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_without_a_change_it_sleeps_its_time() -> None:
