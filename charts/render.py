@@ -45,6 +45,7 @@ before anything that needs them, and never upgrades or deletes them).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import sys
@@ -92,12 +93,27 @@ def _mark(name: str, detail: str = "") -> str:
 # --- reading the manifests ----------------------------------------------------------------------
 
 
+@functools.cache
+def _parsed(folder: Path) -> tuple[tuple[str, list[Obj]], ...]:
+    """Each file the kustomization in `folder` lists, with its objects, in its order. Parsed
+    once per process: a render reads the manifests some 1,700 times, and parsing them each time
+    was nearly all of its 19 s."""
+    listed = yaml.safe_load((folder / "kustomization.yaml").read_text())["resources"]
+    return tuple(
+        (name, [doc for doc in yaml.safe_load_all((folder / name).read_text()) if doc])
+        for name in listed
+    )
+
+
+def _listed(folder: Path, prefix: str = "") -> Iterator[tuple[str, list[Obj]]]:
+    """`_parsed`'s files as fresh copies (the render changes the objects it is given)."""
+    for name, docs in _parsed(folder):
+        yield f"{prefix}{name}", copy.deepcopy(docs)
+
+
 def sources() -> Iterator[tuple[str, list[Obj]]]:
     """Each file the kustomization lists, with its objects, in the kustomization's order."""
-    listed = yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["resources"]
-    for name in listed:
-        docs = [doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text()) if doc]
-        yield name, docs
+    return _listed(MANIFESTS)
 
 
 FLEET = MANIFESTS / "fleet"
@@ -109,10 +125,7 @@ FLEET_CRD_PATCHED = "instancetypes.worker.gpustack.ai"
 
 def fleet_sources() -> Iterator[tuple[str, list[Obj]]]:
     """The kustomize component manifests/fleet's files, with their objects."""
-    listed = yaml.safe_load((FLEET / "kustomization.yaml").read_text())["resources"]
-    for name in listed:
-        docs = [doc for doc in yaml.safe_load_all((FLEET / name).read_text()) if doc]
-        yield f"fleet/{name}", docs
+    return _listed(FLEET, "fleet/")
 
 
 def _key(obj: Obj) -> tuple[str, str, str]:
@@ -448,10 +461,7 @@ PROMETHEUS_SELECTOR = f"kubernetes.io/metadata.name: {PROMETHEUS_NAMESPACE}"
 
 def monitoring_sources() -> Iterator[tuple[str, list[Obj]]]:
     """The kustomize component manifests/monitoring's files, with their objects."""
-    listed = yaml.safe_load((MONITORING / "kustomization.yaml").read_text())["resources"]
-    for name in listed:
-        docs = [doc for doc in yaml.safe_load_all((MONITORING / name).read_text()) if doc]
-        yield f"monitoring/{name}", docs
+    return _listed(MONITORING, "monitoring/")
 
 
 def monitoring_template(docs: list[Obj]) -> str:
