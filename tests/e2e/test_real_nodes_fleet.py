@@ -47,7 +47,7 @@ in two full `make test` runs, the member's Kueue reserved quota for the copy onl
 the manager had (docs/fleet.md, "A member with a real node"), so the bound leaves room for two
 such delays."""
 SLOW = 60
-"""Seconds after which a dispatch is slow: the test prints what it waits for, and waits on."""
+"""Seconds after which a dispatch is slow: the test warns with what it waits for, and waits on."""
 MEMBER_RBAC = MEMBER_COMPONENT / "rbac.yaml"
 """The member component's one resource file: the gateway's read-only account on the member."""
 
@@ -198,7 +198,7 @@ def test_a_sliced_job_on_the_manager_runs_on_the_members_real_node(
         except TimeoutError as err:
             raise TimeoutError(f"{err}; {_why_not(manager, real_chain, name)}") from err
     assert where == MEMBER
-    # Printed every run: the waits measured so far are the evidence for DISPATCH_WAIT.
+    # Shown with `pytest -s` (a passing run captures it); a slow one is in the warning above.
     print(f"\ndispatched to {where} {time.monotonic() - submitted:.1f} s after the Job's creation")
 
     def running_pod() -> Obj | None:
