@@ -8,7 +8,10 @@ The two clusters are session fixtures, but neither lives for the whole session: 
 grouped by the cluster they use (none, the emulated `testbed`, the `real_cluster`, and last the
 modules that take the real install apart), and each cluster goes down as soon as its last test
 has finished. On a 2-core machine an idle cluster (its kubelets, controllers and Pods) slows
-whatever runs beside it, so no cluster runs beside the unit tier or beside the other one.
+whatever runs beside it, so one process never runs two at once. `make test` runs the session as
+two such processes side by side (`testbed.suite`, each selecting its groups with
+`--cluster-groups`): groups 0 and 1 in one, the real nodes' 2 and 3 in the other, since the
+tests mostly wait and a single process left the machine half idle.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ _last_user: dict[str, str] = {}
 
 UPGRADE_OPTION = "--upgrade-real-nodes"
 """Runs the tests marked `upgrade` (`make upgrade-real-nodes`); without it they are deselected."""
+GROUPS_OPTION = "--cluster-groups"
+"""Runs only the tests of the cluster groups named (`cluster_group`), for `testbed.suite`, which
+runs the groups without a shared cluster beside the others' start."""
+GROUPS = (0, 1, 2, 3)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,6 +51,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="also run the tests marked `upgrade` (the previous release upgraded on the real "
         "nodes, about 15 min; `make upgrade-real-nodes`); they are deselected otherwise",
     )
+    parser.addoption(
+        GROUPS_OPTION,
+        default=None,
+        metavar="G[,G...]",
+        help="run only the tests of these cluster groups (0 no shared cluster, 1 the emulated "
+        "testbed, 2 the real nodes, 3 the real nodes' modules that reshape the install); "
+        "the others are deselected. Default: every group",
+    )
+
+
+def parse_groups(value: str) -> frozenset[int]:
+    """`--cluster-groups`' value: a comma-separated list of group numbers, none unknown."""
+    groups: set[int] = set()
+    for part in value.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) not in GROUPS:
+            raise pytest.UsageError(
+                f"{GROUPS_OPTION}: {part!r} is not a cluster group; name some of "
+                + ", ".join(map(str, GROUPS))
+                + ", separated by commas"
+            )
+        groups.add(int(part))
+    return frozenset(groups)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -59,6 +89,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.stash[_UPGRADE_DESELECTED] = len(upgrade)
             config.hook.pytest_deselected(items=upgrade)
             items[:] = [item for item in items if not item.get_closest_marker("upgrade")]
+    option = config.getoption(GROUPS_OPTION)
+    if option is not None:
+        groups = parse_groups(option)
+        others = [item for item in items if cluster_group(item) not in groups]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if cluster_group(item) in groups]
     items.sort(key=cluster_group)
 
 
