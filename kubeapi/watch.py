@@ -5,7 +5,9 @@ A `Watcher` thread lists the kind once, then follows a watch from the list's res
 ends each watch after `timeoutSeconds`; the next one resumes from the last resourceVersion seen
 (an object's or a BOOKMARK's), so no event is lost and nothing is listed again. Only a 410 Gone
 (that version left the server's window) makes it list afresh. A broken connection or a refused
-request is retried with a doubling backoff.
+request is retried with a doubling backoff, each wait shortened at random by up to half
+(`kubeapi.client.jittered`), so the watchers of many processes that lost the same API server
+come back spread out rather than in step.
 
 The `Cache` holds the latest object per namespace/name and counts changes; a consumer notes
 `changes` before it reads and `wait`s for the count to move on, so a change that lands while it
@@ -17,15 +19,16 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import requests
 
-from kubeapi.client import Kube, KubeError, Obj
+from kubeapi.client import Kube, KubeError, Obj, jittered
 
 log = logging.getLogger("kubeapi.watch")
 
@@ -213,9 +216,11 @@ class Watcher:
         label_selector: str | None = None,
         field_selector: str | None = None,
         namespace: str | None = None,
+        jitter: Callable[[], float] = random.random,
     ) -> None:
         """`namespace`: follow that namespace's objects only (a role that grants `list` and
-        `watch` in one namespace allows no more); every namespace's when None."""
+        `watch` in one namespace allows no more); every namespace's when None. `jitter()`, in
+        [0, 1), picks how much of `kubeapi.client.JITTER` shortens each backoff wait."""
         self.kube = kube
         self.api_version = api_version
         self.kind = kind
@@ -233,6 +238,7 @@ class Watcher:
         self.cache = cache or Cache()
         self.watch_seconds = watch_seconds
         self.backoff = backoff
+        self.jitter = jitter
         self.lists = 0
         """Lists made so far (the first, then one per 410)."""
         self._stop = threading.Event()
@@ -265,7 +271,7 @@ class Watcher:
                 self.watch_once()
                 delay = self.backoff[0]
                 if time.monotonic() - began < delay:
-                    self._stop.wait(delay)  # a server ending every watch at once: no hot loop
+                    self._pause(delay)  # a server ending every watch at once: no hot loop
             except Gone:
                 log.info("%s watch expired (410): listing again", self.kind)
                 fresh = True
@@ -274,9 +280,13 @@ class Watcher:
                 # stream closed under the read), a dead thread would freeze the cache silently.
                 if self._stop.is_set():
                     break
-                log.warning("%s watch failed: %s; again in %.1fs", self.kind, err, delay)
-                self._stop.wait(delay)
+                log.warning("%s watch failed: %s; again in %.1fs at most", self.kind, err, delay)
+                self._pause(delay)
                 delay = min(delay * 2, self.backoff[1])
+
+    def _pause(self, delay: float) -> None:
+        """Wait `delay`, shortened by the jitter, or until stopped."""
+        self._stop.wait(jittered(delay, self.jitter))
 
     def relist(self) -> None:
         listing = self.kube.list_object(

@@ -256,6 +256,26 @@ def test_a_5xx_is_retried_for_a_get_but_never_for_a_post(fast: None) -> None:
         api.close()
 
 
+def test_retries_back_off_doubling_capped_and_shortened_by_the_jitter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The waits are recorded, not slept: each step less `JITTER` times the draw."""
+    monkeypatch.setattr(kubeclient, "BACKOFF", (1.0, 2.0))
+    monkeypatch.setattr(kubeclient, "ATTEMPTS", 4)
+    draws = iter([0.0, 1.0, 0.5])
+    monkeypatch.setattr(kubeclient.random, "random", lambda: next(draws))
+    waits: list[float] = []
+    monkeypatch.setattr(kubeclient.time, "sleep", waits.append)
+    api = Scripted([(503, {}, {}), (502, {}, {}), (503, {}, {}), (200, {}, {"ok": 1})])
+    try:
+        assert api.kube().request("GET", "/api/v1/pods") == {"ok": 1}
+    finally:
+        api.close()
+    assert waits == pytest.approx(
+        [1.0, 2.0 * (1 - kubeclient.JITTER), 2.0 * (1 - kubeclient.JITTER / 2)]
+    )
+
+
 def test_a_list_is_read_in_pages_and_keeps_the_first_pages_version(fast: None) -> None:
     discovery = {"resources": [{"name": "pods", "kind": "Pod", "namespaced": True}]}
     page = {

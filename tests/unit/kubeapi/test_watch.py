@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from kubeapi import Kube
+from kubeapi.client import JITTER
 from kubeapi.watch import Cache, Event, Watcher
 
 API = "kueue.x-k8s.io/v1beta2"
@@ -265,6 +267,37 @@ def test_a_refused_watch_is_retried_from_the_same_version(
     until(lambda: watcher.cache.resource_version == "11")
     assert [q["resourceVersion"] for q in api.queries[:2]] == ["10", "10"]
     assert watcher.lists == 1
+
+
+def test_failed_watches_back_off_doubling_capped_and_shortened_by_the_jitter(
+    api: FakeApi,
+) -> None:
+    """Waits are recorded, not slept: each is its step less `JITTER` times the jitter drawn."""
+    for _ in range(4):
+        api.watches.put([500])
+    api.watches.put([event("ADDED", workload("a", "11"))])
+    draws = iter([0.0, 1.0, 0.5, 0.2] + [0.0] * 100)
+    watcher = Watcher(
+        api.kube(), API, "Workload", watch_seconds=1, backoff=(1.0, 4.0), jitter=lambda: next(draws)
+    )
+    waits: list[float] = []
+
+    class Recorded(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(float(timeout or 0))
+            return self.is_set()
+
+    watcher._stop = Recorded()
+    watcher.start()
+    until(lambda: watcher.cache.resource_version == "11")
+    watcher.stop()
+    # Steps 1, 2, 4, 4 (capped); shortened by half of 0, 1, 0.5 and 0.2.
+    assert waits[:4] == pytest.approx([1.0, 1.0, 3.0, 3.6])
+
+
+def test_the_jitter_draws_from_the_random_module_by_default() -> None:
+    watcher = Watcher(Kube("http://127.0.0.1:1", Path("/nonexistent")), API, "Workload")
+    assert watcher.jitter is random.random and 0 < JITTER <= 0.5
 
 
 def test_stop_ends_an_open_watch(api: FakeApi) -> None:
