@@ -35,10 +35,12 @@ object, so a restarted gateway keeps counting from it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import gc
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -187,6 +189,23 @@ def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
     return zeroed
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off for one pass. A pass decodes every member's lists (ten
+    members of a thousand nodes: about 10 MiB of JSON) and reads them at once, so the
+    collections that the pass's allocations trigger would walk those young lists over and over,
+    finding nothing: what a pass makes is acyclic and freed by reference counting, or kept
+    (`members.Remembered`). About a fifth of the first pass after a start (docs/benchmarks.md,
+    "Fleet"). The collector is on again after the pass, as it was."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _since(obj: Mapping[str, Any]) -> datetime | None:
     raw = ((obj.get("metadata") or {}).get("annotations") or {}).get(ORPHANED_SINCE)
     try:
@@ -268,6 +287,10 @@ class Gateway:
 
     def run_pass(self) -> PassReport:
         """One pass; a failed write is left to the next pass, a failed manager read raises."""
+        with collector_paused():
+            return self._pass()
+
+    def _pass(self) -> PassReport:
         report = PassReport()
         read: list[tuple[MemberState, tuple[MemberPool, ...]]] = []
         active: list[tuple[Obj, tuple[MemberState, Api]]] = []

@@ -148,32 +148,27 @@ def _fast_views(status: Mapping[str, object]) -> tuple[AcceleratorViews, View] |
 
 
 def _fast_quota(queue: Mapping[str, object]) -> tuple[tuple[str, Fraction | int], ...] | None:
+    # The usual queue's shape is taken for granted and anything else fails a lookup: indexing a
+    # string, a list or a number by a key raises TypeError (iterating a map yields its keys,
+    # strings), a missing key KeyError, a missing `.get` AttributeError. None then: the typed
+    # reader reads it, and names what is wrong. Only the names and amounts are checked by type.
     totals: dict[str, Fraction | int] = {}
-    spec = queue.get("spec")
-    if type(spec) is not dict:
+    try:
+        for group in queue["spec"].get("resourceGroups", ()):  # type: ignore[attr-defined]
+            for flavor in group["flavors"]:
+                for resource in flavor["resources"]:
+                    name, raw = resource["name"], resource["nominalQuota"]
+                    if type(raw) is str and raw.isdigit() and raw.isascii():
+                        amount: Amount = int(raw)
+                    elif type(raw) is int and raw >= 0:
+                        amount = raw
+                    else:
+                        return None
+                    if type(name) is not str or not name:
+                        return None
+                    totals[name] = totals.get(name, 0) + amount
+    except (TypeError, KeyError, AttributeError):
         return None
-    groups = spec.get("resourceGroups", [])
-    if type(groups) is not list:
-        return None
-    for group in groups:
-        flavors = group.get("flavors", []) if type(group) is dict else None
-        if type(flavors) is not list:
-            return None
-        for flavor in flavors:
-            resources = flavor.get("resources", []) if type(flavor) is dict else None
-            if type(resources) is not list:
-                return None
-            for resource in resources:
-                if type(resource) is not dict:
-                    return None
-                name, raw = resource.get("name"), resource.get("nominalQuota")
-                if type(raw) is str and raw.isascii() and raw.isdigit():
-                    amount: Amount | None = int(raw)
-                else:
-                    amount = _fast_amount(raw)
-                if type(name) is not str or not name or amount is None:
-                    return None
-                totals[name] = totals.get(name, 0) + amount
     return tuple(totals.items())
 
 

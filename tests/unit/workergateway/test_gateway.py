@@ -5,6 +5,7 @@ members of the sums' fixtures behind their own fake API servers, the manager's
 from __future__ import annotations
 
 import copy
+import gc
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,7 @@ from workergateway.gateway import (
     Api,
     Gateway,
     MemberUnreachable,
+    collector_paused,
     orphaned_spec,
 )
 from workergateway.members import read_member
@@ -104,6 +106,29 @@ def test_a_pass_writes_the_fixtures_fleet() -> None:
     # What the fleet hooks read back.
     for obj in fleet.manager.of_kind(FLEET_POOL).values():
         FleetPoolView.parse(obj)
+
+
+def test_a_pass_runs_with_the_cycle_collector_paused_and_restores_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fleet = Fleet("three-members")
+    during: list[bool] = []
+    read = fleet.gateway._read
+    monkeypatch.setattr(fleet.gateway, "_read", lambda m: during.append(gc.isenabled()) or read(m))
+    assert gc.isenabled()
+    fleet.gateway.run_pass()
+    assert during == [False, False, False] and gc.isenabled()
+    # Back on after a pass that raises; left off where it was off.
+    with pytest.raises(RuntimeError), collector_paused():
+        raise RuntimeError
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_pass_that_changes_nothing_writes_nothing() -> None:

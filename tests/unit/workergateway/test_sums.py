@@ -168,13 +168,9 @@ def _without_fast_readers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(members, "_unit_of", _typed_only)
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_the_fast_readers_read_what_the_typed_readers_read(
-    case: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The pass reads the usual object through fast readers (docs/benchmarks.md, "Fleet"); they
-    answer exactly what the typed readers answer, and leave every error to them."""
-    members = json.loads((FIXTURES / f"{case}.json").read_text())["members"]
+def _assert_both_readers_agree(members: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The members read with the fast readers, then with the typed ones only: the same value,
+    or the same error."""
 
     def read() -> object:
         try:
@@ -185,6 +181,16 @@ def test_the_fast_readers_read_what_the_typed_readers_read(
     fast = read()
     _without_fast_readers(monkeypatch)
     assert read() == fast
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_fast_readers_read_what_the_typed_readers_read(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass reads the usual object through fast readers (docs/benchmarks.md, "Fleet"); they
+    answer exactly what the typed readers answer, and leave every error to them."""
+    members = json.loads((FIXTURES / f"{case}.json").read_text())["members"]
+    _assert_both_readers_agree(members, monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -206,6 +212,41 @@ def test_amounts_the_fast_readers_leave_are_read_as_before(
     fast = _rendered(_read(members))
     _without_fast_readers(monkeypatch)
     assert _rendered(_read(members)) == fast
+
+
+def _one_resource(resource: object) -> dict[str, object]:
+    return {"resourceGroups": [{"flavors": [{"resources": [resource]}]}]}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"resourceGroups": {"flavors": []}},  # a map where a list belongs
+        {"resourceGroups": "abc"},
+        {"resourceGroups": None},
+        {"resourceGroups": [{"flavors": {"resources": []}}]},
+        _one_resource(["cpu", "1"]),
+        _one_resource({"name": "cpu"}),
+        _one_resource({"name": 7, "nominalQuota": "1"}),
+        _one_resource({"name": "c", "nominalQuota": True}),
+        _one_resource({"name": "c", "nominalQuota": "\u0661"}),  # a digit, not an ASCII one
+        {"resourceGroups": [{"flavors": [{"name": "f"}]}]},  # no resources: none to count
+        {"resourceGroups": [{}]},
+        [],
+    ],
+)
+def test_an_unusual_queue_is_left_to_the_typed_reader(
+    spec: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast reader takes the usual shape for granted; on anything else it answers None, and
+    the pass reads what the typed reader reads: the same value, or the same error."""
+    from workergateway import members as module
+
+    queue = {"spec": spec}
+    assert module._fast_quota(queue) is None
+    members = json.loads((FIXTURES / "two-members.json").read_text())["members"]
+    members[0]["clusterQueues"][0]["spec"] = spec
+    _assert_both_readers_agree(members, monkeypatch)
 
 
 def test_a_read_is_remembered_by_version_and_made_again_when_the_object_changes() -> None:
