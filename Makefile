@@ -62,11 +62,12 @@ fuzz: venv
 	GPUSTACK_FUZZ=long $(PY) -m pytest -q -p no:cacheprovider tests/unit/hooks/test_fuzz.py
 
 # The fleet benchmark's long profile (make test runs the short one): the worker gateway's pass at
-# 10 members x 1,000 nodes against json.loads, then the lag on one emulated API server
-# (docs/benchmarks.md, "Fleet").
+# 10 members x 1,000 nodes against json.loads, then the lag on one emulated API server, then with
+# every member on one of its own (docs/benchmarks.md, "Fleet").
 bench-fleet: testbed
 	$(PY) -m benchmarks.fleet
 	flock /tmp/gpustack-testbed.lock $(PY) -m benchmarks.fleet --lag --lag-members 10
+	flock /tmp/gpustack-testbed.lock $(PY) -m benchmarks.fleet --lag --lag-members 10 --lag-servers
 
 # The real-node churn's long profile (make test runs the short one, 48): 400 Pod lifecycles of
 # mixed modes through the real agents on the testbed's real nodes, with their own cluster; the

@@ -492,6 +492,8 @@ class Lag:
     members: int
     lags: list[float]
     events: list[float]
+    servers: bool = False
+    """Every member on an API server of its own (else all on the manager's)."""
 
     def lines(self) -> list[str]:
         over = [lag - event for lag, event in zip(self.lags, self.events, strict=True)]
@@ -500,7 +502,12 @@ class Lag:
             return f"{statistics.median(samples):.3f} / {percentile(samples, 0.99):.3f} s"
 
         return [
-            f"{len(self.lags)} changes, {self.members} members on one API server",
+            f"{len(self.lags)} changes, {self.members} members "
+            + (
+                "on an API server each, the manager on another"
+                if self.servers
+                else "on one API server"
+            ),
             f"watch event (the change seen by a plain watch) p50 / p99: {pair(self.events)}",
             f"lag (the change in the manager's FleetPool) p50 / p99: {pair(self.lags)}",
             f"lag beyond the watch event p50 / p99: {pair(over)} (goal <= 1 s)",
@@ -508,16 +515,18 @@ class Lag:
 
 
 @contextlib.contextmanager
-def _control_plane() -> Iterator[Any]:
+def _control_planes(count: int) -> Iterator[list[Any]]:
+    """`count` control planes of etcd and kube-apiserver, started side by side."""
     from testbed.harness import Testbed
 
-    root = Path(tempfile.mkdtemp(prefix="gpustack-fleet-bench-"))
-    bed = Testbed(root)
-    bed.up(components=("etcd", "kube-apiserver"))
+    beds = [Testbed(Path(tempfile.mkdtemp(prefix="gpustack-fleet-bench-"))) for _ in range(count)]
     try:
-        yield bed
+        with ThreadPoolExecutor(max_workers=count) as starting:
+            list(starting.map(lambda bed: bed.up(components=("etcd", "kube-apiserver")), beds))
+        yield beds
     finally:
-        bed.down()
+        for bed in beds:
+            bed.down()
 
 
 def _crds(bed: Any) -> None:
@@ -541,9 +550,8 @@ def _crds(bed: Any) -> None:
     bed.kube.forget_discovery()
 
 
-def _seed(bed: Any, members: int, one: Member) -> None:
-    """The member's pools on the server, and `members` Active MultiKueueClusters with their
-    gateway Secrets, every one pointing at this same server."""
+def _seed_pools(bed: Any, one: Member) -> None:
+    """The member's pools on a member's server."""
     kube = bed.kube
     for obj in one.cluster_queues:
         queue = {k: v for k, v in obj.items() if k != "status"}
@@ -563,12 +571,21 @@ def _seed(bed: Any, members: int, one: Member) -> None:
             },
             subresource="status",
         )
+
+
+def _seed_members(manager: Any, servers: Sequence[Any]) -> None:
+    """An Active MultiKueueCluster on the manager for each of `servers` (the same one more than
+    once where the members share a server), with its gateway Secret."""
+    kube = manager.kube
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": FLEET_NAMESPACE}})
-    c = bed.certs
-    config = _kubeconfig(
-        bed.server, c.ca_crt.read_bytes(), c.admin_crt.read_bytes(), c.admin_key.read_bytes()
-    )
-    for index in range(members):
+    for index, server in enumerate(servers):
+        c = server.certs
+        config = _kubeconfig(
+            server.server,
+            c.ca_crt.read_bytes(),
+            c.admin_crt.read_bytes(),
+            c.admin_key.read_bytes(),
+        )
         name = f"member-{index:02d}"
         kube.apply(
             {
@@ -595,7 +612,9 @@ def _seed(bed: Any, members: int, one: Member) -> None:
         kube.apply({**cluster, "status": {"conditions": [condition]}}, subresource="status")
 
 
-def lag(members: int, changes: int, nodes: int, pause: float) -> Lag:
+def lag(members: int, changes: int, nodes: int, pause: float, servers: bool = False) -> Lag:
+    """`servers`: every member on an API server of its own and the manager on another (the
+    watches and reads then cross servers, as in a fleet); else all on one."""
     from kubeapi import Kube, wait_for
     from kubeapi.watch import Cache, Watcher
 
@@ -606,9 +625,14 @@ def lag(members: int, changes: int, nodes: int, pause: float) -> Lag:
         if obj["spec"].get("acceleratorGroup") == "nvidia-tesla-t4"
     )
     pool = target["metadata"]["name"]
-    with _control_plane() as bed:
-        _crds(bed)
-        _seed(bed, members, one)
+    with _control_planes(members + 1 if servers else 1) as beds:
+        bed, member_beds = (beds[0], beds[1:]) if servers else (beds[0], beds * members)
+        for each in beds:
+            _crds(each)
+        for each in beds[1:] if servers else beds:
+            _seed_pools(each, one)
+        _seed_members(bed, member_beds)
+        changed = member_beds[0]
         gateway = subprocess.Popen(
             [
                 sys.executable,
@@ -625,8 +649,10 @@ def lag(members: int, changes: int, nodes: int, pause: float) -> Lag:
             stderr=(bed.logs / "gateway.log").open("wb"),
         )
         fleet = Watcher(Kube.from_kubeconfig(bed.kubeconfig), FLEET_POOL_API, FLEET_POOL).start()
-        types = Watcher(Kube.from_kubeconfig(bed.kubeconfig), WORKER_API, INSTANCE_TYPE).start()
-        writer = Kube.from_kubeconfig(bed.kubeconfig)
+        # The changed member's own server: its watch event and its write.
+        types = Watcher(Kube.from_kubeconfig(changed.kubeconfig), WORKER_API, INSTANCE_TYPE)
+        types.start()
+        writer = Kube.from_kubeconfig(changed.kubeconfig)
 
         def sliced(cache: Cache, part: str) -> str | None:
             """The pool's sliced `remaining` in `part` (a FleetPool's spec, a type's status)."""
@@ -672,7 +698,9 @@ def lag(members: int, changes: int, nodes: int, pause: float) -> Lag:
                 # stamped within 2 ms of its arrival, whichever comes first.
                 deadline = start + 60
                 event = stamps.submit(first, str(value), types.cache, "status", deadline)
-                lag_at = first(str(value * members), fleet.cache, "spec", deadline)
+                # One member changed; on one server every member is that member.
+                summed = value * members if not servers else value + base * (members - 1)
+                lag_at = first(str(summed), fleet.cache, "spec", deadline)
                 event_at = event.result()
                 if lag_at is None or event_at is None:
                     raise RuntimeError(f"change {number}: the FleetPool never showed it")
@@ -690,7 +718,7 @@ def lag(members: int, changes: int, nodes: int, pause: float) -> Lag:
             gateway.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 gateway.wait(timeout=10)
-    return Lag(members, lags, events)
+    return Lag(members, lags, events, servers)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -705,13 +733,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--lag", action="store_true", help="the lag, on an emulated API server")
     parser.add_argument("--lag-members", type=int, default=2)
+    parser.add_argument(
+        "--lag-servers",
+        action="store_true",
+        help="the lag with every member on an API server of its own, the manager on another",
+    )
     parser.add_argument("--changes", type=int, default=40)
     parser.add_argument(
         "--pause", type=float, default=0.5, help="seconds between two changes (lag)"
     )
     args = parser.parse_args(argv)
     if args.lag:
-        result = lag(args.lag_members, args.changes, args.nodes, args.pause)
+        result = lag(args.lag_members, args.changes, args.nodes, args.pause, args.lag_servers)
         print("\n".join(result.lines()))
         return
     found = aggregation(args.members, args.nodes, args.repeats, copy_kept=not args.no_copy)
