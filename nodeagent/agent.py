@@ -427,15 +427,32 @@ class Reporter:
         return self.kube.merge_patch("v1", "Node", self.node, {"metadata": {"labels": patch}})
 
 
-def stop_on_signals(wake: Callable[[], None] = lambda: None) -> threading.Event:
+class Stopping(threading.Event):
+    """Set when the agent is told to stop; `since` is when (monotonic), None before."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.since: float | None = None
+
+    def stopped(self) -> None:
+        """The last line of a stopped agent: how long its shutdown took, which a DaemonSet
+        roll's test reads from the old Pod's log (docs/operations.md, "What running Pods see
+        during an upgrade")."""
+        if self.since is not None:
+            log.info("stopped %.2f s after the signal", time.monotonic() - self.since)
+
+
+def stop_on_signals(wake: Callable[[], None] = lambda: None) -> Stopping:
     """An event set on SIGTERM/SIGINT (a DaemonSet Pod being replaced). The loop's sleeps wait
     on it, so the agent stops at once rather than after its current monitor period (the
     kubelet kills it after the grace period otherwise). `wake` then rouses what the sleep
     waits on (the Node cache), so it looks at the event now, not at its next poll."""
-    stopping = threading.Event()
+    stopping = Stopping()
 
     def handler(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
+        if stopping.since is None:
+            stopping.since = time.monotonic()
         stopping.set()
         wake()
 

@@ -457,6 +457,8 @@ def serve(args: argparse.Namespace) -> int:
             held_back=reporter.held_back,
         )
         loop.run(stopping.is_set)
+    # Every server, watch and writer stopped by the stack: the shutdown is over.
+    stopping.stopped()
     return 0
 
 

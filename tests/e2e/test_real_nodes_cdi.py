@@ -6,10 +6,16 @@ nvidia.com/gpu=<card uuid>`, the real kubelet hands it to containerd, and contai
 from the node's CDI spec: the container gets the spec's edits for that card, and no
 `NVIDIA_VISIBLE_DEVICES`. The spec is what a vendor toolkit would write (here, one env var per
 card naming it). The DaemonSet is put back as shipped afterwards.
+
+Both rolls of the agent DaemonSet also show how each replaced agent stops: every old agent's log
+is followed from before the roll to its end, which must be the agent's own last line, `stopped
+<s> s after the signal` (not a kill at the end of the grace period); the times are printed.
 """
 
 from __future__ import annotations
 
+import re
+import subprocess
 import uuid
 from collections.abc import Iterator
 
@@ -21,6 +27,7 @@ from chain.devices import Devices
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.release import AGENT_NAMESPACE
 from kubeapi import wait_for
+from testbed import build
 from testbed.cluster import NVIDIA_AGENT
 from testbed.harness import Testbed
 from testbed.images import PROJECT_IMAGE
@@ -45,6 +52,47 @@ def _rolled_out(bed: Testbed) -> None:
     )
 
 
+STOPPED = re.compile(r"stopped ([0-9.]+) s after the signal")
+
+
+def _rolled(bed: Testbed, change: tuple[str, ...]) -> dict[str, float | None]:
+    """`kubectl <change>` on the agent DaemonSet and its rollout, with each old agent's log
+    followed to its end: the seconds each old agent took to stop, by its own last line, or None
+    where it wrote none."""
+    found = bed.kube.list(
+        "v1",
+        "Pod",
+        AGENT_NAMESPACE,
+        label_selector=f"app.kubernetes.io/name={NVIDIA_AGENT}",
+    )
+    kubectl_bin = str(build.bin_dir("kubernetes-node") / "kubectl")
+    scope = (f"--kubeconfig={bed.kubeconfig}", "-n", AGENT_NAMESPACE)
+    followers = {}
+    for pod in found:
+        name = pod["metadata"]["name"]
+        followers[name] = subprocess.Popen(
+            [kubectl_bin, *scope, "logs", "-f", "-c", "agent", name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        kubectl(bed, *change)
+        _rolled_out(bed)
+        took: dict[str, float | None] = {}
+        for name, follower in followers.items():
+            # Ends with the old container; the rollout is over, so within seconds.
+            out, _ = follower.communicate(timeout=60)
+            stops = STOPPED.findall(out)
+            took[name] = float(stops[-1]) if stops else None
+        return took
+    finally:
+        for follower in followers.values():
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+
+
 @pytest.fixture
 def cdi_agents(real_chain: Testbed) -> Iterator[Testbed]:
     bed = real_chain
@@ -60,14 +108,15 @@ def cdi_agents(real_chain: Testbed) -> Iterator[Testbed]:
     path = node_cdi_dir(bed, NODE) / "gpustack-test-nvidia.yaml"
     path.write_text(yaml.safe_dump(spec))
     daemonset = f"daemonset/{NVIDIA_AGENT}"
-    kubectl(bed, "set", "env", daemonset, "-n", AGENT_NAMESPACE, f"{STRATEGY}=cdi-annotations")
-    _rolled_out(bed)
+    change = ("set", "env", daemonset, "-n", AGENT_NAMESPACE)
+    stops = _rolled(bed, (*change, f"{STRATEGY}=cdi-annotations"))
     try:
         yield bed
     finally:
-        kubectl(bed, "set", "env", daemonset, "-n", AGENT_NAMESPACE, f"{STRATEGY}-")
-        _rolled_out(bed)
+        stops.update(_rolled(bed, (*change, f"{STRATEGY}-")))
         path.unlink(missing_ok=True)
+    print(f"\nold agents stopped, seconds after their signal: {stops}")
+    assert len(stops) == 4 and None not in stops.values(), stops  # two nodes, two rolls
 
 
 def test_a_cdi_annotation_is_resolved_by_containerd(cdi_agents: Testbed) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import signal
 import threading
 import time
@@ -68,7 +70,7 @@ def test_a_stop_signal_ends_the_sleep() -> None:
 
 
 def test_a_stop_signal_wakes_the_sleep_at_once_not_at_its_next_poll(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """SIGTERM sets the stop event and wakes the Node cache the sleep waits on: the agent's
     shutdown does not wait out a poll (an hour here; a second each shutdown before)."""
@@ -84,6 +86,15 @@ def test_a_stop_signal_wakes_the_sleep_at_once_not_at_its_next_poll(
         thread.join(30)  # a bound for a loaded machine, far below the poll
         assert stopping.is_set()
         assert took, "the sleep waited out its poll"
+        # Its last line says how long the shutdown took, from the first signal.
+        since = stopping.since
+        assert since is not None
+        signal.raise_signal(signal.SIGINT)
+        assert stopping.since == since
+        with caplog.at_level(logging.INFO, logger=agent.log.name):
+            stopping.stopped()
+        (line,) = [r.getMessage() for r in caplog.records if "after the signal" in r.getMessage()]
+        assert re.fullmatch(r"stopped [0-9]+\.[0-9]{2} s after the signal", line), line
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
