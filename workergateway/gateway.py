@@ -192,11 +192,12 @@ def orphaned_spec(spec: Mapping[str, Any]) -> Obj:
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """Python's cycle collector off for one pass. A pass decodes every member's lists (ten
-    members of a thousand nodes: about 10 MiB of JSON) and reads them at once, so the
+    members of a thousand nodes: about 1 MiB of JSON) and reads them at once, so the
     collections that the pass's allocations trigger would walk those young lists over and over,
     finding nothing: what a pass makes is acyclic and freed by reference counting, or kept
-    (`members.Remembered`). About a fifth of the first pass after a start (docs/benchmarks.md,
-    "Fleet"). The collector is on again after the pass, as it was."""
+    (`members.Remembered`). Up to about a fifth of the first pass after a start (0 to 18 % in
+    side-by-side runs, docs/benchmarks.md, "Fleet"). The collector is on again after the pass,
+    as it was."""
     was = gc.isenabled()
     gc.disable()
     try:
