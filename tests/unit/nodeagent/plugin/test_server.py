@@ -14,6 +14,7 @@ import pytest
 from chain.ledger import Mode
 from chain.ledger_rebuild import parse_allocated
 from chain.units import RESOURCE_MAX_UNITS
+from kubeapi import wait_for
 from nodeagent.plugin import protos
 from nodeagent.plugin.server import PluginServer
 from testbed.kubelet import AdmissionError
@@ -68,6 +69,9 @@ def test_reregisters_when_kubelet_restarts() -> None:
         r.kubelet.restart()  # deletes every socket, ours included, as the kubelet does
         r.kubelet.wait_devices(GPU, lambda d: len(d) == 4)
         assert r.kubelet.registrations == [(GPU, "nvidia.exclusive.sock")] * 2
+        # The plugin counts a registration once its Register call has returned, which can be
+        # after the kubelet has recorded it and listed the devices (a loaded machine shows it).
+        wait_for(lambda: r.servers[Mode.EXCLUSIVE].registrations == 2, 30, "the second count")
         assert r.servers[Mode.EXCLUSIVE].registrations == 2
         assert checkpoint.read_text() == "{}", "the kubelet keeps its checkpoint"
 
