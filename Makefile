@@ -85,9 +85,9 @@ upgrade-real-nodes: testbed
 		--upgrade-real-nodes tests/e2e/test_real_nodes_upgrade.py
 
 # The test command: lint and types, then both tiers (unit, and e2e on the testbed), through
-# testbed/suite.py: the unit tier runs beside the e2e modules that bring their own clusters, then
-# the e2e modules on the shared clusters (README, "Test suites and their cost"). Arguments for
-# pytest go in PYTEST_ADDOPTS. pytest's 5 (nothing collected) is not a failure there.
+# testbed/suite.py: two pytest processes at once, the unit tier, the fleet bed and the emulated
+# testbed in one and the real nodes in the other (README, "Test suites and their cost"). Arguments
+# for pytest go in PYTEST_ADDOPTS. pytest's 5 (nothing collected) is not a failure there.
 test: lint testbed
 	$(PY) -m testbed.suite
 

@@ -38,8 +38,8 @@ _last_user: dict[str, str] = {}
 UPGRADE_OPTION = "--upgrade-real-nodes"
 """Runs the tests marked `upgrade` (`make upgrade-real-nodes`); without it they are deselected."""
 GROUPS_OPTION = "--cluster-groups"
-"""Runs only the tests of the cluster groups named (`cluster_group`), for `testbed.suite`, which
-runs the groups without a shared cluster beside the others' start."""
+"""Runs only the tests of the cluster groups named (`cluster_group`): `testbed.suite` runs groups
+0 and 1 in one process and the real nodes' 2 and 3 in another, side by side."""
 GROUPS = (0, 1, 2, 3)
 
 
@@ -81,6 +81,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "/e2e/" in str(item.path).replace("\\", "/"):
             item.add_marker(pytest.mark.e2e)
+    # The lane's groups first: a lane that never runs the `upgrade` tests says nothing of them.
+    option = config.getoption(GROUPS_OPTION)
+    if option is not None:
+        groups = parse_groups(option)
+        others = [item for item in items if cluster_group(item) not in groups]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if cluster_group(item) in groups]
     if not config.getoption(UPGRADE_OPTION):
         # Deselected, not skipped: `make test` does not run them at all (they are long), and
         # the summary counts them as deselected, never as skipped or passed.
@@ -89,13 +97,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.stash[_UPGRADE_DESELECTED] = len(upgrade)
             config.hook.pytest_deselected(items=upgrade)
             items[:] = [item for item in items if not item.get_closest_marker("upgrade")]
-    option = config.getoption(GROUPS_OPTION)
-    if option is not None:
-        groups = parse_groups(option)
-        others = [item for item in items if cluster_group(item) not in groups]
-        if others:
-            config.hook.pytest_deselected(items=others)
-            items[:] = [item for item in items if cluster_group(item) in groups]
     items.sort(key=cluster_group)
 
 
