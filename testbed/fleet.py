@@ -18,8 +18,9 @@
   at least the timeout as the docs ask.
 - **joining a member**, as docs/fleet.md says: on the manager, the gateway's Secret
   `gpustack-gateway-<member>` in `gpustack-fleet` (the member's `gpustack-worker-gateway-token`
-  token, its CA inline), MultiKueue's own kubeconfig Secret in Kueue's namespace (here the
-  member's admin credentials, inline: Kueue refuses file paths), and the `MultiKueueCluster`.
+  token, its CA inline), MultiKueue's own kubeconfig Secret in Kueue's namespace (the token of
+  the account Kueue's MultiKueue setup tells users to make on the member, `kueue_account`, inline:
+  Kueue refuses file paths), and the `MultiKueueCluster`.
 
 `stop_member` and `start_member` take a member's API server away and bring it back, so that
 Kueue marks it inactive and Active again. `rss` sums the resident memory of every process of
@@ -36,6 +37,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 from functools import partial
 from pathlib import Path
 
@@ -44,6 +46,7 @@ from chain.devices import Devices
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
 from chain.manufacturers import default_manufacturers
+from chain.quantity import parse_quantity
 from kubeapi import Kube, Obj, wait_for
 from nodeagent.capacity import node_capacity_patch
 from testbed.components import KUEUE_NAMESPACE
@@ -65,6 +68,8 @@ SYSTEM_NAMESPACE = "gpustack-system"
 GATEWAY = "gpustack-worker-gateway"
 GATEWAY_TOKEN = "gpustack-worker-gateway-token"
 MULTIKUEUE_CLUSTER = "MultiKueueCluster"
+KUEUE_ACCOUNT = "multikueue-sa"
+"""MultiKueue's ServiceAccount on each member, named as Kueue's setup script names it."""
 L4_POOL = "gpustack--nvidia-l4-linux-amd64"
 WORKER_LOST_TIMEOUT = 20.0
 """Seconds: the manager Kueue's `multiKueue.workerLostTimeout` here (15 minutes by default)."""
@@ -218,10 +223,82 @@ def _secret(name: str, namespace: str, kubeconfig: str) -> Obj:
     }
 
 
-def _token(member: Testbed) -> str | None:
-    found = member.kube.get("v1", "Secret", GATEWAY_TOKEN, SYSTEM_NAMESPACE) or {}
+def _token(
+    member: Testbed, secret: str = GATEWAY_TOKEN, namespace: str = SYSTEM_NAMESPACE
+) -> str | None:
+    found = member.kube.get("v1", "Secret", secret, namespace) or {}
     token = (found.get("data") or {}).get("token")
     return base64.b64decode(token).decode() if token else None
+
+
+def _rule(group: str, resources: str, verbs: str) -> Obj:
+    return {"apiGroups": [group], "resources": [resources], "verbs": verbs.split()}
+
+
+def kueue_account() -> list[Obj]:
+    """MultiKueue's own account on a member, as Kueue's MultiKueue setup tells users to make it
+    (its `create-multikueue-kubeconfig.sh`): the ServiceAccount `multikueue-sa` in Kueue's
+    namespace, a ClusterRole on Jobs, JobSets and Workloads and no more, its binding, and a
+    legacy token Secret, whose token the manager's `<member>-multikueue` kubeconfig carries.
+    Deleting that Secret on the member revokes the token (docs/fleet.md, "Kueue's credentials
+    revoked")."""
+    dispatch = "create delete get list watch"
+    role = f"{KUEUE_ACCOUNT}-role"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": KUEUE_ACCOUNT, "namespace": KUEUE_NAMESPACE},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": role},
+            "rules": [
+                _rule("batch", "jobs", dispatch),
+                _rule("batch", "jobs/status", "get"),
+                _rule("jobset.x-k8s.io", "jobsets", dispatch),
+                _rule("jobset.x-k8s.io", "jobsets/status", "get"),
+                _rule("kueue.x-k8s.io", "workloads", dispatch),
+                _rule("kueue.x-k8s.io", "workloads/status", "get patch update"),
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{KUEUE_ACCOUNT}-crb"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": KUEUE_ACCOUNT, "namespace": KUEUE_NAMESPACE}
+            ],
+        },
+        kueue_token_secret(),
+    ]
+
+
+def remove_kueue_account(kube: Kube) -> None:
+    """Delete MultiKueue's account (`kueue_account`) from a member that leaves the fleet."""
+    for obj in reversed(kueue_account()):
+        meta = obj["metadata"]
+        kube.delete(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+
+
+def kueue_token_secret() -> Obj:
+    """The legacy token Secret of MultiKueue's account on a member (`kueue_account`)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": KUEUE_ACCOUNT,
+            "namespace": KUEUE_NAMESPACE,
+            "annotations": {"kubernetes.io/service-account.name": KUEUE_ACCOUNT},
+        },
+    }
 
 
 def _active(kube: Kube, member: str) -> Obj | None:
@@ -300,6 +377,99 @@ def succeed_pod(kube: Kube, pod: Obj) -> None:
     )
 
 
+VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")
+CREDITS = "credits.gpustack.ai/nvidia"
+
+
+def _q(text: object) -> Fraction:
+    return parse_quantity(str(text or "0"))
+
+
+def instance_type_status(kube: Kube, pool: str) -> Obj:
+    """The status of `pool`'s InstanceType on the cluster of `kube` ({} while it has none)."""
+    found = kube.get(WORKER_API, "InstanceType", pool) or {}
+    status: Obj = found.get("status") or {}
+    return status
+
+
+def views(status: Obj) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
+    """Each whole-card, shared and sliced view of an InstanceType status (a member's own, the
+    fleet's, or one entry of its `memberViews`): `onceMaxRequest`, `remaining`, `capacity`."""
+    return {
+        view: (
+            _q((status.get(view) or {}).get("onceMaxRequest")),
+            _q((status.get(view) or {}).get("remaining")),
+            _q((status.get(view) or {}).get("capacity")),
+        )
+        for view in VIEWS
+    }
+
+
+def members_sum(statuses: Sequence[Obj]) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
+    """What the fleet must show, from the members' own InstanceTypes: `remaining` and `capacity`
+    add, `onceMaxRequest` is the largest (docs/fleet.md, "How the views sum")."""
+    each = [views(status) for status in statuses]
+    return {
+        view: (
+            max((v[view][0] for v in each), default=Fraction(0)),
+            sum((v[view][1] for v in each), Fraction(0)),
+            sum((v[view][2] for v in each), Fraction(0)),
+        )
+        for view in VIEWS
+    }
+
+
+def credits_quota(kube: Kube, queue: str) -> Fraction:
+    """The credits quota of ClusterQueue `queue`, over all its flavors."""
+    found = kube.get(KUEUE_API, "ClusterQueue", queue) or {}
+    return sum(
+        (
+            _q(resource.get("nominalQuota"))
+            for group in (found.get("spec") or {}).get("resourceGroups") or []
+            for flavor in group.get("flavors") or []
+            for resource in flavor.get("resources") or []
+            if resource.get("name") == CREDITS
+        ),
+        Fraction(0),
+    )
+
+
+def sums_match(manager: Kube, members: Mapping[str, Kube], pool: str, summary: str) -> str | None:
+    """None once the manager's fleet InstanceType of `pool` shows `summary` and the sums of the
+    `members`' own InstanceTypes and queues, read from each member (not from the gateway);
+    else what differs, for a timeout's message."""
+    fleet = instance_type_status(manager, pool)
+    own = [instance_type_status(kube, pool) for kube in members.values()]
+    if any(status.get("phase") != "Active" for status in own):
+        return f"members' {pool} not all Active: {[s.get('phase') for s in own]}"
+    if any(views(status)["accelerator"][2] == 0 for status in own):
+        return f"members' {pool} not counting cards yet"
+    want = members_sum(own)
+    have = views(fleet)
+    quota_want = sum((credits_quota(kube, pool) for kube in members.values()), Fraction(0))
+    quota_have = credits_quota(manager, pool)
+    if (have, fleet.get("memberSummary"), quota_have) != (want, summary, quota_want):
+        return (
+            f"fleet {have} {fleet.get('memberSummary')!r} quota {quota_have}; "
+            f"members {want} {summary!r} quota {quota_want}"
+        )
+    return None
+
+
+def wait_sums(manager: Kube, members: Mapping[str, Kube], pool: str, summary: str) -> None:
+    """Wait (180 s at most) until `sums_match`; an AssertionError says what differed last."""
+    last: list[str | None] = [None]
+
+    def matched() -> bool:
+        last[0] = sums_match(manager, members, pool, summary)
+        return last[0] is None
+
+    try:
+        wait_for(matched, 180, f"the fleet's {pool} to be the sums of {sorted(members)}")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}: {last[0]}") from None
+
+
 def _rss_kib(pid: int) -> int:
     """Resident memory of `pid` and every process below it, in KiB."""
     total = 0
@@ -326,6 +496,24 @@ def _rss_kib(pid: int) -> int:
                 total += int(line.split()[1])
         pending += children.get(current, [])
     return total
+
+
+def member_bed(root: Path) -> Testbed:
+    """An emulated member (not started): a testbed with the Job controller, which a member needs
+    to run the Jobs MultiKueue copies to it."""
+    return Testbed(root, controllers=("job",))
+
+
+def member_up(bed: Testbed, nodes: Sequence[FleetNode]) -> Installed:
+    """Start the member `bed` (`member_bed`) with the chain and `manifests/fleet/member`, and
+    register `nodes` with their cards free, as their agents would write them."""
+    bed.up()
+    installed = install(bed, components=(MEMBER_COMPONENT,))
+    for node in nodes:
+        add_node(bed.kube, node)
+    for node in nodes:
+        write_devices(bed.kube, node)
+    return installed
 
 
 def manager_bed(
@@ -372,9 +560,16 @@ def manager_up(
     return installed
 
 
+def multikueue_secret(member: str) -> str:
+    """The manager's Secret (in Kueue's namespace) with MultiKueue's kubeconfig for `member`."""
+    return f"{member}-multikueue"
+
+
 def join(manager: Kube, name: str, member: Testbed) -> None:
     """`member` joins as docs/fleet.md tells users: the gateway's Secret with the member's
-    read-only token, MultiKueue's kubeconfig Secret, the `MultiKueueCluster`."""
+    read-only token; MultiKueue's account on the member (`kueue_account`) and its kubeconfig
+    Secret on the manager; the `MultiKueueCluster`. Applied again, it puts new tokens in the
+    manager's Secrets (a rotation)."""
     ca = member.certs.ca_crt.read_bytes()
     token = wait_for(lambda: _token(member), 60, f"{name}'s {GATEWAY_TOKEN}")
     manager.apply(
@@ -384,13 +579,17 @@ def join(manager: Kube, name: str, member: Testbed) -> None:
             inline_kubeconfig(member.server, ca, {"token": token}),
         )
     )
-    c = member.certs
-    admin = {
-        "client-certificate-data": base64.b64encode(c.admin_crt.read_bytes()).decode(),
-        "client-key-data": base64.b64encode(c.admin_key.read_bytes()).decode(),
-    }
+    for obj in kueue_account():
+        member.kube.apply(obj)
+    kueue_token = wait_for(
+        lambda: _token(member, KUEUE_ACCOUNT, KUEUE_NAMESPACE), 60, f"{name}'s {KUEUE_ACCOUNT}"
+    )
     manager.apply(
-        _secret(f"{name}-multikueue", KUEUE_NAMESPACE, inline_kubeconfig(member.server, ca, admin))
+        _secret(
+            multikueue_secret(name),
+            KUEUE_NAMESPACE,
+            inline_kubeconfig(member.server, ca, {"token": kueue_token}),
+        )
     )
     manager.apply(
         {
@@ -399,7 +598,7 @@ def join(manager: Kube, name: str, member: Testbed) -> None:
             "metadata": {"name": name},
             "spec": {
                 "clusterSource": {
-                    "kubeConfig": {"location": f"{name}-multikueue", "locationType": "Secret"}
+                    "kubeConfig": {"location": multikueue_secret(name), "locationType": "Secret"}
                 }
             },
         }
@@ -433,14 +632,9 @@ class FleetBed:
         try:
             for name, nodes in MEMBERS.items():
                 started = time.monotonic()
-                bed = Testbed(self.root / name, controllers=("job",))
+                bed = member_bed(self.root / name)
                 self.members[name] = bed
-                bed.up()
-                self.installed[name] = install(bed, components=(MEMBER_COMPONENT,))
-                for node in nodes:
-                    add_node(bed.kube, node)
-                for node in nodes:
-                    write_devices(bed.kube, node)
+                self.installed[name] = member_up(bed, nodes)
                 self.timings[name] = time.monotonic() - started
             self.installed["manager"] = manager_up(
                 self.manager, self.members, self.orphan_grace, self.timings

@@ -11,11 +11,25 @@ from testbed import build
 from testbed.harness import Testbed
 
 
+def kubectl_argv(bed: Testbed, *args: str) -> list[str]:
+    """The command line of the pinned kubectl against `bed`, for a caller that runs it itself
+    (to follow `kubectl logs -f`, for example)."""
+    return [
+        str(build.bin_dir("kubernetes-node") / "kubectl"),
+        f"--kubeconfig={bed.kubeconfig}",
+        *args,
+    ]
+
+
 def kubectl(bed: Testbed, *args: str, stdin: str | None = None) -> str:
     """The real kubectl of the pinned Kubernetes version, as a user runs it."""
-    argv = [str(build.bin_dir("kubernetes-node") / "kubectl"), f"--kubeconfig={bed.kubeconfig}"]
     done = subprocess.run(
-        [*argv, *args], input=stdin, capture_output=True, text=True, check=False, timeout=300
+        kubectl_argv(bed, *args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
     )
     if done.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} failed:\n{done.stdout}{done.stderr}")

@@ -42,6 +42,12 @@ def condition(obj: Obj | None, kind: str) -> str | None:
     return None
 
 
+def complete_job(kube: Kube, name: str, namespace: str) -> Obj | None:
+    """The batch/v1 Job `name` once its `Complete` condition is True, else None (to wait on)."""
+    found = kube.get("batch/v1", "Job", name, namespace)
+    return found if condition(found, "Complete") == "True" else None
+
+
 def release_quota(kube: Kube, namespace: str, name: str, manager: str = "e2e-job-owner") -> None:
     """What a job integration does once Kueue evicted its Workload: give the quota back.
 

@@ -15,32 +15,35 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
-from fractions import Fraction
 from pathlib import Path
 
 import pytest
 import yaml
 
-from chain.apis import KUEUE_API, WORKER_API
+from chain.apis import KUEUE_API
 from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MEMBERS_LOST_SINCE, fleet_check_name
 from chain.names import local_queue_name
-from chain.quantity import parse_quantity
 from kubeapi import Kube, Obj, wait_for
 from kubeapi.events import EVENTS_API
+from testbed.components import KUEUE_NAMESPACE
 from testbed.fleet import (
     GATEWAY_TOKEN,
+    KUEUE_ACCOUNT,
     L4_POOL,
     MEMBERS,
     SYSTEM_NAMESPACE,
     FleetBed,
     cluster_active,
+    instance_type_status,
+    kueue_token_secret,
+    multikueue_secret,
     succeed_pod,
+    views,
+    wait_sums,
 )
 from testbed.nodes import T4_POOL
-from testbed.workloads import condition, queued_job, sliced_job
+from testbed.workloads import complete_job, condition, queued_job, sliced_job
 
-VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")
-CREDITS = "credits.gpustack.ai/nvidia"
 IMAGE = "busybox"
 NAMESPACE = "team-fleet"
 MEMBER_RBAC = Path(__file__).parents[2] / "manifests" / "fleet" / "member" / "rbac.yaml"
@@ -87,105 +90,28 @@ def _all(bed: FleetBed) -> list[Kube]:
     return [bed.manager.kube, *(member.kube for member in bed.members.values())]
 
 
-def _q(text: object) -> Fraction:
-    return parse_quantity(str(text or "0"))
-
-
-def _status(kube: Kube, pool: str) -> Obj:
-    found = kube.get(WORKER_API, "InstanceType", pool) or {}
-    status: Obj = found.get("status") or {}
-    return status
-
-
-def _views(status: Obj) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
-    return {
-        view: (
-            _q((status.get(view) or {}).get("onceMaxRequest")),
-            _q((status.get(view) or {}).get("remaining")),
-            _q((status.get(view) or {}).get("capacity")),
-        )
-        for view in VIEWS
-    }
-
-
-def _members_sum(statuses: list[Obj]) -> dict[str, tuple[Fraction, Fraction, Fraction]]:
-    """What the fleet must show, from the members' own InstanceTypes: `remaining` and `capacity`
-    add, `onceMaxRequest` is the largest (docs/fleet.md, "How the views sum")."""
-    each = [_views(status) for status in statuses]
-    return {
-        view: (
-            max((v[view][0] for v in each), default=Fraction(0)),
-            sum((v[view][1] for v in each), Fraction(0)),
-            sum((v[view][2] for v in each), Fraction(0)),
-        )
-        for view in VIEWS
-    }
-
-
-def _quota(kube: Kube, queue: str) -> Fraction:
-    found = kube.get(KUEUE_API, "ClusterQueue", queue) or {}
-    return sum(
-        (
-            _q(resource.get("nominalQuota"))
-            for group in (found.get("spec") or {}).get("resourceGroups") or []
-            for flavor in group.get("flavors") or []
-            for resource in flavor.get("resources") or []
-            if resource.get("name") == CREDITS
-        ),
-        Fraction(0),
-    )
-
-
-def _sums_match(fleet: FleetBed, pool: str, members: tuple[str, ...], summary: str) -> str | None:
-    """None once the manager's fleet InstanceType shows `summary` and the sums of `members`'
-    own InstanceTypes and queues; else what differs (for the timeout's message)."""
-    manager = _status(fleet.manager.kube, pool)
-    own = [_status(fleet.members[name].kube, pool) for name in members]
-    if any(status.get("phase") != "Active" for status in own):
-        return f"members' {pool} not all Active: {[s.get('phase') for s in own]}"
-    if any(_views(status)["accelerator"][2] == 0 for status in own):
-        return f"members' {pool} not counting cards yet"
-    want = _members_sum(own)
-    have = _views(manager)
-    quota_want = sum((_quota(fleet.members[n].kube, pool) for n in members), Fraction(0))
-    quota_have = _quota(fleet.manager.kube, pool)
-    if (have, manager.get("memberSummary"), quota_have) != (want, summary, quota_want):
-        return (
-            f"fleet {have} {manager.get('memberSummary')!r} quota {quota_have}; "
-            f"members {want} {summary!r} quota {quota_want}"
-        )
-    return None
-
-
 def _wait_sums(fleet: FleetBed, pool: str, members: tuple[str, ...], summary: str) -> None:
-    last: list[str | None] = [None]
-
-    def matched() -> bool:
-        last[0] = _sums_match(fleet, pool, members, summary)
-        return last[0] is None
-
-    try:
-        wait_for(matched, 180, f"the fleet's {pool} to be the sums of {members}")
-    except TimeoutError as err:
-        raise AssertionError(f"{err}: {last[0]}") from None
+    wait_sums(
+        fleet.manager.kube, {name: fleet.members[name].kube for name in members}, pool, summary
+    )
 
 
 def test_fleet_views_are_the_sums_of_the_members_own(fleet: FleetBed) -> None:
     _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
     _wait_sums(fleet, L4_POOL, ("member-b",), "1/1 member-b")
-    t4 = _status(fleet.manager.kube, T4_POOL)
+    t4 = instance_type_status(fleet.manager.kube, T4_POOL)
     # The breakdown, one entry per member, each its own views.
     breakdown = {entry["name"]: entry for entry in t4["memberViews"]}
     assert sorted(breakdown) == ["member-a", "member-b"]
     for name in breakdown:
-        own = _views(_status(fleet.members[name].kube, T4_POOL))
-        assert _views(breakdown[name]) == own
+        own = views(instance_type_status(fleet.members[name].kube, T4_POOL))
+        assert views(breakdown[name]) == own
         assert breakdown[name]["counted"] is True
     # 12 T4 and 2 L4 cards in all, as the nodes were made.
-    assert _views(t4)["accelerator"][2] == sum(
+    assert views(t4)["accelerator"][2] == sum(
         node.cards for nodes in MEMBERS.values() for node in nodes if node.model == "t4"
     )
-    assert _views(_status(fleet.manager.kube, L4_POOL))["accelerator"][2] == 2
+    assert views(instance_type_status(fleet.manager.kube, L4_POOL))["accelerator"][2] == 2
     # MultiKueue's side of it: one config per pool, listing the members that have it.
     config = fleet.manager.kube.get(KUEUE_API, "MultiKueueConfig", L4_POOL) or {}
     assert config["spec"]["clusters"] == ["member-b"]
@@ -238,12 +164,7 @@ def test_an_l4_job_runs_on_member_b_and_its_status_comes_back(fleet: FleetBed) -
     # Job's status to the manager's, finishes the manager's Workload, and deletes member-b's
     # copies (so member-b's Job is seen Complete for a moment at most).
     mirrored = wait_for(
-        lambda: (
-            found
-            if condition(found := manager.get("batch/v1", "Job", job, NAMESPACE), "Complete")
-            == "True"
-            else None
-        ),
+        lambda: complete_job(manager, job, NAMESPACE),
         120,
         "the manager's Job Complete (its status mirrored from member-b)",
     )
@@ -348,11 +269,9 @@ def _copies(
     }
 
 
-def test_a_lost_member_stays_listed_and_its_workload_runs_once(fleet: FleetBed) -> None:
-    """The member holding a Workload is lost: it stays in the pool's MultiKueueConfig (the
-    gateway's note on it), Kueue dispatches the Workload again after `workerLostTimeout`, to
-    the other member, once; and when the lost member comes back within the grace, Kueue still
-    follows it, so one copy of the Workload is left in the fleet, not two."""
+def _dispatched_t4_job(fleet: FleetBed) -> tuple[str, str, str, str]:
+    """A one-card T4 Job on the manager, once its Workload has one copy, on the member that
+    admitted it: the Job's name, the Workload's, that member and the other."""
     manager = fleet.manager.kube
     _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
     job = _job(manager, T4_POOL, {"nvidia.com/gpu": "1"})
@@ -360,6 +279,38 @@ def test_a_lost_member_stays_listed_and_its_workload_runs_once(fleet: FleetBed) 
     other = next(name for name in MEMBERS if name != first)
     local = (_workload_of(manager, job) or {})["metadata"]["name"]
     wait_for(lambda: _copies(fleet, local) == {first: 1, other: 0}, 60, f"one copy, on {first}")
+    return job, local, first, other
+
+
+def _redispatched(
+    fleet: FleetBed, job: str, local: str, other: str, said: str, since: float
+) -> None:
+    """Kueue dispatches `job`'s Workload `local` again, to `other`, one copy there; `said` is
+    printed with the seconds since `since` in its `{}`."""
+    wait_for(
+        lambda: _dispatched_to(fleet.manager.kube, job, T4_POOL) == other,
+        fleet.worker_lost_timeout + 180,
+        f"the Workload dispatched again, to {other}",
+    )
+    print(said.format(f"{time.monotonic() - since:.0f}"))
+    assert _copies(fleet, local, (other,)) == {other: 1}
+
+
+def _one_copy_left(fleet: FleetBed, local: str) -> None:
+    """The member that held Workload `local` is back: Kueue sees both copies and keeps one, and
+    a second look 5 s later finds one still."""
+    wait_for(lambda: sum(_copies(fleet, local).values()) == 1, 120, "one copy in the fleet")
+    time.sleep(5)
+    assert sum(_copies(fleet, local).values()) == 1, _copies(fleet, local)
+
+
+def test_a_lost_member_stays_listed_and_its_workload_runs_once(fleet: FleetBed) -> None:
+    """The member holding a Workload is lost: it stays in the pool's MultiKueueConfig (the
+    gateway's note on it), Kueue dispatches the Workload again after `workerLostTimeout`, to
+    the other member, once; and when the lost member comes back within the grace, Kueue still
+    follows it, so one copy of the Workload is left in the fleet, not two."""
+    manager = fleet.manager.kube
+    job, local, first, other = _dispatched_t4_job(fleet)
     fleet.stop_member(first)
     try:
         wait_for(lambda: cluster_active(manager, first) == "False", 180, f"{first} lost")
@@ -370,22 +321,21 @@ def test_a_lost_member_stays_listed_and_its_workload_runs_once(fleet: FleetBed) 
         )
         assert config["spec"]["clusters"] == [other, first]
         assert first in config["metadata"]["annotations"][MEMBERS_LOST_SINCE]
-        wait_for(
-            lambda: _dispatched_to(manager, job, T4_POOL) == other,
-            fleet.worker_lost_timeout + 180,
-            f"the Workload dispatched again, to {other}",
+        _redispatched(
+            fleet,
+            job,
+            local,
+            other,
+            f"\nre-dispatched to {other} {{}} s after {first} lost",
+            lost_at,
         )
-        print(f"\nre-dispatched to {other} {time.monotonic() - lost_at:.0f} s after {first} lost")
-        assert _copies(fleet, local, (other,)) == {other: 1}
         config = manager.get(KUEUE_API, "MultiKueueConfig", T4_POOL) or {}
         assert config["spec"]["clusters"] == [other, first]  # the grace has not passed
     finally:
         fleet.start_member(first)
     wait_for(lambda: cluster_active(manager, first) == "True", 180, f"{first} back")
     # Back within the grace, still listed: Kueue sees both copies and keeps one.
-    wait_for(lambda: sum(_copies(fleet, local).values()) == 1, 120, "one copy in the fleet")
-    time.sleep(5)
-    assert sum(_copies(fleet, local).values()) == 1, _copies(fleet, local)
+    _one_copy_left(fleet, local)
     config = manager.get(KUEUE_API, "MultiKueueConfig", T4_POOL) or {}
     assert MEMBERS_LOST_SINCE not in (config["metadata"].get("annotations") or {})
 
@@ -420,3 +370,63 @@ def test_gate_one_folds_a_sliced_job_on_the_manager(fleet: FleetBed) -> None:
     }
     where = wait_for(lambda: _dispatched_to(manager, name, T4_POOL), 180, "the sliced Job")
     assert where in MEMBERS
+
+
+def test_a_member_whose_kueue_token_is_revoked_is_lost_once_its_secret_goes(
+    fleet: FleetBed,
+) -> None:
+    """The member running a Workload revokes MultiKueue's token (deletes the token Secret of
+    Kueue's account there). Kueue's watches on it stay open, so Kueue keeps it Active; the test
+    prints what it sees meanwhile. The manager's admin then does what docs/fleet.md ("Kueue's
+    credentials revoked") says: deletes MultiKueue's Secret for that member. Kueue marks it
+    inactive at once, it leaves every sum, the Workload is dispatched again to the other member
+    after `workerLostTimeout`, and a Job submitted meanwhile runs there too. A new token brings
+    the member back, and each Workload has one copy in the fleet."""
+    manager = fleet.manager.kube
+    job, local, first, other = _dispatched_t4_job(fleet)
+    revoked = fleet.members[first].kube
+    revoked.delete("v1", "Secret", KUEUE_ACCOUNT, KUEUE_NAMESPACE)
+    revoked_at = time.monotonic()
+    try:
+        wait_for(
+            lambda: revoked.get("v1", "Secret", KUEUE_ACCOUNT, KUEUE_NAMESPACE) is None,
+            30,
+            f"{first}'s MultiKueue token Secret gone",
+        )
+        # The API server caches a token's review for 10 s; past that the member refuses it.
+        time.sleep(11)
+        later = _job(manager, T4_POOL, {"nvidia.com/gpu": "1"})
+        time.sleep(5)
+        # Upstream's behaviour, recorded, not asserted: Kueue learns of a refused token only
+        # when it connects again, and meanwhile reads every Workload of the member's pools
+        # there first, so none is dispatched (docs/fleet.md, "Kueue's credentials revoked").
+        print(
+            f"\n{time.monotonic() - revoked_at:.0f} s after revoking on {first}: Kueue's Active "
+            f"{cluster_active(manager, first)}, a Job submitted since dispatched to "
+            f"{_dispatched_to(manager, later, T4_POOL)}"
+        )
+        manager.delete("v1", "Secret", multikueue_secret(first), KUEUE_NAMESPACE)
+        removed_at = time.monotonic()
+        wait_for(lambda: cluster_active(manager, first) == "False", 60, f"{first} inactive")
+        print(f"{first} inactive {time.monotonic() - removed_at:.1f} s after its Secret went")
+        _wait_sums(fleet, T4_POOL, (other,), f"1/2 {other}")
+        wait_for(
+            lambda: _dispatched_to(manager, later, T4_POOL) == other,
+            fleet.worker_lost_timeout + 120,
+            f"the Job submitted meanwhile dispatched to {other}",
+        )
+        _redispatched(
+            fleet,
+            job,
+            local,
+            other,
+            f"re-dispatched to {other} {{}} s after the Secret",
+            removed_at,
+        )
+    finally:
+        revoked.apply(kueue_token_secret())
+        fleet.join(first)  # new tokens into the manager's Secrets
+    wait_for(lambda: cluster_active(manager, first) == "True", 120, f"{first} back")
+    _wait_sums(fleet, T4_POOL, ("member-a", "member-b"), "2/2 member-a,member-b")
+    # Back within the gateway's grace: Kueue sees both copies of the first Workload and keeps one.
+    _one_copy_left(fleet, local)

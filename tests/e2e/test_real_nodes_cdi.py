@@ -27,11 +27,10 @@ from chain.devices import Devices
 from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.release import AGENT_NAMESPACE
 from kubeapi import wait_for
-from testbed import build
 from testbed.cluster import NVIDIA_AGENT
 from testbed.harness import Testbed
 from testbed.images import PROJECT_IMAGE
-from testbed.kubectl import kubectl
+from testbed.kubectl import kubectl, kubectl_argv
 from testbed.realnode import node_cdi_dir
 
 GPU = "nvidia.com/gpu"
@@ -65,13 +64,11 @@ def _rolled(bed: Testbed, change: tuple[str, ...]) -> dict[str, float | None]:
         AGENT_NAMESPACE,
         label_selector=f"app.kubernetes.io/name={NVIDIA_AGENT}",
     )
-    kubectl_bin = str(build.bin_dir("kubernetes-node") / "kubectl")
-    scope = (f"--kubeconfig={bed.kubeconfig}", "-n", AGENT_NAMESPACE)
     followers = {}
     for pod in found:
         name = pod["metadata"]["name"]
         followers[name] = subprocess.Popen(
-            [kubectl_bin, *scope, "logs", "-f", "-c", "agent", name],
+            kubectl_argv(bed, "-n", AGENT_NAMESPACE, "logs", "-f", "-c", "agent", name),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -1,15 +1,18 @@
-"""A fleet whose member runs containers (docs/fleet.md; issue #32): the real-node cluster
-(`real_chain`, the whole install as a user installs it) joins a fleet manager as its only
-member, so a Job a tenant submits to the manager is dispatched by MultiKueue onto a real node,
-its container runs there with its slice, and its status comes back to the manager.
+"""A fleet of three clusters, one member running containers (docs/fleet.md; issue #32): the
+real-node cluster (`real_chain`, the whole install as a user installs it) and an emulated
+member with one node of two L4 cards join a fleet manager, so a Job a tenant submits to the
+manager is dispatched by MultiKueue onto a real node, its container runs there with its slice,
+and its status comes back to the manager; and an L4 Job goes to the one member with L4.
 
 The manager is an emulated control plane of its own (`testbed.fleet.manager_bed`: etcd, the API
 server, the controller manager, Kueue with MultiKueue, Metacontroller and the chain with the
 shipped `manifests/fleet`, the worker gateway from its shipped command line); it has no nodes,
-as a fleet's manager need not. The member gets what docs/fleet.md tells users to apply on a
-member (`manifests/fleet/member`), removed again at the end with the tenant namespace, so the
-modules after this one find the install as it was. Only the cards are simulated (the real
-nodes' simulated T4s).
+as a fleet's manager need not. The emulated member (`testbed.fleet.member_bed`) is the fleet
+bed's kind: no kubelet runs there, so its L4 Job's Pod is marked Succeeded by the test, which
+says so. The real member gets what docs/fleet.md tells users to apply on a member
+(`manifests/fleet/member`, MultiKueue's account), removed again at the end with the tenant
+namespace, so the modules after this one find the install as it was. Only the cards are
+simulated (the real nodes' simulated T4s, the emulated member's L4s).
 """
 
 from __future__ import annotations
@@ -30,14 +33,31 @@ from chain.names import local_queue_name
 from kubeapi import Kube, Obj, wait_for
 from testbed import images
 from testbed.cluster import offers_every_card
-from testbed.fleet import MEMBER_COMPONENT, manager_bed, manager_up
+from testbed.fleet import (
+    L4_POOL,
+    MEMBER_COMPONENT,
+    FleetNode,
+    instance_type_status,
+    manager_bed,
+    manager_up,
+    member_bed,
+    member_up,
+    remove_kueue_account,
+    succeed_pod,
+    views,
+    wait_sums,
+)
 from testbed.harness import Testbed
 from testbed.kubectl import kubectl
 from testbed.nodes import T4_POOL
 from testbed.pytest_plugin import REAL_NODES
-from testbed.workloads import condition, sliced_job
+from testbed.workloads import complete_job, condition, queued_job, sliced_job
 
 MEMBER = "real"
+EMULATED = "emulated"
+EMULATED_NODES = (FleetNode("e-l4-0", "l4", 4),)
+"""The emulated member's one node: four L4 cards, where the real member's node-b has two, so a
+request for four goes to it alone."""
 NAMESPACE = "team-fleet-real"
 MEMBER_FRAMEWORKS = ("batch/job",)
 """The job frameworks whose CRDs the real-node cluster serves (it installs no JobSet)."""
@@ -53,7 +73,22 @@ MEMBER_RBAC = MEMBER_COMPONENT / "rbac.yaml"
 
 
 @pytest.fixture(scope="module")
-def manager(real_chain: Testbed) -> Iterator[Testbed]:
+def emulated() -> Iterator[Testbed]:
+    """The second member, emulated, with the member component, its L4 node registered."""
+    root = Path(tempfile.mkdtemp(prefix="gpustack-fleet-member-"))
+    bed = member_bed(root / EMULATED)
+    try:
+        started = time.monotonic()
+        member_up(bed, EMULATED_NODES)
+        print(f"\n{EMULATED} member up in {time.monotonic() - started:.0f} s")
+        yield bed
+    finally:
+        bed.down()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def manager(real_chain: Testbed, emulated: Testbed) -> Iterator[Testbed]:
     root = Path(tempfile.mkdtemp(prefix="gpustack-fleet-manager-"))
     # The member runs no JobSet: the manager's Kueue integrates only what every member serves
     # (docs/fleet.md, "What MultiKueue gives, and what it asks").
@@ -62,20 +97,27 @@ def manager(real_chain: Testbed) -> Iterator[Testbed]:
     started = time.monotonic()
     kubectl(real_chain, "apply", "-f", str(MEMBER_RBAC))
     try:
-        manager_up(bed, {MEMBER: real_chain}, timings=timings)
+        manager_up(bed, {MEMBER: real_chain, EMULATED: emulated}, timings=timings)
         print(
-            f"\nfleet manager up, {MEMBER} joined, in {time.monotonic() - started:.0f} s {timings}"
+            f"\nfleet manager up, {MEMBER} and {EMULATED} joined, in "
+            f"{time.monotonic() - started:.0f} s {timings}"
         )
-        # The platform team mirrors the tenant namespace on the member (docs/fleet.md,
+        # The platform team mirrors the tenant namespace on the members (docs/fleet.md,
         # "Namespaces").
-        for kube in (bed.kube, real_chain.kube):
+        for kube in (bed.kube, real_chain.kube, emulated.kube):
             kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        wait_for(
+            lambda: emulated.kube.get("v1", "ServiceAccount", "default", NAMESPACE),
+            60,
+            f"the tenant namespace's default ServiceAccount on {EMULATED}",
+        )
         yield bed
     finally:
         bed.down()
         shutil.rmtree(root, ignore_errors=True)
         real_chain.kube.delete("v1", "Namespace", NAMESPACE)
         kubectl(real_chain, "delete", "--ignore-not-found", "-f", str(MEMBER_RBAC))
+        remove_kueue_account(real_chain.kube)
         # Gone before the next module starts: its LocalQueues vanishing later would read as
         # losses to a test that watches them.
         wait_for(
@@ -93,11 +135,11 @@ def _workload_of(kube: Kube, job: str) -> Obj | None:
     return None
 
 
-def _dispatched_to(kube: Kube, job: str) -> str | None:
+def _dispatched_to(kube: Kube, job: str, pool: str = T4_POOL) -> str | None:
     workload = _workload_of(kube, job) or {}
     status = workload.get("status") or {}
     checks = {c["name"]: c for c in status.get("admissionChecks") or []}
-    if (checks.get(fleet_check_name(T4_POOL)) or {}).get("state") != "Ready":
+    if (checks.get(fleet_check_name(pool)) or {}).get("state") != "Ready":
         return None
     return str(status.get("clusterName") or "") or None
 
@@ -142,11 +184,12 @@ def _why_not(manager: Testbed, member: Testbed, job: str) -> str:
     )
 
 
-def _fleet_cards(kube: Kube) -> str | None:
-    """The manager's T4 InstanceType's card count, once its one member counts."""
-    found = kube.get(WORKER_API, "InstanceType", T4_POOL) or {}
+def _fleet_cards(kube: Kube, pool: str = T4_POOL, member: str = MEMBER) -> str | None:
+    """The manager's InstanceType of `pool`: its card count, once `member` is its one member
+    and counts."""
+    found = kube.get(WORKER_API, "InstanceType", pool) or {}
     status = found.get("status") or {}
-    if status.get("memberSummary") != f"1/1 {MEMBER}":
+    if status.get("memberSummary") != f"1/1 {member}":
         return None
     return str((status.get("accelerator") or {}).get("capacity") or "") or None
 
@@ -220,15 +263,62 @@ def test_a_sliced_job_on_the_manager_runs_on_the_members_real_node(
     assert env["GPUSTACK_ISOLATION_STANDIN"] == "loaded"  # the testbed's stand-in: enforces nothing
     # MultiKueue copies the member's Job status to the manager's Job.
     mirrored = wait_for(
-        lambda: (
-            found
-            if condition(found := manager.kube.get("batch/v1", "Job", name, NAMESPACE), "Complete")
-            == "True"
-            else None
-        ),
+        lambda: complete_job(manager.kube, name, NAMESPACE),
         120,
         "the manager's Job Complete (its status mirrored from the member)",
     )
     assert mirrored["status"].get("succeeded") == 1
     (node_a,) = [spec for spec in REAL_NODES if spec.name == "node-a"]
     wait_for(lambda: offers_every_card(real_chain, node_a), 120, "node-a's four cards free")
+
+
+def _clusters(kube: Kube, pool: str) -> list[str] | None:
+    """The members `pool`'s MultiKueueConfig on the manager lists."""
+    found = kube.get(KUEUE_API, "MultiKueueConfig", pool) or {}
+    return (found.get("spec") or {}).get("clusters")
+
+
+def test_the_l4_pool_sums_both_members_and_a_job_only_one_can_host_goes_there(
+    manager: Testbed, real_chain: Testbed, emulated: Testbed
+) -> None:
+    """Three clusters, one with real nodes: the fleet's L4 pool is the sum of both members' own
+    L4 InstanceTypes (node-b's two cards on `real`, four on `emulated`, read from each member),
+    its MultiKueueConfig lists both, and T4's lists `real` alone. A Job asking four L4 cards,
+    which only `emulated` can host, is dispatched there and not to `real`, and is Complete on
+    the manager once its Pod ends (marked Succeeded by the test: no kubelet on `emulated`)."""
+    members = {EMULATED: emulated.kube, MEMBER: real_chain.kube}
+    wait_sums(manager.kube, members, L4_POOL, f"2/2 {EMULATED},{MEMBER}")
+    whole = views(instance_type_status(manager.kube, L4_POOL))["accelerator"]
+    assert (whole[0], whole[2]) == (4, 6)  # the largest request is emulated's node; 2 + 4 cards
+    assert sorted(_clusters(manager.kube, L4_POOL) or []) == [EMULATED, MEMBER]
+    assert _clusters(manager.kube, T4_POOL) == [MEMBER]
+    queue = local_queue_name(L4_POOL)
+    wait_for(
+        lambda: manager.kube.get(KUEUE_API, "LocalQueue", queue, NAMESPACE),
+        90,
+        "the L4 pool's LocalQueue on the manager",
+    )
+    name = f"l4-{uuid.uuid4().hex[:6]}"
+    manager.kube.create(
+        queued_job(name, NAMESPACE, queue, {"nvidia.com/gpu": "4"}, images.PROJECT_IMAGE, "true")
+    )
+    where = wait_for(
+        lambda: _dispatched_to(manager.kube, name, L4_POOL), DISPATCH_WAIT, "the L4 Job dispatched"
+    )
+    assert where == EMULATED
+    assert real_chain.kube.get("batch/v1", "Job", name, NAMESPACE) is None
+    pod = wait_for(
+        lambda: next(
+            iter(emulated.kube.list("v1", "Pod", NAMESPACE, label_selector=f"job-name={name}")),
+            None,
+        ),
+        120,
+        f"{EMULATED}'s Pod",
+    )
+    succeed_pod(emulated.kube, pod)  # SIMULATED: no kubelet on the emulated member
+    mirrored = wait_for(
+        lambda: complete_job(manager.kube, name, NAMESPACE),
+        120,
+        f"the manager's Job Complete (its status mirrored from {EMULATED})",
+    )
+    assert mirrored["status"].get("succeeded") == 1

@@ -7,13 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from testbed.components import settings_merged
+from testbed.components import KUEUE_NAMESPACE, settings_merged
 from testbed.fleet import (
+    KUEUE_ACCOUNT,
     MEMBERS,
     ORPHAN_GRACE,
     WORKER_LOST_TIMEOUT,
     gateway_argv,
     inline_kubeconfig,
+    kueue_account,
 )
 from workergateway.cli import build_parser
 from workergateway.gateway import WORKER_LOST_TIMEOUT as DEFAULT_GRACE
@@ -28,6 +30,37 @@ def test_the_gateway_runs_with_the_shipped_command_line() -> None:
     assert args.health_port == 20123
     assert args.kubeconfig == "/run/kubeconfig"
     assert args.orphan_grace == ORPHAN_GRACE
+
+
+def test_multikueue_account_is_kueues_recipe_and_no_more() -> None:
+    """MultiKueue's account on a member creates and deletes Jobs, JobSets and Workloads and
+    writes Workload status, as Kueue's setup script grants, and reads no Secret, Pod or node."""
+    by_kind = {obj["kind"]: obj for obj in kueue_account()}
+    assert set(by_kind) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}
+    granted = {
+        (group, resource): sorted(rule["verbs"])
+        for rule in by_kind["ClusterRole"]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    dispatch = sorted(["create", "delete", "get", "list", "watch"])
+    assert granted == {
+        ("batch", "jobs"): dispatch,
+        ("batch", "jobs/status"): ["get"],
+        ("jobset.x-k8s.io", "jobsets"): dispatch,
+        ("jobset.x-k8s.io", "jobsets/status"): ["get"],
+        ("kueue.x-k8s.io", "workloads"): dispatch,
+        ("kueue.x-k8s.io", "workloads/status"): ["get", "patch", "update"],
+    }
+    binding = by_kind["ClusterRoleBinding"]
+    assert binding["roleRef"]["name"] == by_kind["ClusterRole"]["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": KUEUE_ACCOUNT, "namespace": KUEUE_NAMESPACE}
+    ]
+    secret = by_kind["Secret"]
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    annotations = secret["metadata"]["annotations"]
+    assert annotations == {"kubernetes.io/service-account.name": KUEUE_ACCOUNT}
 
 
 def test_the_grace_is_at_least_the_timeout_as_the_docs_ask() -> None:
