@@ -118,15 +118,18 @@ def running_drivers(
         )
 
 
-def run_agent(bed: Testbed, node: str, profile: str, *flags: str) -> None:
+def run_agent(
+    bed: Testbed, node: str, profile: str, *flags: str, env: dict[str, str] | None = None
+) -> None:
     """A simulated node's agent (`python -m nodeagent serve`, for the manufacturer the profile
     simulates) as a testbed process,
     under the shipped ServiceAccount with a token that names its node, as the one the kubelet
     projects into the agent's Pod (the shipped RBAC and admission policy must be enough);
-    `flags` are appended (period, device-plugin paths)."""
+    `flags` are appended (period, device-plugin paths), `env` added to its environment (a
+    restart, `Testbed.restart`, gives both again)."""
     namespace = AGENT_NAMESPACE
     kubeconfig = bed.service_account_kubeconfig(namespace, "gpustack-device-manager", node)
     argv = [sys.executable, "-m", "nodeagent", "serve", "--node", node, "--namespace", namespace]
     maker = profile_manufacturer(read_profile_file(profile)[1])
     argv += ["--kubeconfig", str(kubeconfig), "--simulate", profile, "--manufacturer", maker]
-    bed.run(f"agent-{node}", [*argv, *flags])
+    bed.run(f"agent-{node}", [*argv, *flags], env)

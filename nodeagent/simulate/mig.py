@@ -16,13 +16,21 @@ Rules kept from the driver:
 
 Test hooks (not NVML): `run_process`/`end_process` on a MIG device, `fail_next` to make the next
 call of one function fail, `instances()` to see what is left on the cards.
+
+A real driver keeps its instances when the agent restarts; the simulator keeps them in the
+process unless given a state file (`STATE_ENV`), where every change is written and from which a
+new process starts: then an agent restarted over the same file finds what its predecessor made,
+as on a node. Without one, instances start empty, as after a driver reload.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from nodeagent.simulate.profile import Card, MigProfile
@@ -31,6 +39,14 @@ COMPUTE_PROFILE_SLICES = (1, 2, 3, 4, 7, 8, 6)
 """Compute slices of `NVML_COMPUTE_INSTANCE_PROFILE_{1,2,3,4,7,8,6}_SLICE` (index = profile)."""
 _TAG = 0x5A << 40
 """High bits of every simulated instance pointer, so a stray integer is not mistaken for one."""
+STATE_ENV = "GPUSTACK_SIMULATED_MIG_STATE"
+"""The environment variable naming the simulated driver's state file (module docstring)."""
+
+
+def state_file_from_env() -> Path | None:
+    """The state file `STATE_ENV` names, or None when it is unset or empty."""
+    named = os.environ.get(STATE_ENV, "")
+    return Path(named) if named else None
 
 
 @dataclass(frozen=True)
@@ -80,6 +96,7 @@ class MigMaterialization:
     _serial: int
     _gpus: dict[int, dict[int, GpuState]]
     _failures: dict[str, str]
+    _state_file: Path | None
 
     def _error(self, name: str) -> Exception:
         raise NotImplementedError
@@ -101,9 +118,11 @@ class MigMaterialization:
 
     def run_process(self, mig_uuid: str, pid: int) -> None:
         self._compute_by_uuid(mig_uuid).processes.append(pid)
+        self._save_instances()
 
     def end_process(self, mig_uuid: str, pid: int) -> None:
         self._compute_by_uuid(mig_uuid).processes.remove(pid)
+        self._save_instances()
 
     def instances(self) -> list[InstanceView]:
         cards = self.profile_cards()
@@ -122,6 +141,53 @@ class MigMaterialization:
 
     def profile_cards(self) -> tuple[Card, ...]:
         raise NotImplementedError
+
+    # --- the state a real driver keeps across the agent's restarts -------------------------
+
+    def _load_instances(self) -> None:
+        """The instances the state file holds, on the cards of this profile (by card UUID: a
+        file written for other cards adds nothing); none when there is no file yet."""
+        if self._state_file is None or not self._state_file.exists():
+            return
+        saved = json.loads(self._state_file.read_text(encoding="utf-8"))
+        numbers = {card.uuid: number for number, card in enumerate(self.profile_cards())}
+        self._serial = int(saved.get("serial", 0))
+        for card_uuid, gpus in (saved.get("cards") or {}).items():
+            if card_uuid not in numbers:
+                continue
+            states = self._gpus.setdefault(numbers[card_uuid], {})
+            for gpu in gpus:
+                computes = {
+                    int(c["id"]): ComputeState(**{**c, "processes": list(c["processes"])})
+                    for c in gpu.get("computes") or []
+                }
+                fields = {k: int(v) for k, v in gpu.items() if k != "computes"}
+                states[fields["id"]] = GpuState(**fields, computes=computes)
+
+    def _save_instances(self) -> None:
+        """Write every instance to the state file, whole and atomically (a new file renamed
+        over the old), so a process stopped at any moment leaves the last state or the one
+        before."""
+        if self._state_file is None:
+            return
+        cards = self.profile_cards()
+        saved = {
+            "serial": self._serial,
+            "cards": {
+                cards[number].uuid: [
+                    {
+                        **{k: v for k, v in asdict(gpu).items() if k != "computes"},
+                        "computes": [asdict(c) for c in gpu.computes.values()],
+                    }
+                    for gpu in gpus.values()
+                ]
+                for number, gpus in sorted(self._gpus.items())
+            },
+        }
+        self._state_file.parent.mkdir(parents=True, exist_ok=True)
+        fresh = self._state_file.with_name(f".{self._state_file.name}.{os.getpid()}")
+        fresh.write_text(json.dumps(saved, sort_keys=True), encoding="utf-8")
+        os.replace(fresh, self._state_file)
 
     def _compute_by_uuid(self, mig_uuid: str) -> ComputeState:
         for gpus in self._gpus.values():
@@ -187,6 +253,7 @@ class MigMaterialization:
             raise self._error("INSUFFICIENT_RESOURCES")
         gpu_id = next(n for n in range(1, 4096) if n not in gpus)
         gpus[gpu_id] = GpuState(gpu_id, profile_id, start, size, entry.slices)
+        self._save_instances()
         return self._pointer("c_nvmlGpuInstance_t", number, gpu_id)
 
     def nvmlDeviceGetGpuInstances(
@@ -227,6 +294,7 @@ class MigMaterialization:
         if gpu.computes:
             raise self._error("IN_USE")
         del self._gpus[card][gpu.id]
+        self._save_instances()
         return 0
 
     # --- compute instances -----------------------------------------------------------------
@@ -262,6 +330,7 @@ class MigMaterialization:
         name = f"{parent}/{gpu.id}/{compute_id}/{self._serial}"
         mig_uuid = f"MIG-{uuid.uuid5(uuid.NAMESPACE_URL, name)}"
         gpu.computes[compute_id] = ComputeState(compute_id, profile_id, slices, mig_uuid)
+        self._save_instances()
         return self._pointer("c_nvmlComputeInstance_t", card, gpu.id, compute_id)
 
     def nvmlGpuInstanceGetComputeInstances(
@@ -300,6 +369,7 @@ class MigMaterialization:
         if compute.processes:
             raise self._error("IN_USE")
         del gpu.computes[compute.id]
+        self._save_instances()
         return 0
 
     # --- MIG devices -----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 from nodeagent.detect.sysfs import listed_numbers, pci_address
@@ -38,9 +39,10 @@ class Handle:
 
 class SimulatedNvml(MigMaterialization):
     """NVML over a `Profile`. `passes` counts `nvmlDeviceGetCount` calls (see profile faults);
-    MIG instances live in `MigMaterialization` and start empty, as after a driver reload."""
+    MIG instances live in `MigMaterialization`: they start empty, as after a driver reload, or
+    from `state_file`, which then keeps them across processes as a driver does."""
 
-    def __init__(self, profile: Profile) -> None:
+    def __init__(self, profile: Profile, state_file: Path | None = None) -> None:
         self._nv: Any = importlib.import_module("pynvml")
         nv = self._nv
         self.profile = profile
@@ -69,6 +71,8 @@ class SimulatedNvml(MigMaterialization):
         self._serial = 0
         self._gpus: dict[int, dict[int, GpuState]] = {}
         self._failures: dict[str, str] = {}
+        self._state_file = state_file
+        self._load_instances()
 
     def _error(self, name: str) -> Exception:
         error: Exception = self._nv.NVMLError(getattr(self._nv, f"NVML_ERROR_{name}"))

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from nodeagent.detect.sysfs import Sysfs, pci_address
+from nodeagent.simulate.mig import state_file_from_env
 from nodeagent.simulate.nvml import SimulatedNvml
 from nodeagent.simulate.profile import NetworkPort, Profile, host_bridge_of
 
@@ -213,9 +214,11 @@ def write_sysfs(profile: Profile, root: Path, vendor: str) -> Sysfs:
 @contextmanager
 def simulated_node(profile: Profile, vendor: str) -> Iterator[tuple[SimulatedNvml, Sysfs]]:
     """A simulated NVML and a throwaway sysfs tree for `profile` (its cards of PCI vendor
-    `vendor`), removed on exit."""
+    `vendor`), removed on exit; the NVML keeps its MIG instances in the state file the
+    environment names, if it names one (`nodeagent.simulate.mig.STATE_ENV`)."""
     with tempfile.TemporaryDirectory(prefix="gpustack-sim-") as folder:
-        yield SimulatedNvml(profile), write_sysfs(profile, Path(folder), vendor)
+        nvml = SimulatedNvml(profile, state_file_from_env())
+        yield nvml, write_sysfs(profile, Path(folder), vendor)
 
 
 def write_pci_sysfs(

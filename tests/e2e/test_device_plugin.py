@@ -10,6 +10,7 @@ ledger (Devices.status) charges that card.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -30,6 +31,8 @@ from chain.ledger_rebuild import ALLOCATED_ANNOTATION, parse_allocated
 from chain.release import AGENT_NAMESPACE
 from chain.units import RESOURCE_MAX_UNITS
 from kubeapi import Obj, wait_for
+from nodeagent.plugin.reclaim import RECLAIM_PERIOD_S
+from nodeagent.simulate.mig import STATE_ENV
 from testbed.drivers import run_agent
 from testbed.harness import Testbed, free_port, pid_alive
 from testbed.install import Installed
@@ -68,9 +71,12 @@ def mig_node(testbed: Testbed, chain: Installed) -> Iterator[PluginNode]:
 
 
 @contextlib.contextmanager
-def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[PluginNode]:
+def agent_node(
+    testbed: Testbed, profile: str, nfd: bool = False, env: dict[str, str] | None = None
+) -> Iterator[PluginNode]:
     """A node whose agent serves the device plugins of a simulated `profile`; with `nfd`,
-    nfd-worker's CPU features too (what a pool's flavor is named by)."""
+    nfd-worker's CPU features too (what a pool's flavor is named by); `env` added to the
+    agent's environment."""
     kube = testbed.kube
     tag = uuid.uuid4().hex[:5]
     name, namespace = f"dp-{tag}", f"dp-{tag}"
@@ -93,6 +99,7 @@ def agent_node(testbed: Testbed, profile: str, nfd: bool = False) -> Iterator[Pl
         "--health-port",
         str(port),
         *kubelet.agent_flags(root / "pods", profile),
+        env=env,
     )
     try:
         yield PluginNode(name, namespace, kubelet, port)
@@ -312,32 +319,44 @@ def test_a_sidecar_sees_its_pods_card_and_is_charged_nothing(
 PARTITIONED = "nvidia.com/gpu.partitioned"
 
 
+def _partition_pod(node: PluginNode, name: str) -> Obj:
+    """A Pod asking one `3g.20gb` instance of the node's A100."""
+    limits = {PARTITIONED: "1", f"{PARTITIONED}.mig-3g.20gb": "1"}
+    pod = _pod(node)
+    pod["metadata"]["name"] = name
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
+    return pod
+
+
+def _partitioned(testbed: Testbed, node: str) -> list[tuple[str, int]] | None:
+    """The ledger's partitioned rows of `node`: (card, instances charged), None while none."""
+    found = testbed.kube.get(WORKER, "Devices", node)
+    rows = Devices.parse(found).status.rows() if found else []
+    held = [
+        (row.id, sum(p.count for p in row.allocated_profiles))
+        for _, row in rows
+        if row.mode == Mode.PARTITIONED
+    ]
+    return held or None
+
+
 def test_a_partition_is_cut_on_the_card_and_reaches_the_ledger(
     testbed: Testbed, mig_node: PluginNode
 ) -> None:
     kube = testbed.kube
     kubelet = mig_node.kubelet
     kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=90)
-    limits = {PARTITIONED: "1", f"{PARTITIONED}.mig-3g.20gb": "1"}
-    pod = _pod(mig_node)
-    pod["spec"]["containers"][0]["resources"] = {"limits": limits, "requests": limits}
-    kubelet.admit(kube.create(pod))
+    kubelet.admit(kube.create(_partition_pod(mig_node, "train")))
     [(container, resource, response)] = kubelet.responses
     assert (container, resource) == ("main", PARTITIONED)
     mig = response.envs["NVIDIA_VISIBLE_DEVICES"]
     assert mig.startswith("MIG-")  # the instance, never the parent card
 
-    def partitioned() -> list[tuple[str, int]] | None:
-        found = kube.get(WORKER, "Devices", mig_node.name)
-        rows = Devices.parse(found).status.rows() if found else []
-        held = [
-            (row.id, sum(p.count for p in row.allocated_profiles))
-            for _, row in rows
-            if row.mode == Mode.PARTITIONED
-        ]
-        return held or None
-
-    [(card, profiles)] = wait_for(partitioned, LEDGER_FOLLOWS_S, "the ledger to hold the partition")
+    [(card, profiles)] = wait_for(
+        lambda: _partitioned(testbed, mig_node.name),
+        LEDGER_FOLLOWS_S,
+        "the ledger to hold the partition",
+    )
     assert profiles == 1
     stored = kube.get("v1", "Pod", "train", mig_node.namespace) or {}
     [claim] = parse_allocated(stored["metadata"]["annotations"][ALLOCATED_ANNOTATION])[
@@ -345,6 +364,85 @@ def test_a_partition_is_cut_on_the_card_and_reaches_the_ledger(
     ].claims()
     assert (claim.row.id, claim.row.allocated_physical_profile) == (card, "3g.20gb")
     assert claim.row.allocated_physical_id == mig
+
+
+def _instances(state: Path) -> dict[tuple[str, int], tuple[str, ...]]:
+    """The simulated driver's instances, as its state file holds them: (card UUID, slot start)
+    -> MIG UUIDs."""
+    if not state.exists():
+        return {}
+    saved = json.loads(state.read_text(encoding="utf-8"))
+    return {
+        (card, int(gpu["start"])): tuple(c["uuid"] for c in gpu["computes"])
+        for card, gpus in saved["cards"].items()
+        for gpu in gpus
+    }
+
+
+def _charged(testbed: Testbed, node: str) -> int:
+    """How many instances the node's ledger charges, over all its cards."""
+    return sum(count for _, count in _partitioned(testbed, node) or [])
+
+
+def test_a_partition_outlives_an_agent_restart(testbed: Testbed, chain: Installed) -> None:
+    """#35: the agent of a MIG node restarts (SIGTERM, then the same command line, as a
+    DaemonSet Pod is replaced) while a Pod holds a partition. SIMULATED: the A100 and its
+    driver, which keeps its instances across the agent's processes in a state file
+    (`nodeagent.simulate.mig.STATE_ENV`) as a real driver does. The new agent leaves the held
+    instance alone, its ledger charges the same card as before, the next partition gets the
+    other slot, and once the first Pod is gone its instance is unmade and its charge dropped,
+    the second Pod's kept."""
+    state = Path(tempfile.mkdtemp(prefix="gpustack-mig-")) / "driver.json"
+    try:
+        with agent_node(testbed, "a100-40gb-mig", env={STATE_ENV: str(state)}) as node:
+            kube, kubelet = testbed.kube, node.kubelet
+            kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=90)
+            first = kube.create(_partition_pod(node, "first"))
+            kubelet.admit(first)
+            held = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+            charged = wait_for(
+                lambda: _partitioned(testbed, node.name), LEDGER_FOLLOWS_S, "the first charge"
+            )
+            (slot,) = [key for key, uuids in _instances(state).items() if held in uuids]
+            registered = len(kubelet.registrations)
+
+            testbed.restart((f"agent-{node.name}",), down_s=1.0)
+            wait_for(
+                lambda: len(kubelet.registrations) > registered,
+                60,
+                "the restarted agent's plugins to register",
+            )
+            kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=60)
+            assert _instances(state) == {slot: (held,)}  # not unmade by the new agent
+            assert _partitioned(testbed, node.name) == charged
+
+            second = kube.create(_partition_pod(node, "second"))
+            kubelet.admit(second)
+            other = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+            assert other.startswith("MIG-") and other != held
+            instances = _instances(state)
+            assert len(instances) == 2 and instances[slot] == (held,)
+            wait_for(
+                lambda: _charged(testbed, node.name) == 2,
+                LEDGER_FOLLOWS_S,
+                "the second charge beside the first",
+            )
+
+            delete_ended(kube, first)
+            kubelet.forget(first)
+            wait_for(
+                lambda: _charged(testbed, node.name) == 1,
+                LEDGER_FOLLOWS_S,
+                "the first Pod's charge dropped",
+            )
+            # The reclaimer sweeps on the next Pod list the plugins take, or within its period.
+            wait_for(
+                lambda: list(_instances(state).values()) == [(other,)],
+                RECLAIM_PERIOD_S + 30,
+                "the first Pod's instance unmade, the second's kept",
+            )
+    finally:
+        shutil.rmtree(state.parent, ignore_errors=True)
 
 
 def test_the_agent_stops_at_once_on_sigterm(testbed: Testbed, plugin_node: PluginNode) -> None:

@@ -197,3 +197,45 @@ def test_an_idle_instance_of_a_gone_pod_in_the_way_is_unmade_first(
     )
     assert [(view.start, view.mig_uuids) for view in nvml.instances()] == [(1, (made.mig_uuid,))]
     assert [marker.pod_uid for marker in partitioner.markers.all()] == ["uid-new"]
+
+
+def test_a_state_file_keeps_the_instances_for_the_next_process(tmp_path: Path) -> None:
+    """A simulated driver given a state file keeps what a real driver keeps across the agent's
+    restarts: a new simulator over the same file (the next agent process) sees the instances
+    and their MIG UUIDs, the markers find them again, a new instance gets a fresh UUID, and a
+    destroyed one is gone for the process after."""
+    state = tmp_path / "driver" / "mig.json"
+    markers = str(tmp_path / "mig")
+    first = SimulatedNvml(load_profile("a100-40gb-mig"), state)
+    first.nvmlInit()
+    made = Partitioner(first, Markers(markers)).create(
+        card(first), "3g.20gb", P(0, 4), ("uid-a", "main"), CARD_MIB
+    )
+    first.run_process(made.mig_uuid, 4242)
+
+    second = SimulatedNvml(load_profile("a100-40gb-mig"), state)
+    second.nvmlInit()
+    assert second.instances() == first.instances()
+    again = Partitioner(second, Markers(markers))
+    found = again.create(card(second), "3g.20gb", P(0, 4), ("uid-a", "main"), CARD_MIB)
+    assert (found.mig_uuid, found.new) == (made.mig_uuid, False)
+    with pytest.raises(PartitionError, match="overlaps the instance at slot 0"):
+        again.create(card(second), "3g.20gb", P(0, 4), ("uid-b", "main"), CARD_MIB)
+    other = again.create(card(second), "3g.20gb", P(4, 4), ("uid-b", "main"), CARD_MIB)
+    assert other.mig_uuid != made.mig_uuid
+    with pytest.raises(PartitionError, match="cannot unmake slot 0"):  # its process is kept
+        again.destroy(card(second), P(0, 4))
+    second.end_process(made.mig_uuid, 4242)
+    assert again.destroy(card(second), P(0, 4))
+
+    third = SimulatedNvml(load_profile("a100-40gb-mig"), state)
+    third.nvmlInit()
+    assert [(v.start, v.mig_uuids) for v in third.instances()] == [(4, (other.mig_uuid,))]
+
+
+def test_a_state_file_of_other_cards_adds_nothing(tmp_path: Path) -> None:
+    state = tmp_path / "mig.json"
+    state.write_text('{"serial": 3, "cards": {"GPU-elsewhere": [{"id": 1}]}}', encoding="utf-8")
+    simulated = SimulatedNvml(load_profile("a100-40gb-mig"), state)
+    simulated.nvmlInit()
+    assert simulated.instances() == []
