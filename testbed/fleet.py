@@ -43,6 +43,7 @@ from pathlib import Path
 
 from chain.apis import KUEUE_API, WORKER_API
 from chain.devices import Devices
+from chain.families import credits_resource
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
 from chain.manufacturers import default_manufacturers
@@ -378,7 +379,7 @@ def succeed_pod(kube: Kube, pod: Obj) -> None:
 
 
 VIEWS = ("accelerator", "acceleratorShared", "acceleratorSliced")
-CREDITS = "credits.gpustack.ai/nvidia"
+CREDITS = credits_resource("nvidia")
 
 
 def _q(text: object) -> Fraction:
@@ -496,6 +497,12 @@ def _rss_kib(pid: int) -> int:
                 total += int(line.split()[1])
         pending += children.get(current, [])
     return total
+
+
+def bed_rss(bed: Testbed) -> int:
+    """Resident memory of one emulated cluster, in MiB, every process of it (and below it)."""
+    kib = sum(_rss_kib(proc.pid) for proc in bed.state.processes.values() if pid_alive(proc.pid))
+    return kib // 1024
 
 
 def member_bed(root: Path) -> Testbed:
@@ -660,13 +667,9 @@ class FleetBed:
 
     def rss(self) -> dict[str, int]:
         """Resident memory per cluster, in MiB, every process of it (and below it) counted."""
-        out: dict[str, int] = {}
-        for name, bed in (*self.members.items(), ("manager", self.manager)):
-            kib = sum(
-                _rss_kib(proc.pid) for proc in bed.state.processes.values() if pid_alive(proc.pid)
-            )
-            out[name] = kib // 1024
-        return out
+        return {
+            name: bed_rss(bed) for name, bed in (*self.members.items(), ("manager", self.manager))
+        }
 
     def check_alive(self) -> None:
         for bed in self.beds():

@@ -37,6 +37,7 @@ from testbed.fleet import (
     L4_POOL,
     MEMBER_COMPONENT,
     FleetNode,
+    bed_rss,
     instance_type_status,
     manager_bed,
     manager_up,
@@ -83,6 +84,7 @@ def emulated() -> Iterator[Testbed]:
         print(f"\n{EMULATED} member up in {time.monotonic() - started:.0f} s")
         yield bed
     finally:
+        print(f"\n{EMULATED} member RSS at the end: {bed_rss(bed)} MiB")
         bed.down()
         shutil.rmtree(root, ignore_errors=True)
 
@@ -113,6 +115,7 @@ def manager(real_chain: Testbed, emulated: Testbed) -> Iterator[Testbed]:
         )
         yield bed
     finally:
+        print(f"\nfleet manager RSS at the end: {bed_rss(bed)} MiB")
         bed.down()
         shutil.rmtree(root, ignore_errors=True)
         real_chain.kube.delete("v1", "Namespace", NAMESPACE)
