@@ -8,7 +8,9 @@ there; the commits after it are 0.2.0's). From that commit's tree (`git archive`
 - its manifests with its own testbed overlay (its simulated cards, its isolation component), and
   over that overlay one kustomization that only points the chain's image at that tag, as a user
   pins the release they install;
-- its Helm chart (`tests/e2e/test_real_nodes_helm.py`).
+- its Helm chart (`tests/e2e/test_real_nodes_helm.py`);
+- its node agent as a Python tree to run as a process on the emulated testbed (`agent_tree`),
+  over the simulated NVIDIA driver of this host.
 
 A clone without that commit (`--depth`) cannot make any of them: `HistoryMissing` says so.
 """
@@ -16,6 +18,7 @@ A clone without that commit (`--depth`) cannot make any of them: `HistoryMissing
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -80,6 +83,43 @@ def overlay(into: Path) -> Path:
     }
     (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return folder
+
+
+AGENT_PACKAGES = ("nodeagent", "chain", "kubeapi")
+"""What 0.1.0's `python -m nodeagent` imports of its own tree."""
+_DRIVER_IMPORT = "from nodeagent.simulate.mig import GpuState, MigHandle, MigMaterialization\n"
+_DRIVER_STARTS = "        self._failures: dict[str, str] = {}\n"
+"""Where 0.1.0's `SimulatedNvml.__init__` ends: its MIG instances are set up by then."""
+
+
+def agent_tree(into: Path) -> Path:
+    """0.1.0's agent (`AGENT_PACKAGES` of its tree, under `into`): run `python -m nodeagent` with
+    `PYTHONPATH` set to the path returned.
+
+    Its simulated NVIDIA driver is the one thing changed. A simulator stands in for the node's
+    driver, which is the host's and not the release's: a real driver keeps its MIG instances
+    when the agent's process ends, and 0.1.0's simulator kept them in the process. So its
+    MIG state (`nodeagent/simulate/mig.py`, the same class with the state file added since) is
+    this checkout's, and its `SimulatedNvml` starts from the state file `STATE_ENV` names, as
+    the current one does. The agent's own code (detection, plugins, ledger, reclaimer) is
+    0.1.0's, unchanged."""
+    extract(into, *AGENT_PACKAGES)
+    simulate = into / "nodeagent" / "simulate"
+    shutil.copyfile(REPOSITORY / "nodeagent" / "simulate" / "mig.py", simulate / "mig.py")
+    nvml = simulate / "nvml.py"
+    source = nvml.read_text(encoding="utf-8")
+    if source.count(_DRIVER_IMPORT) != 1 or source.count(_DRIVER_STARTS) != 1:
+        raise RuntimeError(f"{COMMIT}'s {nvml.relative_to(into)} is not the one agent_tree knows")
+    source = source.replace(
+        _DRIVER_IMPORT,
+        _DRIVER_IMPORT.replace("\n", ", state_file_from_env\n"),
+    ).replace(
+        _DRIVER_STARTS,
+        _DRIVER_STARTS + "        self._state_file = state_file_from_env()\n"
+        "        self._load_instances()\n",
+    )
+    nvml.write_text(source, encoding="utf-8")
+    return into
 
 
 def _simulated(overlay: Path) -> str:

@@ -14,10 +14,12 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from chain.units import RESOURCE_MAX_UNITS
 from kubeapi import Obj, wait_for
 from nodeagent.plugin.reclaim import RECLAIM_PERIOD_S
 from nodeagent.simulate.mig import STATE_ENV
+from testbed import previous
 from testbed.drivers import run_agent
 from testbed.harness import Testbed, free_port, pid_alive
 from testbed.install import Installed
@@ -177,11 +180,7 @@ def test_kubelet_allocation_reaches_the_pod_and_the_ledger(
     assert card in cards
 
     # The grant was journaled before the answer; its annotation lands right after.
-    def recorded() -> str | None:
-        stored = kube.get("v1", "Pod", "train", plugin_node.namespace) or {}
-        return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
-
-    annotation = wait_for(recorded, 10, "the grant's annotation")
+    annotation = wait_for(lambda: _record(testbed, pod), 10, "the grant's annotation")
     rows = [claim.row for claim in parse_allocated(annotation)["main"].claims()]
     assert [(row.id, row.mode, row.allocated) for row in rows] == [
         (card, Mode.EXCLUSIVE, RESOURCE_MAX_UNITS)
@@ -366,6 +365,13 @@ def test_a_partition_is_cut_on_the_card_and_reaches_the_ledger(
     assert claim.row.allocated_physical_id == mig
 
 
+def _record(testbed: Testbed, pod: Obj) -> str | None:
+    """The Pod's allocation record (its annotation), None before the agent writes it."""
+    meta = pod["metadata"]
+    stored = testbed.kube.get("v1", "Pod", meta["name"], meta["namespace"]) or {}
+    return (stored.get("metadata") or {}).get("annotations", {}).get(ALLOCATED_ANNOTATION)
+
+
 def _instances(state: Path) -> dict[tuple[str, int], tuple[str, ...]]:
     """The simulated driver's instances, as its state file holds them: (card UUID, slot start)
     -> MIG UUIDs."""
@@ -392,29 +398,93 @@ def test_a_partition_outlives_an_agent_restart(testbed: Testbed, chain: Installe
     instance alone, its ledger charges the same card as before, the next partition gets the
     other slot, and once the first Pod is gone its instance is unmade and its charge dropped,
     the second Pod's kept."""
+    _a_held_partition_across_a_new_agent(
+        testbed,
+        {},
+        lambda node, _: testbed.restart((f"agent-{node.name}",), down_s=1.0),
+    )
+
+
+def test_a_partition_cut_by_the_previous_release_outlives_the_upgrade(
+    testbed: Testbed, chain: Installed, tmp_path: Path
+) -> None:
+    """#35, the agent upgraded under a partitioned Pod (the real nodes' cards have no MIG, so
+    their upgrade test, `test_real_nodes_upgrade.py`, holds no partition): the node's agent is
+    0.1.0's (its tree from the project's history, `testbed.previous.agent_tree`) when the
+    first Pod's `3g.20gb` is cut, then it is stopped and this checkout's agent started with the
+    same command line over the same node, kubelet and driver, as a DaemonSet rolled to the new
+    image replaces its Pod. The held instance, its charge and its device ID carry over, the
+    next partition gets the other slot, and the first Pod's instance is unmade once it is gone.
+    SIMULATED: the A100 and its driver, whose state outlives the agent's process as a real
+    driver's does (`agent_tree` says what that changes of 0.1.0's tree: its simulator only)."""
+    try:
+        tree = previous.agent_tree(tmp_path / "previous")
+    except previous.HistoryMissing as missing:
+        pytest.fail(f"the upgrade test needs the project's git history: {missing}")
+
+    def upgrade(node: PluginNode, state: Path) -> None:
+        name = f"agent-{node.name}"
+        (old,) = testbed.halt((name,))
+        assert _agent_source(testbed, old.env) == tree
+        time.sleep(1.0)
+        testbed.run(name, old.argv, {STATE_ENV: str(state)})
+        assert _agent_source(testbed, testbed.state.processes[name].env) == previous.REPOSITORY
+
+    _a_held_partition_across_a_new_agent(testbed, {"PYTHONPATH": str(tree)}, upgrade)
+
+
+def _agent_source(testbed: Testbed, env: dict[str, str]) -> Path:
+    """The tree whose `nodeagent` an agent started with `env` (from the testbed's folder, as
+    `Testbed.run` starts it) imports."""
+    found = subprocess.run(
+        [sys.executable, "-c", "import nodeagent; print(nodeagent.__file__)"],
+        cwd=testbed.root,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(found.stdout.strip()).parents[1]
+
+
+def _a_held_partition_across_a_new_agent(
+    testbed: Testbed, first: dict[str, str], replace: Callable[[PluginNode, Path], object]
+) -> None:
+    """A simulated A100 node whose agent runs with `first` in its environment; a Pod takes a
+    `3g.20gb`, then `replace(node, state file)` puts another agent process in its place. The
+    held instance and its charge must carry over, and its device ID still be advertised; the
+    next Pod's instance is cut beside it; once the first Pod is gone, its instance is unmade
+    and its charge dropped, the second's kept."""
     state = Path(tempfile.mkdtemp(prefix="gpustack-mig-")) / "driver.json"
     try:
-        with agent_node(testbed, "a100-40gb-mig", env={STATE_ENV: str(state)}) as node:
+        env = {STATE_ENV: str(state), **first}
+        with agent_node(testbed, "a100-40gb-mig", env=env) as node:
             kube, kubelet = testbed.kube, node.kubelet
             kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=90)
-            first = kube.create(_partition_pod(node, "first"))
-            kubelet.admit(first)
+            first_pod = kube.create(_partition_pod(node, "first"))
+            kubelet.admit(first_pod)
             held = kubelet.responses[-1][2].envs["NVIDIA_VISIBLE_DEVICES"]
+            device_ids = kubelet.known[(node.namespace, "first")]["main"][PARTITIONED]
+            record = wait_for(
+                lambda: _record(testbed, first_pod), LEDGER_FOLLOWS_S, "the first record"
+            )
             charged = wait_for(
                 lambda: _partitioned(testbed, node.name), LEDGER_FOLLOWS_S, "the first charge"
             )
             (slot,) = [key for key, uuids in _instances(state).items() if held in uuids]
-            registered = len(kubelet.registrations)
+            before = kubelet.wait_endpoint(PARTITIONED)
 
-            testbed.restart((f"agent-{node.name}",), down_s=1.0)
+            replace(node, state)
             wait_for(
-                lambda: len(kubelet.registrations) > registered,
+                lambda: kubelet.endpoints.get(PARTITIONED, before) is not before,
                 60,
-                "the restarted agent's plugins to register",
+                "the new agent's plugins to register",
             )
-            kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=60)
+            advertised = kubelet.wait_devices(PARTITIONED, lambda d: len(d) > 0, timeout=60)
+            assert set(device_ids) <= set(advertised), (device_ids, advertised)
             assert _instances(state) == {slot: (held,)}  # not unmade by the new agent
             assert _partitioned(testbed, node.name) == charged
+            assert _record(testbed, first_pod) == record
 
             second = kube.create(_partition_pod(node, "second"))
             kubelet.admit(second)
@@ -428,8 +498,8 @@ def test_a_partition_outlives_an_agent_restart(testbed: Testbed, chain: Installe
                 "the second charge beside the first",
             )
 
-            delete_ended(kube, first)
-            kubelet.forget(first)
+            delete_ended(kube, first_pod)
+            kubelet.forget(first_pod)
             wait_for(
                 lambda: _charged(testbed, node.name) == 1,
                 LEDGER_FOLLOWS_S,

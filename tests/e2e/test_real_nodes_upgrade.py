@@ -10,8 +10,9 @@ Pods holding cards, then the current release applied over it as a user upgrades.
    kubelet picked when a share and a whole card start together (fixed since, CHANGELOG #35), and
    that race is not what this test is about. Partitioned Pods are not among them: the real
    nodes' simulated T4 and L4 cards cannot be partitioned (no MIG), so a partition held across
-   an agent roll is not covered here, nor yet anywhere else (the emulated partition tests,
-   `tests/e2e/test_partitions.py` and `test_device_plugin.py`, restart no agent).
+   an agent roll is not covered here but on the emulated testbed, 0.1.0's agent replaced by
+   this release's under a held `3g.20gb` of a simulated A100 (`tests/e2e/test_device_plugin.py`,
+   `test_a_partition_cut_by_the_previous_release_outlives_the_upgrade`).
    Two Workloads of the L4 pool (a share each, no Pods: Kueue and the verdict driver only) are
    admitted by 0.1.0's verdict driver.
 3. **The upgrade**: `kubectl apply -k testbed/overlay`, the current release's manifests over the
