@@ -1,4 +1,5 @@
-"""`python -m hooks plan --cluster FILE [--setting NAME=VALUE ...] [-o json|yaml|table]`."""
+"""`python -m hooks plan --cluster FILE [--cluster FILE ...] [--setting NAME=VALUE ...]
+[-o json|yaml|table]`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -40,9 +42,12 @@ def build_parser() -> cli.Parser:
     p.add_argument(
         "--cluster",
         type=Path,
+        action="append",
         required=True,
         metavar="FILE",
-        help="a Kubernetes List, e.g. `kubectl get nodes,namespaces -o json`",
+        help="a Kubernetes List, e.g. `kubectl get nodes,namespaces -o json` (repeatable: the "
+        "Lists' items are read as one snapshot, in order; on a fleet's manager, add the "
+        "FleetPools `python -m workergateway.plan -o json` prints)",
     )
     p.add_argument(
         "--setting",
@@ -66,15 +71,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse(argv)
     label = f"{parser.label} plan"
 
+    items: list[Any] = []
+    for path in args.cluster:
+        try:
+            snapshot = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            print(f"{label}: {cli.unreadable(path, err)}", file=sys.stderr)
+            return cli.EXIT_USAGE
+        listed = snapshot.get("items") if isinstance(snapshot, dict) else None
+        if not isinstance(listed, list):
+            print(f"{label}: {path}: expected a Kubernetes List with items", file=sys.stderr)
+            return cli.EXIT_USAGE
+        items += listed
     try:
-        snapshot = yaml.safe_load(args.cluster.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        print(f"{label}: {cli.unreadable(args.cluster, err)}", file=sys.stderr)
-        return cli.EXIT_USAGE
-    try:
-        items = snapshot.get("items") if isinstance(snapshot, dict) else None
-        if not isinstance(items, list):
-            raise ValueError(f"{args.cluster}: expected a Kubernetes List with items")
         overrides = dict(parse_setting(s) for s in args.setting)
         now = timestamp(time.time())
         objects = plan(items, overrides, StartupEnv.from_env(os.environ), now)

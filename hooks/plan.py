@@ -15,6 +15,13 @@ Flask apps serve, so the plan is what the cluster would converge to, without a c
 5. the entrance decorator on every Namespace, relating the planned ClusterQueues;
 6. the Instance controller on every Instance, relating the planned InstanceTypes and
    ClusterQueues and owning the snapshot's Pod of the same name: its Pod and its status.
+
+On a fleet's manager the snapshot also holds the worker gateway's `FleetPool`s (what
+`python -m workergateway.plan` prints, docs/fleet.md, "Planning a fleet offline"): before the
+entrance step, the fleet decorator on each of them (its ClusterQueue, AdmissionCheck,
+MultiKueueConfig and fleet InstanceType; a queue of the same name in the snapshot keeps its
+Kueue status, as in step 3), then the fleet status decorator on each fleet InstanceType,
+relating its FleetPool and queue; the entrance step then relates the fleet's queues too.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from chain.apis import (
     WORKER_API,
 )
 from chain.devices import DEVICES_KIND
+from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MULTIKUEUE_CONFIG
 from chain.instances import INSTANCE
 from chain.manufacturers import default_manufacturers
 from chain.pool_cards import POOL_CARDS, POOL_CARDS_API, pool_cards, pool_cards_object
@@ -48,6 +56,8 @@ from chain.settings import Settings, StartupEnv
 from hooks.entrance import sync as entrance
 from hooks.flavor import node as node_hook
 from hooks.flavor import pools as pools_hook
+from hooks.fleet import children as fleet_children
+from hooks.fleet import status as fleet_status
 from hooks.instance import sync as instance_hook
 from hooks.instancetype import status as status_hook
 from hooks.instancetype.request import read_instance_type
@@ -62,6 +72,13 @@ POOL_ATTACHMENTS = (
     f"{INSTANCE_TYPE}.{WORKER_API}",
 )
 QUEUE_RELATED = (f"{RESOURCE_FLAVOR}.{KUEUE_API}", f"{ADMISSION_CHECK}.{KUEUE_API}")
+FLEET_ATTACHMENTS = (
+    f"{CLUSTER_QUEUE}.{KUEUE_API}",
+    f"{ADMISSION_CHECK}.{KUEUE_API}",
+    f"{MULTIKUEUE_CONFIG}.{KUEUE_API}",
+    f"{INSTANCE_TYPE}.{WORKER_API}",
+)
+FLEET_STATUS_RELATED = (f"{FLEET_POOL}.{FLEET_POOL_API}", f"{CLUSTER_QUEUE}.{KUEUE_API}")
 STATUS_RELATED = (
     f"{POOL_CARDS}.{POOL_CARDS_API}",
     f"{RESOURCE_FLAVOR}.{KUEUE_API}",
@@ -221,6 +238,8 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv, now:
         [*cards, *flavors, *cluster_queues, settings],
     )
     types = [_status_step(instance_type, related, now) for instance_type in types]
+    fleet = _fleet_step(objects, now)
+    fleet_queues = of_kind(fleet, CLUSTER_QUEUE)
 
     local_queues: list[Obj] = []
     for namespace in of_kind(objects, "Namespace"):
@@ -231,7 +250,7 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv, now:
                     "attachments": _object_map((f"{LOCAL_QUEUE}.{KUEUE_API}",), []),
                     "related": _object_map(
                         (f"{CLUSTER_QUEUE}.{KUEUE_API}", f"{SETTINGS}.{CHAIN_API}"),
-                        [*cluster_queues, settings],
+                        [*cluster_queues, *fleet_queues, settings],
                     ),
                 }
             ),
@@ -248,10 +267,42 @@ def plan(objects: list[Obj], overrides: Mapping[str, str], env: StartupEnv, now:
         *cards,
         *types,
         *cluster_queues,
+        *fleet,
         *local_queues,
         *instances,
         *instance_pods,
     ]
+
+
+def _fleet_step(snapshot: list[Obj], now: str) -> list[Obj]:
+    """The fleet hooks' answer for every `FleetPool` of the snapshot: each pool's children, its
+    fleet InstanceType with the status the fleet status decorator writes."""
+    pools = [o for o in of_kind(snapshot, FLEET_POOL) if o.get("apiVersion") == FLEET_POOL_API]
+    children: list[Obj] = []
+    for pool in pools:
+        name = pool["metadata"]["name"]
+        observed = [q for q in of_kind(snapshot, CLUSTER_QUEUE) if q["metadata"]["name"] == name]
+        answer = fleet_children.sync(
+            DecoratorRequest.parse(
+                {
+                    "object": pool,
+                    "attachments": _object_map(FLEET_ATTACHMENTS, []),
+                    "related": {},
+                }
+            )
+        )
+        for child in copy.deepcopy(answer["attachments"]):
+            if child["kind"] == CLUSTER_QUEUE and observed and "status" in observed[0]:
+                child["status"] = copy.deepcopy(observed[0]["status"])
+            children.append(child)
+    related = _object_map(FLEET_STATUS_RELATED, [*pools, *of_kind(children, CLUSTER_QUEUE)])
+    planned: list[Obj] = []
+    for child in children:
+        if child["kind"] == INSTANCE_TYPE:
+            request = DecoratorRequest.parse({"object": child, "related": related})
+            child = {**child, "status": fleet_status.sync(request, now)["status"]}
+        planned.append(child)
+    return planned
 
 
 def _instance_step(
@@ -374,6 +425,14 @@ def table(objects: list[Obj]) -> str:
         "ClusterQueues",
         ("NAME", "STOP POLICY", "RESOURCE", "NOMINAL", "FLAVORS"),
         [_queue_row(q) for q in of_kind(objects, CLUSTER_QUEUE)],
+    )
+    section(
+        "MultiKueueConfigs (the fleet's pools)",
+        ("NAME", "CLUSTERS"),
+        [
+            (c["metadata"]["name"], ",".join(c["spec"]["clusters"]))
+            for c in of_kind(objects, MULTIKUEUE_CONFIG)
+        ],
     )
     section(
         "LocalQueues",

@@ -35,6 +35,7 @@ ENTRY_POINTS = (
     "hooks.queue.write_kueue_config",
     "charts.render",
     "testbed.__main__",
+    "workergateway.plan",
 )
 """Every module with a `main(argv)` behind a `python -m`."""
 KUBE_PROCESSES = {
