@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from chain.apis import KUEUE_API
+from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, WORKER_API
 from chain.fleet_pools import FLEET_POOL, FLEET_POOL_API, MEMBERS_LOST_SINCE, fleet_check_name
 from chain.names import local_queue_name
 from kubeapi import Kube, Obj, wait_for
@@ -43,6 +43,7 @@ from testbed.fleet import (
 )
 from testbed.nodes import T4_POOL
 from testbed.workloads import complete_job, condition, queued_job, sliced_job
+from workergateway.plan import plan_fleet
 
 IMAGE = "busybox"
 NAMESPACE = "team-fleet"
@@ -115,6 +116,33 @@ def test_fleet_views_are_the_sums_of_the_members_own(fleet: FleetBed) -> None:
     # MultiKueue's side of it: one config per pool, listing the members that have it.
     config = fleet.manager.kube.get(KUEUE_API, "MultiKueueConfig", L4_POOL) or {}
     assert config["spec"]["clusters"] == ["member-b"]
+    # Planned offline from what each member holds (docs/fleet.md, "Planning a fleet offline"),
+    # the fleet is what the gateway wrote: the same pools, spec for spec.
+    assert {T4_POOL, L4_POOL} <= set(_written(fleet))
+    wait_for(
+        lambda: _planned_offline(fleet) == _written(fleet),
+        30,
+        "the offline plan to be the gateway's FleetPools",
+    )
+
+
+def _planned_offline(fleet: FleetBed) -> dict[str, object]:
+    """`workergateway.plan` over each member's InstanceTypes and ClusterQueues, as `kubectl get
+    instancetypes,clusterqueues -o json` there gives them."""
+    members = {
+        name: [
+            *member.kube.list(WORKER_API, INSTANCE_TYPE),
+            *member.kube.list(KUEUE_API, CLUSTER_QUEUE),
+        ]
+        for name, member in fleet.members.items()
+    }
+    return {name: pool.render() for name, pool in plan_fleet(members).pools.items()}
+
+
+def _written(fleet: FleetBed) -> dict[str, object]:
+    """The `FleetPool` specs the gateway wrote on the manager."""
+    pools = fleet.manager.kube.list(FLEET_POOL_API, FLEET_POOL)
+    return {pool["metadata"]["name"]: pool["spec"] for pool in pools}
 
 
 def _workload_of(kube: Kube, job: str) -> Obj | None:
