@@ -3,6 +3,7 @@ and how long a member's change takes to reach the manager's `FleetPool`.
 
     python -m benchmarks.fleet [--members 10] [--nodes 1000] [--repeats 30]
     python -m benchmarks.fleet --lag [--lag-members 2] [--changes 40]
+    python -m benchmarks.fleet --bed [--changes 40] [--pause 0.5]
 
 **Aggregation** (the default): each member is a generated cluster of `--nodes` nodes (8 CPU
 models, 6 card models, a third of the nodes with 1, 2, 4 or 8 cards; `builders.cluster`), its
@@ -29,6 +30,14 @@ one InstanceType's status (the sliced view's `remaining`), and measures from jus
 write until its own watch of the manager's `FleetPool`s shows the summed value; beside it, its
 own watch of the InstanceTypes shows when the change's watch event arrived. Print p50/p99 of
 both, and of their difference (goal: the lag within one watch event plus 1 s).
+
+**On the fleet bed** (`--bed`, the bed of `tests/e2e/test_fleet.py`: a manager and two members,
+each its own control plane with Kueue, Metacontroller and the chain; the gateway on the
+manager): one card of member-a's first node is taken whole and freed again in its ledger
+(`Devices.status`, as its agent writes it; no agent runs), `--changes` times. Each change is
+timed to the member's T4 InstanceType view (the pool-cards keeper, then the status hook through
+Metacontroller) and to the manager's `FleetPool` (the gateway's watch of the member and its
+pass). Print p50/p99 of both, and of the fleet's leg between them.
 """
 
 from __future__ import annotations
@@ -363,7 +372,7 @@ class Aggregation:
         )
 
     def lines(self) -> list[str]:
-        def pair(samples: list[float]) -> str:
+        def ms(samples: list[float]) -> str:
             return (
                 f"{statistics.median(samples) * 1e3:.2f} / {percentile(samples, 0.95) * 1e3:.2f} ms"
             )
@@ -379,10 +388,10 @@ class Aggregation:
             f"{self.members} members x {self.nodes} nodes: {self.pools} fleet pools; "
             f"InstanceType lists {self.types_bytes / 2**20:.2f} MiB, "
             f"pool ClusterQueue lists {self.queues_bytes / 2**20:.2f} MiB",
-            f"json.loads of the InstanceType lists p50 / p95: {pair(self.decoded)}",
-            f"json.loads of both lists p50 / p95: {pair(self.decoded_all)}",
-            f"pass after a change, pure part (read, sum, render) p50 / p95: {pair(self.summed)}",
-            f"first pass after a start (every object read) p50 / p95: {pair(self.started)}",
+            f"json.loads of the InstanceType lists p50 / p95: {ms(self.decoded)}",
+            f"json.loads of both lists p50 / p95: {ms(self.decoded_all)}",
+            f"pass after a change, pure part (read, sum, render) p50 / p95: {ms(self.summed)}",
+            f"first pass after a start (every object read) p50 / p95: {ms(self.started)}",
             f"ratio to the InstanceType lists p50 / p95: {r50:.2f} / {r95:.2f} (goal <= 2)",
             f"first pass after a start, ratio p50 / p95: {f50:.2f} / {f95:.2f}",
             f"the same with the cycle collector on, ratio p50 / p95: {c50:.2f} / {c95:.2f}",
@@ -487,6 +496,11 @@ def _kubeconfig(server: str, ca: bytes, cert: bytes, key: bytes) -> str:
     )
 
 
+def _pair(samples: list[float]) -> str:
+    """p50 / p99 of `samples`, in seconds."""
+    return f"{statistics.median(samples):.3f} / {percentile(samples, 0.99):.3f} s"
+
+
 @dataclass
 class Lag:
     members: int
@@ -498,9 +512,6 @@ class Lag:
     def lines(self) -> list[str]:
         over = [lag - event for lag, event in zip(self.lags, self.events, strict=True)]
 
-        def pair(samples: list[float]) -> str:
-            return f"{statistics.median(samples):.3f} / {percentile(samples, 0.99):.3f} s"
-
         return [
             f"{len(self.lags)} changes, {self.members} members "
             + (
@@ -508,9 +519,9 @@ class Lag:
                 if self.servers
                 else "on one API server"
             ),
-            f"watch event (the change seen by a plain watch) p50 / p99: {pair(self.events)}",
-            f"lag (the change in the manager's FleetPool) p50 / p99: {pair(self.lags)}",
-            f"lag beyond the watch event p50 / p99: {pair(over)} (goal <= 1 s)",
+            f"watch event (the change seen by a plain watch) p50 / p99: {_pair(self.events)}",
+            f"lag (the change in the manager's FleetPool) p50 / p99: {_pair(self.lags)}",
+            f"lag beyond the watch event p50 / p99: {_pair(over)} (goal <= 1 s)",
         ]
 
 
@@ -721,6 +732,77 @@ def lag(members: int, changes: int, nodes: int, pause: float, servers: bool = Fa
     return Lag(members, lags, events, servers)
 
 
+@dataclass
+class BedLag:
+    """On the fleet bed: from a member node's ledger write to its pool's view on the member,
+    and to the fleet's view on the manager."""
+
+    member: list[float]
+    fleet: list[float]
+
+    def lines(self) -> list[str]:
+        legs = [fleet - member for fleet, member in zip(self.fleet, self.member, strict=True)]
+
+        return [
+            f"{len(self.fleet)} changes on the fleet bed (three control planes, the chain's "
+            "own hooks, keeper, gateway and Kueue)",
+            f"ledger write to the member's InstanceType view p50 / p99: {_pair(self.member)}",
+            f"ledger write to the manager's FleetPool p50 / p99: {_pair(self.fleet)}",
+            f"the fleet's leg (member view to FleetPool) p50 / p99: {_pair(legs)} (goal <= 1 s "
+            "beyond the watch event)",
+        ]
+
+
+def bed_lag(changes: int, pause: float) -> BedLag:
+    """A card of member-a's first node taken whole and freed again, `changes` times, as its
+    agent writes the ledger; each time, when the member's T4 view and the fleet's show it."""
+    from kubeapi import Kube
+    from kubeapi.watch import Watcher
+    from testbed import build
+    from testbed.fleet import MEMBERS, FleetBed, wait_sums, write_ledger
+    from testbed.nodes import T4_POOL
+
+    build.ensure()
+    bed = FleetBed(Path(tempfile.mkdtemp(prefix="gpustack-fleet-bench-")))
+    bed.up()
+    try:
+        kubes = {name: member.kube for name, member in bed.members.items()}
+        wait_sums(bed.manager.kube, kubes, T4_POOL, "2/2 member-a,member-b")
+        changed, node = bed.members["member-a"], MEMBERS["member-a"][0]
+        own = Watcher(Kube.from_kubeconfig(changed.kubeconfig), WORKER_API, INSTANCE_TYPE)
+        fleet = Watcher(Kube.from_kubeconfig(bed.manager.kubeconfig), FLEET_POOL_API, FLEET_POOL)
+        own.start()
+        fleet.start()
+        try:
+
+            def whole(cache: Any, part: str) -> str | None:
+                view = ((cache.get(("", T4_POOL)) or {}).get(part) or {}).get("accelerator")
+                return str(view["remaining"]) if view and "remaining" in view else None
+
+            def moved(cache: Any, part: str, before: str | None, deadline: float) -> float:
+                while time.monotonic() < deadline:
+                    if whole(cache, part) not in (None, before):
+                        return time.monotonic()
+                    time.sleep(0.002)
+                raise RuntimeError(f"{T4_POOL}'s {part} stayed {before}")
+
+            member_lags: list[float] = []
+            fleet_lags: list[float] = []
+            for number in range(changes):
+                before = (whole(own.cache, "status"), whole(fleet.cache, "spec"))
+                start = time.monotonic()
+                write_ledger(changed.kube, node, held=1 - number % 2)
+                member_lags.append(moved(own.cache, "status", before[0], start + 60) - start)
+                fleet_lags.append(moved(fleet.cache, "spec", before[1], start + 60) - start)
+                time.sleep(pause)
+        finally:
+            own.stop()
+            fleet.stop()
+    finally:
+        bed.down()
+    return BedLag(member_lags, fleet_lags)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=10)
@@ -742,7 +824,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--pause", type=float, default=0.5, help="seconds between two changes (lag)"
     )
+    parser.add_argument(
+        "--bed",
+        action="store_true",
+        help="the lag on the fleet bed, from a member's ledger write (--changes, --pause)",
+    )
     args = parser.parse_args(argv)
+    if args.bed:
+        print("\n".join(bed_lag(args.changes, args.pause).lines()))
+        return
     if args.lag:
         result = lag(args.lag_members, args.changes, args.nodes, args.pause, args.lag_servers)
         print("\n".join(result.lines()))

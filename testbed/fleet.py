@@ -46,6 +46,7 @@ from chain.devices import Devices
 from chain.families import credits_resource
 from chain.fit import fit_label_patch, fit_labels
 from chain.labels import is_managed
+from chain.ledger import Mode
 from chain.manufacturers import default_manufacturers
 from chain.quantity import parse_quantity
 from kubeapi import Kube, Obj, wait_for
@@ -134,6 +135,11 @@ def _devices_labels(kube: Kube, node: str) -> dict[str, str] | None:
     return out
 
 
+def card_id(node: FleetNode, index: int) -> str:
+    """The id of the node's card `index`, in its Devices spec and ledger."""
+    return f"{node.name}-gpu-{index}"
+
+
 def write_devices(kube: Kube, node: FleetNode, timeout: float = 120) -> None:
     """The node's `Devices` as its agent writes them: the cards in the spec, each free in the
     ledger, so that the pool-cards keeper counts them."""
@@ -141,7 +147,7 @@ def write_devices(kube: Kube, node: FleetNode, timeout: float = 120) -> None:
     labels = wait_for(lambda: _devices_labels(kube, node.name), timeout, f"{node.name} labelled")
     cards = [
         {
-            "id": f"{node.name}-gpu-{i}",
+            "id": card_id(node, i),
             "index": i,
             "topology": {"pciBusId": f"0000:0{i}:00.0"},
             "status": {"unhealthy": False, "logicalSliced": {"count": 128}},
@@ -158,19 +164,7 @@ def write_devices(kube: Kube, node: FleetNode, timeout: float = 120) -> None:
             "spec": {"groups": [{**spec_group, "accelerators": cards}]},
         }
     )
-    rows = [
-        {"id": card["id"], "index": card["index"], "mode": 0, "remaining": 1_600_000}
-        for card in cards
-    ]
-    kube.apply(
-        {
-            "apiVersion": WORKER_API,
-            "kind": "Devices",
-            "metadata": {"name": node.name},
-            "status": {"groups": [{"id": group, "manufacturer": "nvidia", "accelerators": rows}]},
-        },
-        subresource="status",
-    )
+    write_ledger(kube, node)
     # What the agent writes from its ledger: the fit labels (`chain.fit`; the Workload webhook
     # pins a slice to nodes whose labels show room, and MultiKueue copies the manager's pin
     # here) and the counting keys of the slices (`nodeagent.capacity`; Kueue's topology
@@ -191,6 +185,30 @@ def write_devices(kube: Kube, node: FleetNode, timeout: float = 120) -> None:
         counted = body["status"]["capacity"]  # type: ignore[index]
         body = {"status": {"capacity": counted, "allocatable": counted}}
         kube.merge_patch("v1", "Node", node.name, body, subresource="status")
+
+
+def write_ledger(kube: Kube, node: FleetNode, held: int = 0) -> None:
+    """The node's ledger (`Devices.status`) as its agent writes it: its first `held` cards
+    taken whole (exclusive), the others free."""
+    group = _DEVICES[node.model][0]
+    rows = [
+        {
+            "id": card_id(node, i),
+            "index": i,
+            "mode": int(Mode.EXCLUSIVE) if i < held else int(Mode.NONE),
+            "remaining": 0 if i < held else 1_600_000,
+        }
+        for i in range(node.cards)
+    ]
+    kube.apply(
+        {
+            "apiVersion": WORKER_API,
+            "kind": "Devices",
+            "metadata": {"name": node.name},
+            "status": {"groups": [{"id": group, "manufacturer": "nvidia", "accelerators": rows}]},
+        },
+        subresource="status",
+    )
 
 
 def inline_kubeconfig(server: str, ca: bytes, user: Obj) -> str:
