@@ -10,6 +10,7 @@ The credentialed process around it, `python -m workergateway`: `cli` (the compos
 `gateway` (one pass: read, sum, write the manager's `FleetPool`s), `clients` and `kubeconfig`
 (each member's client from its Secret, read strictly), `watches` (what wakes a pass: the
 `MultiKueueCluster`s and each Active member's InstanceTypes and pool queues), `health`
-(`/healthz`, `/metrics`). No
-Deployment runs it yet (docs/fleet.md, "Not built yet").
+(`/healthz`, `/metrics`); deployed on a fleet's manager by `manifests/fleet`. Offline,
+`python -m workergateway.plan` (`plan`) runs the pure core over files, one per member
+(docs/fleet.md, "Planning a fleet offline").
 """
