@@ -166,9 +166,7 @@ def _queue_step(
         ),
         default_manufacturers(),
     )
-    planned = copy.deepcopy(answer["attachments"][0])
-    if observed and "status" in observed[0]:
-        planned["status"] = copy.deepcopy(observed[0]["status"])
+    planned = _kueues_word(answer["attachments"][0], observed)
     annotated = copy.deepcopy(instance_type)
     notes = annotated["metadata"].setdefault("annotations", {})
     for key, value in (answer.get("annotations") or {}).items():
@@ -177,6 +175,15 @@ def _queue_step(
         else:
             notes[key] = value
     return annotated, planned
+
+
+def _kueues_word(planned: Obj, observed: list[Obj]) -> Obj:
+    """A planned ClusterQueue with the status Kueue wrote on the snapshot's queue of its name:
+    Kueue's word is not the hooks' to plan."""
+    out = copy.deepcopy(planned)
+    if observed and "status" in observed[0]:
+        out["status"] = copy.deepcopy(observed[0]["status"])
+    return out
 
 
 def _status_step(instance_type: Obj, related: dict[str, dict[str, Obj]], now: str) -> Obj:
@@ -291,10 +298,10 @@ def _fleet_step(snapshot: list[Obj], now: str) -> list[Obj]:
                 }
             )
         )
-        for child in copy.deepcopy(answer["attachments"]):
-            if child["kind"] == CLUSTER_QUEUE and observed and "status" in observed[0]:
-                child["status"] = copy.deepcopy(observed[0]["status"])
-            children.append(child)
+        children += [
+            _kueues_word(child, observed) if child["kind"] == CLUSTER_QUEUE else child
+            for child in answer["attachments"]
+        ]
     related = _object_map(FLEET_STATUS_RELATED, [*pools, *of_kind(children, CLUSTER_QUEUE)])
     planned: list[Obj] = []
     for child in children:

@@ -19,6 +19,7 @@ from chain.fleet_pools import FLEET_POOL, MULTIKUEUE_CONFIG, fleet_check_name
 from chain.names import local_queue_name
 from chain.settings import StartupEnv
 from hooks.plan import plan
+from hooks.request import BadRequest
 from workergateway.members import MemberError, read_cluster
 from workergateway.plan import member_objects, plan_fleet, table
 
@@ -245,3 +246,10 @@ def test_the_table_names_each_pool_and_each_conflict() -> None:
     assert shown.startswith("POOL ")
     assert fleet.conflicts and all(f"conflict: {c}" in shown for c in fleet.conflicts)
     assert all(name in shown for name in fleet.pools)
+
+
+def test_a_fleetpool_the_hooks_cannot_read_is_named() -> None:
+    pool = plan_fleet(_members(_fixture("two-members"))).pools[T4].object()
+    pool["spec"]["members"] = []
+    with pytest.raises(BadRequest, match=r"spec\.members"):
+        plan([pool], {}, StartupEnv(), NOW)
