@@ -35,6 +35,7 @@ ENTRY_POINTS = (
     "hooks.queue.write_kueue_config",
     "charts.render",
     "testbed.__main__",
+    "workergateway.cli",
     "workergateway.plan",
 )
 """Every module with a `main(argv)` behind a `python -m`."""
@@ -43,6 +44,7 @@ KUBE_PROCESSES = {
     "verdictdriver.lifecycle": [],
     "verdictdriver.pool_cards": [],
     "nodeagent.cli": ["serve", "--node", "node-a"],
+    "workergateway.cli": [],
 }
 """The processes that read a kubeconfig, and the arguments that bring them to read it."""
 
@@ -54,7 +56,8 @@ def _main(module: str) -> Main:
 
 def _module(module: str) -> str:
     """What `python -m` takes for it."""
-    return {"nodeagent.cli": "nodeagent"}.get(module, module.removesuffix(".__main__"))
+    named = {"nodeagent.cli": "nodeagent", "workergateway.cli": "workergateway"}
+    return named.get(module, module.removesuffix(".__main__"))
 
 
 def _parser(module: str, monkeypatch: pytest.MonkeyPatch) -> cli.Parser:
