@@ -12,8 +12,11 @@ member (its pools as they stand, Kueue's word on each queue included) or what
 them). Other objects in it are passed over, and of the ClusterQueues only the pools' own are
 read, as the gateway reads them.
 
-What a file cannot say is whether MultiKueue reaches the member: every member named counts as
-`Active`. Leave out a member the manager's Kueue would not reach.
+Whether MultiKueue reaches a member is Kueue's word on the manager: its `MultiKueueCluster`'s
+`Active` condition. Given the manager's `MultiKueueCluster`s (`--clusters`, `kubectl get
+multikueueclusters -o json` there), each member is read as a pass reads it
+(`members.read_member`): an inactive one is left out whole, its objects not read. Without them,
+every member named counts as `Active`.
 
 The printed List is a `--cluster` input of `python -m hooks plan`, which then runs the fleet
 hooks over it: the manager's queues, checks, MultiKueueConfigs and fleet InstanceTypes.
@@ -31,19 +34,26 @@ import yaml
 from chain import cli
 from chain.apis import CLUSTER_QUEUE, INSTANCE_TYPE, KUEUE_API, WORKER_API
 from chain.quantity import format_quantity
-from workergateway.members import MemberError, MemberState, read_pools
+from workergateway.members import (
+    MULTIKUEUE_CLUSTER,
+    MemberError,
+    MemberState,
+    read_member,
+    read_pools,
+)
 from workergateway.sums import Fleet, fleet_pools
 
 Obj = dict[str, object]
 
 PLANNED = "Planned"
-"""The reason of every member's `Active` state in a plan: named on the command line."""
+"""The reason of a member's `Active` state in a plan without the manager's
+`MultiKueueCluster`s: named on the command line."""
 
 DESCRIPTION = """\
 Sum the fleet's pools offline, as the worker gateway would: read each member's InstanceTypes
 and ClusterQueues from a file and print the FleetPools the gateway would write on the manager.
-Every member named counts as Active (MultiKueue's word, which no file gives). Touches no
-cluster."""
+A member counts as its MultiKueueCluster on the manager says (--clusters), else as Active.
+Touches no cluster."""
 
 
 def member_objects(document: object, where: str) -> list[Obj]:
@@ -70,16 +80,26 @@ def _name(obj: Obj) -> object:
     return meta.get("name") if isinstance(meta, dict) else None
 
 
-def plan_fleet(members: Mapping[str, Sequence[Obj]]) -> Fleet:
-    """The fleet's pools from each member's objects, every member Active (a `MemberError`
-    names the member, the object and the field it cannot read)."""
+def plan_fleet(
+    members: Mapping[str, Sequence[Obj]], clusters: Sequence[Obj] | None = None
+) -> Fleet:
+    """The fleet's pools from each member's objects (a `MemberError` names the member, the
+    object and the field it cannot read). With the manager's `clusters`, each member is Active
+    or not as its `MultiKueueCluster` says, and one without any is a ValueError; without them,
+    every member is Active."""
+    by_name = {_name(obj): obj for obj in _of(clusters or [], KUEUE_API, MULTIKUEUE_CLUSTER)}
     read = []
     for name, objects in members.items():
         types = _of(objects, WORKER_API, INSTANCE_TYPE)
         names = {_name(obj) for obj in types}
         queues = [obj for obj in _of(objects, KUEUE_API, CLUSTER_QUEUE) if _name(obj) in names]
-        state = MemberState(name, True, PLANNED, "named on the command line")
-        read.append((state, read_pools(name, types, queues)))
+        if clusters is None:
+            state = MemberState(name, True, PLANNED, "named on the command line")
+            read.append((state, read_pools(name, types, queues)))
+        elif name in by_name:
+            read.append(read_member(by_name[name], types, queues))
+        else:
+            raise ValueError(f"member {name}: no {MULTIKUEUE_CLUSTER} of that name")
     return fleet_pools(read)
 
 
@@ -123,6 +143,14 @@ def build_parser() -> cli.Parser:
         "(repeatable, one per member)",
     )
     parser.add_argument(
+        "--clusters",
+        type=Path,
+        metavar="FILE",
+        help="the manager's MultiKueueClusters (`kubectl get multikueueclusters -o json` "
+        "there): a member is counted as Kueue says it is reached (default: every member named "
+        "counts as Active)",
+    )
+    parser.add_argument(
         "-o",
         "--output",
         choices=("json", "yaml", "table"),
@@ -132,6 +160,18 @@ def build_parser() -> cli.Parser:
     return parser
 
 
+def _objects(path: Path) -> list[Obj]:
+    """The objects of a file named on the command line (a UsageError says why not)."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise cli.UsageError(cli.unreadable(path, err)) from None
+    try:
+        return member_objects(document, str(path))
+    except ValueError as err:
+        raise cli.UsageError(str(err)) from None
+
+
 def _load(raw: Sequence[str]) -> dict[str, list[Obj]]:
     if not raw:
         raise cli.UsageError("name at least one member: --member NAME=FILE")
@@ -139,14 +179,7 @@ def _load(raw: Sequence[str]) -> dict[str, list[Obj]]:
     for name, path in (_member_flag(flag) for flag in raw):
         if name in members:
             raise cli.UsageError(f"--member {name}: named twice")
-        try:
-            document = yaml.safe_load(path.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise cli.UsageError(cli.unreadable(path, err)) from None
-        try:
-            members[name] = member_objects(document, str(path))
-        except ValueError as err:
-            raise cli.UsageError(str(err)) from None
+        members[name] = _objects(path)
     return members
 
 
@@ -156,8 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         members = _load(args.member)
+        clusters = _objects(args.clusters) if args.clusters else None
         try:
-            fleet = plan_fleet(members)
+            fleet = plan_fleet(members, clusters)
         except (MemberError, ValueError) as err:
             raise cli.UsageError(str(err)) from None
         for conflict in fleet.conflicts:

@@ -43,6 +43,7 @@ from testbed.fleet import (
 )
 from testbed.nodes import T4_POOL
 from testbed.workloads import complete_job, condition, queued_job, sliced_job
+from workergateway.members import MULTIKUEUE_CLUSTER
 from workergateway.plan import plan_fleet
 
 IMAGE = "busybox"
@@ -128,7 +129,8 @@ def test_fleet_views_are_the_sums_of_the_members_own(fleet: FleetBed) -> None:
 
 def _planned_offline(fleet: FleetBed) -> dict[str, object]:
     """`workergateway.plan` over each member's InstanceTypes and ClusterQueues, as `kubectl get
-    instancetypes,clusterqueues -o json` there gives them."""
+    instancetypes,clusterqueues -o json` there gives them, and the manager's
+    `MultiKueueCluster`s (`--clusters`)."""
     members = {
         name: [
             *member.kube.list(WORKER_API, INSTANCE_TYPE),
@@ -136,7 +138,8 @@ def _planned_offline(fleet: FleetBed) -> dict[str, object]:
         ]
         for name, member in fleet.members.items()
     }
-    return {name: pool.render() for name, pool in plan_fleet(members).pools.items()}
+    clusters = fleet.manager.kube.list(KUEUE_API, MULTIKUEUE_CLUSTER)
+    return {name: pool.render() for name, pool in plan_fleet(members, clusters).pools.items()}
 
 
 def _written(fleet: FleetBed) -> dict[str, object]:

@@ -22,6 +22,7 @@ from hooks.plan import plan
 from hooks.request import BadRequest
 from workergateway.members import MemberError, read_cluster
 from workergateway.plan import member_objects, plan_fleet, table
+from workergateway.sums import Fleet
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLE = Path(__file__).resolve().parents[3] / "examples" / "cluster.json"
@@ -45,6 +46,15 @@ def _members(fixture: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+def _assert_fleet(fleet: Fleet, fixture: dict[str, Any]) -> None:
+    """The fleet the fixture writes out by hand, conflicts included."""
+    assert {name: pool.render() for name, pool in fleet.pools.items()} == fixture["fleet"]
+    conflicts = [
+        {"pool": c.pool, "field": c.field, "members": list(c.members)} for c in fleet.conflicts
+    ]
+    assert conflicts == fixture.get("conflicts", [])
+
+
 def _all_active(case: str) -> bool:
     fixture = _fixture(case)
     return "error" not in fixture and all(
@@ -55,6 +65,36 @@ def _all_active(case: str) -> bool:
 ACTIVE_CASES = [path.stem for path in sorted(FIXTURES.glob("*.json")) if _all_active(path.stem)]
 
 
+CASES = [path.stem for path in sorted(FIXTURES.glob("*.json"))]
+
+
+def _clusters(fixture: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manager's `MultiKueueCluster`s, as `kubectl get multikueueclusters` lists them."""
+    return [member["cluster"] for member in fixture["members"]]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_with_the_managers_clusters_a_plan_is_a_pass(case: str) -> None:
+    """Every fixture, inactive members and broken objects included: the same fleet, or the
+    same member and field named."""
+    fixture = _fixture(case)
+    if "error" in fixture:
+        with pytest.raises(MemberError) as raised:
+            plan_fleet(_members(fixture), _clusters(fixture))
+        expected = fixture["error"]
+        assert (raised.value.member, raised.value.field) == (expected["member"], expected["field"])
+        return
+    fleet = plan_fleet(_members(fixture), _clusters(fixture))
+    _assert_fleet(fleet, fixture)
+
+
+def test_a_member_without_its_cluster_is_named() -> None:
+    fixture = _fixture("two-members")
+    members = _members(fixture)
+    with pytest.raises(ValueError, match=r"^member \S+: no MultiKueueCluster of that name$"):
+        plan_fleet(members, _clusters(fixture)[:1])
+
+
 def test_there_are_cases() -> None:
     assert {"two-members", "three-members", "members-disagree-on-identity"} <= set(ACTIVE_CASES)
 
@@ -63,17 +103,13 @@ def test_there_are_cases() -> None:
 def test_a_plan_sums_as_a_pass_does(case: str) -> None:
     fixture = _fixture(case)
     fleet = plan_fleet(_members(fixture))
-    assert {name: pool.render() for name, pool in fleet.pools.items()} == fixture["fleet"]
-    conflicts = [
-        {"pool": c.pool, "field": c.field, "members": list(c.members)} for c in fleet.conflicts
-    ]
-    assert conflicts == fixture.get("conflicts", [])
+    _assert_fleet(fleet, fixture)
 
 
 def test_leaving_out_the_members_kueue_does_not_reach_gives_the_passs_fleet() -> None:
-    """A file cannot say whether MultiKueue reaches a member, so every member named counts: a
-    plan of the Active members only is what a pass makes of them all (here the inactive one's
-    view is even broken: a pass does not read it, and neither does a plan without it)."""
+    """Without the manager's clusters every member named counts: a plan of the Active members
+    only is what a pass makes of them all (here the inactive one's view is even broken: a pass
+    does not read it, and neither does a plan without it)."""
     fixture = _fixture("member-inactive")
     active = {
         member["cluster"]["metadata"]["name"]
@@ -82,8 +118,7 @@ def test_leaving_out_the_members_kueue_does_not_reach_gives_the_passs_fleet() ->
     }
     members = {name: objs for name, objs in _members(fixture).items() if name in active}
     assert 0 < len(members) < len(fixture["members"])
-    fleet = plan_fleet(members)
-    assert {name: pool.render() for name, pool in fleet.pools.items()} == fixture["fleet"]
+    _assert_fleet(plan_fleet(members), fixture)
     with pytest.raises(MemberError):
         plan_fleet(_members(fixture))
 
@@ -173,6 +208,14 @@ def test_the_fleet_plan_feeds_the_managers_plan(tmp_path: Path) -> None:
     assert "MultiKueueConfigs" in shown.stdout
     assert f"{T4}  {','.join(config['spec']['clusters'])}" in shown.stdout
 
+    clusters = tmp_path / "clusters.json"
+    clusters.write_text(json.dumps({"kind": "List", "items": _clusters(fixture)}))
+    with_clusters = _run(
+        "workergateway.plan", *_write_members(tmp_path, fixture), "--clusters", str(clusters)
+    )
+    assert with_clusters.returncode == 0, with_clusters.stderr
+    assert fixture["fleet"][T4]["memberSummary"] in with_clusters.stdout
+
     table = _run("workergateway.plan", *_write_members(tmp_path, fixture))
     assert table.returncode == 0 and T4 in table.stdout
     assert fixture["fleet"][T4]["memberSummary"] in table.stdout
@@ -228,6 +271,10 @@ def test_a_member_named_twice_or_unreadable_is_a_usage_error(tmp_path: Path) -> 
     flags = _write_members(tmp_path, _fixture("two-members"))
     twice = _run("workergateway.plan", *flags[:2], *flags[:2])
     assert twice.returncode == 2 and "named twice" in twice.stderr
+    none = tmp_path / "no-clusters.json"
+    none.write_text('{"kind": "List", "items": []}')
+    unknown = _run("workergateway.plan", *flags, "--clusters", str(none))
+    assert unknown.returncode == 2 and "no MultiKueueCluster of that name" in unknown.stderr
     path = tmp_path / "broken.json"
     objects = _members(_fixture("two-members"))
     name = sorted(objects)[0]
