@@ -447,7 +447,13 @@ class Watch:
         )
         attachments = _attachments(kube, self.namespace)
         if attachments != self.attachments:
-            self.problems.append(f"a pool's queue or flavor changed: {attachments}")
+            keys = attachments.keys() | self.attachments.keys()
+            changed = {
+                key: (self.attachments.get(key), attachments.get(key))
+                for key in sorted(keys)
+                if self.attachments.get(key) != attachments.get(key)
+            }
+            self.problems.append(f"a pool's queue or flavor changed (uid before, now): {changed}")
         for wl in workloads:
             seen = (condition(wl, "Admitted") == "True", check_state(wl))
             history = self.histories.setdefault(wl["metadata"]["name"], [])
