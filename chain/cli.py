@@ -187,6 +187,17 @@ def unreadable(path: object, err: Exception) -> str:
     return f"{path}: {why}"
 
 
+def columns(rows: Sequence[Sequence[object]]) -> list[str]:
+    """`rows` (the header first) as aligned lines, the way a command prints a table: each cell
+    left-aligned to its column's widest, two spaces between, no trailing blanks."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))] if cells else []
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    ]
+
+
 def run(label: str, body: Callable[[], int | None]) -> int:
     """`body`'s exit status; a `Failure` is printed as one line on stderr instead, and its code
     returned (any other exception is a bug and keeps its traceback)."""

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from chain import cli
 from chain.apis import (
     ADMISSION_CHECK,
     CHAIN_API,
@@ -360,11 +361,8 @@ def table(objects: list[Obj]) -> str:
     def section(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         if not rows:
             return
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines.append(f"\n{title}")
-        for row in [header, *rows]:
-            cells = (c.ljust(w) for c, w in zip(row, widths, strict=True))
-            lines.append(("  " + "  ".join(cells)).rstrip())
+        lines.extend(f"  {line}".rstrip() for line in cli.columns([header, *rows]))
 
     node_rows = []
     for node in of_kind(objects, "Node"):

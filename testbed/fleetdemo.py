@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from chain import cli
 from chain.apis import KUEUE_API, WORKER_API
 from chain.fleet_pools import fleet_check_name
 from chain.names import local_queue_name
@@ -56,12 +57,7 @@ def pool_rows(cluster: str, types: Sequence[Obj]) -> list[tuple[str, ...]]:
 
 
 def table(rows: Sequence[tuple[str, ...]], columns: Sequence[str] = COLUMNS) -> str:
-    widths = [max(len(str(row[i])) for row in [tuple(columns), *rows]) for i in range(len(columns))]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [tuple(columns), *rows]
-    ]
-    return "\n".join(lines)
+    return "\n".join(cli.columns([tuple(columns), *rows]))
 
 
 def dispatch_line(job: str, workload: Obj | None, pool: str) -> str:

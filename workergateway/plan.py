@@ -115,12 +115,7 @@ def table(fleet: Fleet) -> str:
     for pool in fleet.pools.values():
         quota = ", ".join(f"{name}={format_quantity(amount)}" for name, amount in pool.quota)
         rows.append((pool.name, pool.member_summary(), pool.views.summary() or "-", quota or "-"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines += [f"conflict: {conflict}" for conflict in fleet.conflicts]
+    lines = [*cli.columns(rows), *(f"conflict: {conflict}" for conflict in fleet.conflicts)]
     return "\n".join(lines) + "\n"
 
 

@@ -334,3 +334,12 @@ def test_as_a_process_the_failures_are_exit_statuses_without_a_traceback(
     assert "Traceback" not in unreachable.stderr and unreachable.stderr.count("\n") == 1
     bogus = _python_m(module, "--bogus")
     assert bogus.returncode == cli.EXIT_USAGE and bogus.stderr.count("\n") == 1
+
+
+def test_columns_align_each_cell_to_its_columns_widest() -> None:
+    assert cli.columns([("NAME", "N"), ("a-long-name", 1), ("b", "")]) == [
+        "NAME         N",
+        "a-long-name  1",
+        "b",
+    ]
+    assert cli.columns([]) == []
