@@ -54,7 +54,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -496,6 +496,22 @@ def _kubeconfig(server: str, ca: bytes, cert: bytes, key: bytes) -> str:
     )
 
 
+def _remaining(cache: Any, pool: str, part: str, view: str) -> str | None:
+    """A view's `remaining` of `pool` in a watch cache, in `part` (a FleetPool's spec, an
+    InstanceType's status); None while it is not there."""
+    found = ((cache.get(("", pool)) or {}).get(part) or {}).get(view) or {}
+    return str(found["remaining"]) if "remaining" in found else None
+
+
+def _when(test: Callable[[], bool], deadline: float) -> float | None:
+    """When `test` first holds, polled every 2 ms; None if not by `deadline`."""
+    while time.monotonic() < deadline:
+        if test():
+            return time.monotonic()
+        time.sleep(0.002)
+    return None
+
+
 def _pair(samples: list[float]) -> str:
     """p50 / p99 of `samples`, in seconds."""
     return f"{statistics.median(samples):.3f} / {percentile(samples, 0.99):.3f} s"
@@ -666,17 +682,11 @@ def lag(members: int, changes: int, nodes: int, pause: float, servers: bool = Fa
         writer = Kube.from_kubeconfig(changed.kubeconfig)
 
         def sliced(cache: Cache, part: str) -> str | None:
-            """The pool's sliced `remaining` in `part` (a FleetPool's spec, a type's status)."""
-            view = ((cache.get(("", pool)) or {}).get(part) or {}).get("acceleratorSliced") or {}
-            return str(view["remaining"]) if "remaining" in view else None
+            return _remaining(cache, pool, part, "acceleratorSliced")
 
         def first(wanted: str, cache: Cache, part: str, deadline: float) -> float | None:
-            """When `cache` first shows `wanted`, polled every 2 ms."""
-            while time.monotonic() < deadline:
-                if sliced(cache, part) == wanted:
-                    return time.monotonic()
-                time.sleep(0.002)
-            return None
+            """When `cache` first shows `wanted`."""
+            return _when(lambda: sliced(cache, part) == wanted, deadline)
 
         stamps = ThreadPoolExecutor(max_workers=1)
         try:
@@ -776,15 +786,17 @@ def bed_lag(changes: int, pause: float) -> BedLag:
         try:
 
             def whole(cache: Any, part: str) -> str | None:
-                view = ((cache.get(("", T4_POOL)) or {}).get(part) or {}).get("accelerator")
-                return str(view["remaining"]) if view and "remaining" in view else None
+                return _remaining(cache, T4_POOL, part, "accelerator")
 
             def moved(cache: Any, part: str, before: str | None, deadline: float) -> float:
-                while time.monotonic() < deadline:
-                    if whole(cache, part) not in (None, before):
-                        return time.monotonic()
-                    time.sleep(0.002)
-                raise RuntimeError(f"{T4_POOL}'s {part} stayed {before}")
+                at = _when(lambda: whole(cache, part) not in (None, before), deadline)
+                if at is None:
+                    raise RuntimeError(
+                        f"change {number}: {T4_POOL}'s {part} stayed {before} for 60 s; "
+                        f"member-a's view now {whole(own.cache, 'status')}, "
+                        f"the FleetPool's {whole(fleet.cache, 'spec')}"
+                    )
+                return at
 
             member_lags: list[float] = []
             fleet_lags: list[float] = []
