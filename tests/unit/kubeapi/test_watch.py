@@ -246,11 +246,13 @@ def test_a_bookmark_moves_the_resume_point_and_wakes_nobody(
 def test_gone_lists_afresh(api: FakeApi, start: Callable[[], Watcher], gone: str) -> None:
     api.items = [workload("a", "5"), workload("b", "6")]
     status = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
-    api.watches.put([event("ERROR", status)] if gone == "error event" else [410])
     watcher = start()
     until(lambda: watcher.cache.synced)
     api.items = [workload("b", "20", "Ready")]  # a was deleted while the watch was away
     api.list_version = "21"
+    # Only now is the watch told its version is gone: given before, the list it makes again
+    # could come before the lines above on a busy machine, and read the old items.
+    api.watches.put([event("ERROR", status)] if gone == "error event" else [410])
     until(lambda: watcher.lists == 2)
     until(lambda: watcher.cache.resource_version == "21")
     assert names(watcher.cache) == {"b": "Ready"}
